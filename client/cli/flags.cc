@@ -1,0 +1,112 @@
+#include "client/cli/flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+
+namespace kvtier::cli {
+
+Flags Flags::Parse(int argc, char** argv, int first,
+                   std::initializer_list<std::string_view> bool_flags) {
+  Flags flags;
+  for (int i = first; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg.size() < 3 || arg.substr(0, 2) != "--") {
+      flags.positional_.emplace_back(arg);
+      continue;
+    }
+    arg.remove_prefix(2);
+    if (auto eq = arg.find('='); eq != std::string_view::npos) {
+      flags.values_[std::string(arg.substr(0, eq))] = std::string(arg.substr(eq + 1));
+      continue;
+    }
+    const bool is_bool =
+        std::find(bool_flags.begin(), bool_flags.end(), arg) != bool_flags.end();
+    if (!is_bool && i + 1 < argc && std::string_view(argv[i + 1]).substr(0, 2) != "--") {
+      flags.values_[std::string(arg)] = argv[++i];
+    } else {
+      flags.values_[std::string(arg)] = "true";
+    }
+  }
+  return flags;
+}
+
+absl::Status Flags::CheckKnown(std::initializer_list<std::string_view> known) const {
+  for (const auto& [name, value] : values_) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool Flags::Has(std::string_view name) const { return values_.find(name) != values_.end(); }
+
+std::string Flags::GetString(std::string_view name, std::string_view def) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::string(def) : it->second;
+}
+
+absl::StatusOr<int64_t> Flags::GetInt(std::string_view name, int64_t def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  int64_t v;
+  if (!absl::SimpleAtoi(it->second, &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", Sv(name), " expects an integer, got '", it->second, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> Flags::GetDouble(std::string_view name, double def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  double v;
+  if (!absl::SimpleAtod(it->second, &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", Sv(name), " expects a number, got '", it->second, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<uint64_t> Flags::GetBytes(std::string_view name, uint64_t def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  auto v = ParseBytes(it->second);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", Sv(name), ": ", v.status().message()));
+  }
+  return v;
+}
+
+absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  double number;
+  if (i == 0 || !absl::SimpleAtod(Sv(text.substr(0, i)), &number) || number < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", Sv(text), "'"));
+  }
+  std::string unit(text.substr(i));
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  double mult;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "kib" || unit == "k") mult = 1024.0;
+  else if (unit == "mib" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "tib" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mult = 1e3;
+  else if (unit == "mb") mult = 1e6;
+  else if (unit == "gb") mult = 1e9;
+  else if (unit == "tb") mult = 1e12;
+  else return absl::InvalidArgumentError(absl::StrCat("unknown size unit in '", Sv(text), "'"));
+  return static_cast<uint64_t>(std::llround(number * mult));
+}
+
+}  // namespace kvtier::cli

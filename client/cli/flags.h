@@ -1,0 +1,49 @@
+// A tiny command-line flag parser for the `kvtier` subcommands (flags are read only in
+// main() and the Run* entry points). Accepts `--name value`, `--name=value` and bare
+// boolean `--name`; everything else is positional.
+#ifndef KVTIER_CLIENT_CLI_FLAGS_H_
+#define KVTIER_CLIENT_CLI_FLAGS_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvtier::cli {
+
+// Thread-compatible.
+class Flags {
+ public:
+  // Parses argv[first..argc). `bool_flags` names flags that never take a value (so
+  // `--json file` keeps `file` positional).
+  static Flags Parse(int argc, char** argv, int first,
+                     std::initializer_list<std::string_view> bool_flags);
+
+  // Returns INVALID_ARGUMENT naming the first flag not in `known`.
+  absl::Status CheckKnown(std::initializer_list<std::string_view> known) const;
+
+  bool Has(std::string_view name) const;
+  std::string GetString(std::string_view name, std::string_view def) const;
+  // INVALID_ARGUMENT naming the flag if the value does not parse.
+  absl::StatusOr<int64_t> GetInt(std::string_view name, int64_t def) const;
+  absl::StatusOr<double> GetDouble(std::string_view name, double def) const;
+  // Accepts sizes like 512, 64KiB, 2MiB, 8GiB, 1.5GB.
+  absl::StatusOr<uint64_t> GetBytes(std::string_view name, uint64_t def) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string, std::less<>> values_;
+  std::vector<std::string> positional_;
+};
+
+// Parses a byte size ("2MiB", "1.5GB", "4096"). INVALID_ARGUMENT on junk.
+absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
+
+}  // namespace kvtier::cli
+
+#endif  // KVTIER_CLIENT_CLI_FLAGS_H_

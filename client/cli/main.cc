@@ -1,0 +1,48 @@
+// kvtier: the command-line tool for kvtier operators and serving engineers.
+#include <cstdio>
+#include <string_view>
+
+#include "client/cli/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kvtier <command> [flags]\n"
+    "\n"
+    "Talk to a server (all take --server HOST:PORT, default 127.0.0.1:50051, and --json):\n"
+    "  stats [--watch] [--cluster]   hit rates, bytes and evictions per namespace and tier\n"
+    "  namespaces                    registered namespaces and their layouts\n"
+    "  lookup                        how much of a prefix is cached, and where\n"
+    "  put | get                     store or fetch blocks (a file or a generated block)\n"
+    "  evict | flush                 admin eviction, make hot blocks durable\n"
+    "  bench                         load generator (--server ADDR or --redis ADDR)\n"
+    "\n"
+    "Offline evaluation (no server):\n"
+    "  eval codecs [--json] [--seed N]      codec size vs attention fidelity\n"
+    "  eval compaction [--json]             token compaction vs needle retrieval\n"
+    "  replay --trace FILE ...              hit rate of a Mooncake trace vs capacity\n"
+    "\n"
+    "Run `kvtier <command> --help` for a command's flags.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string_view command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "eval") return kvtier::cli::RunEval(argc - 1, argv + 1);
+  if (command == "replay") return kvtier::cli::RunReplay(argc - 1, argv + 1);
+  if (command == "bench") return kvtier::cli::RunBench(argc - 1, argv + 1);
+  if (command == "stats" || command == "namespaces" || command == "lookup" ||
+      command == "put" || command == "get" || command == "evict" || command == "flush") {
+    return kvtier::cli::RunAdmin(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "kvtier: unknown command '%s'\n\n%s", argv[1], kUsage);
+  return 2;
+}

@@ -1,0 +1,45 @@
+# Helpers shared by every folder's CMakeLists.txt.
+
+# kvtier_warnings(<target>): the house warning set; every target we own uses it.
+function(kvtier_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+endfunction()
+
+# kvtier_library(<name> SOURCES ... DEPS ...): one static library per folder, includes
+# rooted at the repository root.
+function(kvtier_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  kvtier_warnings(${name})
+endfunction()
+
+# kvtier_test(<name> SOURCES ... DEPS ... [LABELS unit|integration ...] [TIMEOUT s]):
+# one test executable per test file, registered with CTest under its labels.
+function(kvtier_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  kvtier_warnings(${name})
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "KVTIER_SOURCE_DIR=${PROJECT_SOURCE_DIR};KVTIER_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endfunction()
+
+# kvtier_benchmark(<name> SOURCES ... DEPS ...): a Google Benchmark binary (not a test).
+function(kvtier_benchmark name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  if(NOT KVTIER_BUILD_BENCHMARKS)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+  kvtier_warnings(${name})
+endfunction()

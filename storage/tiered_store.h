@@ -1,0 +1,217 @@
+// TieredStore: the storage engine behind kvtierd. Hot blocks live in one arena of pinned
+// host memory, cold blocks in RocksDB; a prefix index links every block to its parent so
+// eviction never strands a prefix and never drops attention-sink blocks while a
+// descendant is resident. No gRPC.
+//
+// Blocks are stored already encoded (storage/kv/codec.h blobs in the namespace codec);
+// transcoding is the caller's job. Every stored payload carries an XXH3-64 checksum; a
+// block whose checksum fails is never returned: it is counted, deleted and reported as a
+// miss.
+#ifndef KVTIER_STORAGE_TIERED_STORE_H_
+#define KVTIER_STORAGE_TIERED_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "storage/kv/codec.h"
+#include "storage/kv/layout.h"
+
+namespace kvtier::storage {
+
+// Where a block is resident. Stable numbers (they appear in stats and on the wire).
+enum class Tier : uint8_t { kNone = 0, kHot = 1, kCold = 2 };
+const char* TierName(Tier tier);  // "none", "hot", "cold"
+
+// Eviction policies for the hot tier (see eviction_policy.h).
+enum class EvictionPolicyKind : uint8_t {
+  kLru = 0,          // baseline: least recently used, ignores prefix structure
+  kPrefixLru = 1,    // default: LRU among leaves, sink blocks protected
+  kLfu = 2,          // least frequently used among leaves
+  kHeavyHitter = 3,  // decayed worker-reported attention mass + hits (H2O per block)
+};
+const char* EvictionPolicyName(EvictionPolicyKind kind);
+absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
+
+// A named KV layout plus how to store it. Registered once; later registrations must match.
+struct NamespaceOptions {
+  std::string name;                   // 1..128 chars of [A-Za-z0-9._/-]
+  std::string tenant = "default";     // owner; tenants never see each other's namespaces
+  std::string model_id;               // informational (model name + revision)
+  kv::Layout layout;
+  kv::CodecId codec = kv::CodecId::kFp16;  // storage codec of every block
+  bool keep_sinks = true;             // codec keeps block 0's sink tokens unquantized
+  bool write_through = false;         // Put acknowledges only after the cold write is durable
+  bool cold_zstd = false;             // compress cold values with zstd (pays for low-bit codes)
+  uint32_t sink_blocks = 1;           // blocks with index < this are never evicted while a
+                                      // descendant is resident
+
+  // Returns INVALID_ARGUMENT naming the bad field.
+  absl::Status Validate() const;
+};
+
+struct StoreOptions {
+  std::string data_dir = "./kvtier-data";  // RocksDB directory; created if missing
+  uint64_t hot_capacity_bytes = 256ull << 20;  // hot arena size. Default: 256 MiB
+  uint64_t cold_capacity_bytes = 16ull << 30;  // cold payload bytes. Default: 16 GiB
+  double high_watermark = 0.90;  // demotion starts above this hot fill fraction
+  double low_watermark = 0.80;   // ... and stops below this one
+  EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  // Hot arena allocator: "auto" (cudaHostAlloc, else mmap+mlock, else plain), or one of
+  // "cuda", "mlock", "malloc" to force it (falls back like auto when unavailable).
+  std::string hot_allocator = "auto";
+  bool background_demotion = true;  // false: demote synchronously inside Put (tests)
+  bool cold_sync = false;  // fsync the WAL on write-through puts (power-loss durability)
+  bool warm_from_cold = false;  // on open, promote cold blocks into the hot tier
+  common::Clock* clock = nullptr;  // null: common::RealClock()
+};
+
+// One block to store.
+struct BlockPut {
+  std::string_view key;         // 1..32 opaque bytes
+  std::string_view parent_key;  // empty for block 0 (and for standalone entries)
+  uint32_t block_index = 0;     // 0 = first block of the sequence (holds the sinks)
+  std::string_view payload;     // encoded blob (kv codec header) in the namespace codec
+  // A standalone entry (e.g. a compacted sequence) is not part of the prefix tree and may
+  // be larger than a block; it is stored in the cold tier only.
+  bool standalone = false;
+};
+
+// A refcounted read handle: while any copy is alive the payload bytes stay valid and
+// the hot slot behind them is neither freed nor reused. Thread-compatible; copies may be
+// used from different threads.
+class BlockRef {
+ public:
+  BlockRef() = default;
+  BlockRef(std::shared_ptr<const void> owner, std::span<const uint8_t> payload, Tier tier,
+           uint32_t block_index)
+      : owner_(std::move(owner)), payload_(payload), tier_(tier), block_index_(block_index) {}
+
+  std::span<const uint8_t> payload() const { return payload_; }
+  Tier tier() const { return tier_; }  // tier the block was served from
+  uint32_t block_index() const { return block_index_; }
+  // The shared owner; gRPC slices hold a copy to keep the bytes alive.
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::span<const uint8_t> payload_;
+  Tier tier_ = Tier::kNone;
+  uint32_t block_index_ = 0;
+};
+
+struct LookupResult {
+  uint32_t prefix_blocks = 0;  // leading keys resident in some tier
+  std::vector<Tier> tiers;     // per requested key; kNone when absent
+};
+
+struct TierStats {
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;  // encoded payload bytes resident
+  uint64_t hits = 0;   // Get hits served from this tier
+};
+
+struct NamespaceStats {
+  std::string name;
+  std::string tenant;
+  kv::CodecId codec = kv::CodecId::kFp16;
+  uint64_t lookups = 0;                  // Lookup calls
+  uint64_t lookup_blocks = 0;            // keys asked in Lookup calls
+  uint64_t lookup_hit_blocks = 0;        // ... resident in any tier
+  uint64_t lookup_prefix_hit_blocks = 0; // ... in the resident leading prefix
+  uint64_t gets = 0;                     // blocks asked with Get
+  uint64_t get_misses = 0;               // ... not served (absent or checksum failure)
+  uint64_t puts = 0;                     // blocks stored
+  uint64_t raw_bytes_put = 0;            // source-dtype bytes those blocks represent
+  uint64_t encoded_bytes_put = 0;        // encoded bytes stored for them
+  TierStats hot;
+  TierStats cold;
+  uint64_t demotions = 0;                // hot -> cold by watermark
+  uint64_t promotions = 0;               // cold -> hot on Get
+  uint64_t evictions_hot_capacity = 0;   // dropped from hot under pressure (any policy)
+  uint64_t evictions_cold_capacity = 0;  // deleted because cold was over capacity
+  uint64_t evictions_admin = 0;          // removed by Evict / Delete
+  uint64_t checksum_failures = 0;        // corrupt blocks found (deleted, served as misses)
+};
+
+struct StoreStats {
+  std::string hot_allocator;  // "cuda", "mlock" or "malloc": what the arena really uses
+  uint64_t hot_capacity_bytes = 0;
+  uint64_t hot_used_bytes = 0;
+  uint64_t cold_capacity_bytes = 0;
+  uint64_t cold_used_bytes = 0;
+  std::vector<NamespaceStats> namespaces;  // sorted by name
+};
+
+// Thread-safe. All methods may be called concurrently from any thread.
+class TieredStore {
+ public:
+  // Opens (or creates) the store under options.data_dir, allocates and touches the hot
+  // arena, and recovers namespaces and the cold index from RocksDB. INVALID_ARGUMENT for
+  // bad options, UNAVAILABLE / INTERNAL if RocksDB cannot open.
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Open(const StoreOptions& options);
+
+  virtual ~TieredStore() = default;
+
+  // Registers a namespace (persisted). Idempotent for an identical spec; a different
+  // spec for an existing name returns FAILED_PRECONDITION naming the first differing
+  // field. INVALID_ARGUMENT for an invalid spec. Returns the stored spec.
+  virtual absl::StatusOr<NamespaceOptions> RegisterNamespace(const NamespaceOptions& ns) = 0;
+  // NOT_FOUND if unknown.
+  virtual absl::StatusOr<NamespaceOptions> GetNamespace(std::string_view name) const = 0;
+  virtual std::vector<NamespaceOptions> ListNamespaces() const = 0;
+
+  // Stores blocks (all or nothing per block, in order). NOT_FOUND unknown namespace;
+  // INVALID_ARGUMENT bad key / payload not a valid blob; FAILED_PRECONDITION payload codec
+  // or layout differs from the namespace; RESOURCE_EXHAUSTED if the hot tier is full of
+  // pinned/unevictable blocks and the block cannot go cold either. Re-putting an existing
+  // key replaces it. Write-through namespaces return only after the cold write is durable.
+  virtual absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) = 0;
+
+  // Returns the block: hot hit, else cold hit (checksum verified, then promoted), else
+  // NOT_FOUND (also for a checksum failure, which is counted and deletes the block).
+  // Updates recency and hit counts.
+  virtual absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) = 0;
+
+  // Returns how many leading `keys` are resident and each key's tier. Never changes
+  // recency, never takes a lease. NOT_FOUND unknown namespace.
+  virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
+                                              std::span<const std::string> keys) = 0;
+
+  // Removes blocks from every tier; absent keys are ignored. Returns how many existed.
+  virtual absl::StatusOr<uint64_t> Delete(std::string_view ns,
+                                          std::span<const std::string> keys) = 0;
+
+  // Pins resident blocks in the hot tier (promoting cold ones) for ttl_ms (0 = until
+  // Unpin). Pinned blocks are never evicted. Returns how many were pinned.
+  virtual absl::StatusOr<uint64_t> Pin(std::string_view ns, std::span<const std::string> keys,
+                                       uint64_t ttl_ms) = 0;
+  virtual absl::StatusOr<uint64_t> Unpin(std::string_view ns,
+                                         std::span<const std::string> keys) = 0;
+
+  // Adds worker-reported attention mass to blocks (heavy_hitter policy input).
+  // INVALID_ARGUMENT if sizes differ.
+  virtual absl::Status ReportScores(std::string_view ns, std::span<const std::string> keys,
+                                    std::span<const float> scores) = 0;
+
+  // Admin eviction: demotes the named blocks (all of the namespace when `keys` is empty)
+  // from the hot tier to cold; with drop=true deletes them from every tier. Returns how
+  // many blocks moved. Pins are ignored. Prefix closure is kept (descendants go first).
+  virtual absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
+                                         bool drop) = 0;
+
+  // Makes every hot block of `ns` (all namespaces when empty) durable in the cold tier.
+  virtual absl::Status Flush(std::string_view ns) = 0;
+
+  virtual StoreStats Stats() const = 0;
+};
+
+}  // namespace kvtier::storage
+
+#endif  // KVTIER_STORAGE_TIERED_STORE_H_
