@@ -15,8 +15,12 @@ function(kvtier_library name)
   kvtier_warnings(${name})
 endfunction()
 
-# kvtier_test(<name> SOURCES ... DEPS ... [LABELS unit|integration ...] [TIMEOUT s]):
-# one test executable per test file, registered with CTest under its labels.
+# Tests labelled "sanitized" are also built and run under ASAN+UBSAN by scripts/test.sh
+# (target kvtier_sanitized_tests in the build-asan tree).
+add_custom_target(kvtier_sanitized_tests)
+
+# kvtier_test(<name> SOURCES ... DEPS ... [LABELS unit|integration|sanitized ...]
+# [TIMEOUT s]): one test executable per test file, registered with CTest under its labels.
 function(kvtier_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -28,6 +32,9 @@ function(kvtier_test name)
   endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
+  endif()
+  if("sanitized" IN_LIST ARG_LABELS)
+    add_dependencies(kvtier_sanitized_tests ${name})
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "KVTIER_SOURCE_DIR=${PROJECT_SOURCE_DIR};KVTIER_BINARY_DIR=${PROJECT_BINARY_DIR}")
