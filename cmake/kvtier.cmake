@@ -50,3 +50,39 @@ function(kvtier_benchmark name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
   kvtier_warnings(${name})
 endfunction()
+
+# kvtier_glob_library(<name> DEPS ... [EXCLUDE file.cc ...]): a library from every .cc file
+# of the current folder (not recursive), so parallel work on one folder never edits the
+# same CMakeLists.txt. Creates nothing while the folder has no sources.
+function(kvtier_glob_library name)
+  cmake_parse_arguments(ARG "" "" "DEPS;EXCLUDE" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  foreach(ex ${ARG_EXCLUDE})
+    list(REMOVE_ITEM srcs ${CMAKE_CURRENT_SOURCE_DIR}/${ex})
+  endforeach()
+  if(srcs)
+    kvtier_library(${name} SOURCES ${srcs} DEPS ${ARG_DEPS})
+  endif()
+endfunction()
+
+# kvtier_glob_tests(DEPS ... LABELS ... [SANITIZED_MATCH regex] [TIMEOUT s]): one test per
+# *_test.cc file of the current folder. Files whose name matches SANITIZED_MATCH also get
+# the "sanitized" label.
+function(kvtier_glob_tests)
+  cmake_parse_arguments(ARG "" "SANITIZED_MATCH;TIMEOUT" "DEPS;LABELS" ${ARGN})
+  file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
+  foreach(src ${tests})
+    get_filename_component(name ${src} NAME_WE)
+    set(labels ${ARG_LABELS})
+    if(ARG_SANITIZED_MATCH AND name MATCHES "${ARG_SANITIZED_MATCH}")
+      list(APPEND labels sanitized)
+    endif()
+    set(deps)
+    foreach(dep ${ARG_DEPS})
+      if(TARGET ${dep})
+        list(APPEND deps ${dep})
+      endif()
+    endforeach()
+    kvtier_test(${name} SOURCES ${src} DEPS ${deps} LABELS ${labels} TIMEOUT ${ARG_TIMEOUT})
+  endforeach()
+endfunction()

@@ -1,0 +1,57 @@
+// Starts a real kvtierd process for integration tests and stops it.
+//
+// kvtierd's contract (service/main.cc): with `--port 0` it binds a free port and, once
+// the store is open and the health service is SERVING, prints exactly one line
+// `kvtierd listening on HOST:PORT` to stdout (flushed).
+#ifndef KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
+#define KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvtier::testing {
+
+// Returns $KVTIER_BINARY_DIR/service/kvtierd (set by CTest), or the path in
+// $KVTIER_KVTIERD when given.
+std::string KvtierdPath();
+
+// One kvtierd child process. Thread-compatible. The destructor SIGKILLs a running child.
+class ServerProcess {
+ public:
+  // Spawns `binary args...` (args should include --port 0 and --data-dir), waits up to
+  // `timeout_ms` for the "listening on" line and returns the process. Stderr of the child
+  // goes to the test's stderr. DEADLINE_EXCEEDED / INTERNAL on failure (child killed).
+  static absl::StatusOr<ServerProcess> Start(const std::string& binary,
+                                             const std::vector<std::string>& args,
+                                             int timeout_ms = 20000);
+
+  ServerProcess(ServerProcess&& other) noexcept;
+  ServerProcess& operator=(ServerProcess&& other) noexcept;
+  ~ServerProcess();
+
+  const std::string& address() const { return address_; }  // "127.0.0.1:PORT"
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+  // Sends SIGTERM and waits up to timeout_ms; returns the exit code (or INTERNAL if it
+  // died from a signal / DEADLINE_EXCEEDED if still running, after which it is SIGKILLed).
+  absl::StatusOr<int> Terminate(int timeout_ms = 20000);
+  // SIGKILL and reap.
+  void Kill();
+
+ private:
+  ServerProcess() = default;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string address_;
+  int port_ = 0;
+};
+
+}  // namespace kvtier::testing
+
+#endif  // KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
