@@ -56,6 +56,16 @@ struct NamespaceOptions {
   absl::Status Validate() const;
 };
 
+// Tuning of the ranked policies (eviction_policy.h).
+struct EvictionPolicyOptions {
+  // heavy_hitter: half-life of the decayed score, in ticks (one tick per block Put or
+  // Get). Default: 65536.
+  double heavy_hitter_half_life_ticks = 65536.0;
+  // heavy_hitter: score added by one hit; worker attention mass is added as reported.
+  // Default: 1.
+  double heavy_hitter_hit_weight = 1.0;
+};
+
 struct StoreOptions {
   std::string data_dir = "./kvtier-data";  // RocksDB directory; created if missing
   uint64_t hot_capacity_bytes = 256ull << 20;  // hot arena size. Default: 256 MiB
@@ -63,12 +73,16 @@ struct StoreOptions {
   double high_watermark = 0.90;  // demotion starts above this hot fill fraction
   double low_watermark = 0.80;   // ... and stops below this one
   EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  EvictionPolicyOptions policy_options;
   // Hot arena allocator: "auto" (cudaHostAlloc, else mmap+mlock, else plain), or one of
   // "cuda", "mlock", "malloc" to force it (falls back like auto when unavailable).
   std::string hot_allocator = "auto";
   bool background_demotion = true;  // false: demote synchronously inside Put (tests)
   bool cold_sync = false;  // fsync the WAL on write-through puts (power-loss durability)
   bool warm_from_cold = false;  // on open, promote cold blocks into the hot tier
+  // Keep cold values in RocksDB blob files (BlobDB). Default off: see cold_tier.h for the
+  // measurement (software CRC32c makes blob reads ~3x slower with Debian's RocksDB).
+  bool cold_blob_files = false;
   common::Clock* clock = nullptr;  // null: common::RealClock()
 };
 
@@ -84,8 +98,9 @@ struct BlockPut {
 };
 
 // A refcounted read handle: while any copy is alive the payload bytes stay valid and
-// the hot slot behind them is neither freed nor reused. Thread-compatible; copies may be
-// used from different threads.
+// the hot slot behind them is neither freed nor reused (a hot hit is zero-copy: the span
+// points into the arena). Thread-compatible; copies may be used from different threads.
+// REQUIRES: every copy (and every copy of owner()) is destroyed before the TieredStore.
 class BlockRef {
  public:
   BlockRef() = default;
@@ -146,10 +161,27 @@ struct StoreStats {
   uint64_t hot_used_bytes = 0;
   uint64_t cold_capacity_bytes = 0;
   uint64_t cold_used_bytes = 0;
+  uint64_t index_entries = 0;        // keys in the prefix index (resident blocks + ghosts)
+  uint64_t index_memory_bytes = 0;   // heap bytes of the index (entries + hash table)
+  uint64_t policy_memory_bytes = 0;  // heap bytes of the hot policy's state
   std::vector<NamespaceStats> namespaces;  // sorted by name
 };
 
 // Thread-safe. All methods may be called concurrently from any thread.
+//
+// Implementation notes (tiered_store.cc): one index mutex guards the prefix index, slot
+// table, policy and counters; payload copies, checksums and RocksDB I/O run outside it.
+// Cold writes and deletes of one key are serialized by a striped per-key mutex, so the
+// cold record and the index never disagree. Index entries are 84 bytes (33 of them the
+// key) in a chunked table, found through a hash set of 32-bit ids: ~63 bytes per block
+// beyond the key at 10^6 blocks (store_bench BM_IndexMemory).
+//
+// Eviction: the hot tier's policy (eviction_policy.h) picks victims among eligible blocks;
+// a victim is written to cold unless a current cold copy exists, then its slot is freed
+// (the entry stays, tier = cold). If no block is eligible, the least recent unpinned hot
+// leaf (then any unpinned hot block) is demoted: demotion never loses data. The cold tier
+// deletes least recently used leaves (no child in the index) while over capacity, so a
+// resident block's ancestors, and with them the sink blocks, are never deleted first.
 class TieredStore {
  public:
   // Opens (or creates) the store under options.data_dir, allocates and touches the hot
@@ -185,11 +217,14 @@ class TieredStore {
                                               std::span<const std::string> keys) = 0;
 
   // Removes blocks from every tier; absent keys are ignored. Returns how many existed.
+  // Descendants are not removed (use Evict with drop=true for that); a removed block with
+  // descendants stays in the index as a non-resident link so sink protection still holds.
   virtual absl::StatusOr<uint64_t> Delete(std::string_view ns,
                                           std::span<const std::string> keys) = 0;
 
   // Pins resident blocks in the hot tier (promoting cold ones) for ttl_ms (0 = until
-  // Unpin). Pinned blocks are never evicted. Returns how many were pinned.
+  // Unpin). Pinned blocks are never demoted by pressure; a re-Put keeps the pin; admin
+  // Evict/Delete ignore it. Returns how many were pinned.
   virtual absl::StatusOr<uint64_t> Pin(std::string_view ns, std::span<const std::string> keys,
                                        uint64_t ttl_ms) = 0;
   virtual absl::StatusOr<uint64_t> Unpin(std::string_view ns,

@@ -1,13 +1,591 @@
-// STUB: replaced by the owner of this command.
-#include <cstdio>
+// `kvtier stats | namespaces | lookup | put | get | evict | flush`: talk to a kvtierd.
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/commands.h"
+#include "client/cli/flags.h"
+#include "client/client.h"
+#include "client/prefix_keys.h"
+#include "client/synthetic_blocks.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "google/protobuf/util/json_util.h"
+#include "storage/kv/codec.h"
 
 namespace kvtier::cli {
+namespace {
 
-int RunAdmin(int, char**) {
-  std::fputs("kvtier: not implemented yet\n", stderr);
-  return 2;
+namespace v1 = ::kvtier::v1;
+using client::Client;
+using client::ClientOptions;
+
+constexpr char kAdminUsage[] =
+    "usage: kvtier <command> [--server HOST:PORT] [--json] [flags]\n"
+    "\n"
+    "  stats [--namespace NS] [--watch] [--interval S] [--cluster]\n"
+    "        hits, misses, hit rate, prefix hit rate, bytes, blocks, evictions per\n"
+    "        namespace and tier\n"
+    "  namespaces                     registered namespaces and their layouts\n"
+    "  lookup --namespace NS (--keys HEX,HEX.. | --tokens FILE | --generate N [--seed S]\n"
+    "         [--shared-prefix P])    how much of a prefix chain is cached, and where\n"
+    "  put --namespace NS --generate N [--seed S] [--shared-prefix P]\n"
+    "         [--layout LxHxDxT] [--dtype fp16|bf16] [--codec NAME] [--tenant T]\n"
+    "        puts N synthetic raw blocks of a generated token sequence (registers the\n"
+    "        namespace first if needed; the server encodes with the namespace codec)\n"
+    "  put --namespace NS --key HEX [--parent HEX] [--index I] --file PATH [--raw]\n"
+    "        puts one block from a file (encoded blob, or raw KV with --raw)\n"
+    "  get --namespace NS (--keys HEX,.. | --generate N [--seed S] [--shared-prefix P])\n"
+    "        [--out PATH] [--raw]     fetches blocks; --out writes the first one\n"
+    "  evict --namespace NS [--keys HEX,..] [--drop]   demote (or drop) blocks\n"
+    "  flush [--namespace NS]         make hot blocks durable in the cold tier\n";
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f%s", b, units[u]) : absl::StrFormat("%.1f%s", b, units[u]);
+}
+
+std::string Pct(double x) { return absl::StrFormat("%.1f%%", 100.0 * x); }
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string ProtoJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
+const char* TierName(v1::Tier t) {
+  switch (t) {
+    case v1::TIER_HOT: return "hot";
+    case v1::TIER_COLD: return "cold";
+    default: return "none";
+  }
+}
+
+std::string CodecLabel(v1::Codec c) {
+  if (c == v1::CODEC_UNSPECIFIED) return "source";
+  return kv::CodecName(static_cast<kv::CodecId>(c));
+}
+
+// Prints a table with left-aligned columns.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    if (width.size() < r.size()) width.resize(r.size(), 0);
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void PrintStatsTable(const v1::StatsResponse& s) {
+  std::printf("node %s  hot %s / %s (%s)  cold %s / %s\n", s.node_id().c_str(),
+              HumanBytes(s.hot_used_bytes()).c_str(), HumanBytes(s.hot_capacity_bytes()).c_str(),
+              s.hot_allocator().c_str(), HumanBytes(s.cold_used_bytes()).c_str(),
+              HumanBytes(s.cold_capacity_bytes()).c_str());
+  std::vector<std::vector<std::string>> rows = {
+      {"NAMESPACE", "TIER", "BLOCKS", "BYTES", "HITS", "MISSES", "HIT_RATE", "PREFIX_HIT_RATE",
+       "EVICTIONS", "CODEC", "RATIO"}};
+  for (const auto& ns : s.namespaces()) {
+    const uint64_t evictions =
+        ns.evictions_hot_capacity() + ns.evictions_cold_capacity() + ns.evictions_admin();
+    rows.push_back({ns.name(), "all", absl::StrCat(ns.hot().blocks() + ns.cold().blocks()),
+                    HumanBytes(ns.hot().bytes() + ns.cold().bytes()),
+                    absl::StrCat(ns.hot().hits() + ns.cold().hits()),
+                    absl::StrCat(ns.get_misses()), Pct(ns.hit_rate()),
+                    Pct(ns.prefix_hit_rate()), absl::StrCat(evictions), CodecLabel(ns.codec()),
+                    absl::StrFormat("%.2fx", ns.compression_ratio())});
+    rows.push_back({"", "hot", absl::StrCat(ns.hot().blocks()), HumanBytes(ns.hot().bytes()),
+                    absl::StrCat(ns.hot().hits()), "", "", "",
+                    absl::StrCat(ns.evictions_hot_capacity()), "", ""});
+    rows.push_back({"", "cold", absl::StrCat(ns.cold().blocks()), HumanBytes(ns.cold().bytes()),
+                    absl::StrCat(ns.cold().hits()), "", "", "",
+                    absl::StrCat(ns.evictions_cold_capacity()), "", ""});
+  }
+  PrintTable(rows);
+  if (s.namespaces_size() == 0) std::printf("(no namespaces)\n");
+  for (const auto& ns : s.namespaces()) {
+    std::printf("%s: lookups %llu, gets %llu, puts %llu; evictions: hot capacity %llu, cold "
+                "capacity %llu, admin %llu; demotions %llu, promotions %llu; checksum "
+                "failures %llu\n",
+                ns.name().c_str(), static_cast<unsigned long long>(ns.lookups()),
+                static_cast<unsigned long long>(ns.gets()),
+                static_cast<unsigned long long>(ns.puts()),
+                static_cast<unsigned long long>(ns.evictions_hot_capacity()),
+                static_cast<unsigned long long>(ns.evictions_cold_capacity()),
+                static_cast<unsigned long long>(ns.evictions_admin()),
+                static_cast<unsigned long long>(ns.demotions()),
+                static_cast<unsigned long long>(ns.promotions()),
+                static_cast<unsigned long long>(ns.checksum_failures()));
+  }
+  if (s.latencies_size() > 0) {
+    std::vector<std::vector<std::string>> lat = {{"OPERATION", "COUNT", "MEAN_US"}};
+    for (const auto& h : s.latencies()) {
+      lat.push_back({h.operation(), absl::StrCat(h.count()),
+                     h.count() ? absl::StrFormat("%.0f", h.sum_us() / h.count()) : "-"});
+    }
+    std::printf("\n");
+    PrintTable(lat);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags(const Flags& flags) {
+  ClientOptions options;
+  options.server = flags.GetString("server", "127.0.0.1:50051");
+  options.num_channels = 1;
+  ASSIGN_OR_RETURN(options.connect_deadline_ms, flags.GetInt("timeout-ms", 5000));
+  options.default_deadline_ms = options.connect_deadline_ms;
+  return Client::Connect(options);
+}
+
+absl::Status RunStats(const Flags& flags) {
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  const std::string ns = flags.GetString("namespace", "");
+  const bool json = flags.Has("json");
+  const bool watch = flags.Has("watch");
+  ASSIGN_OR_RETURN(const double interval_s, flags.GetDouble("interval", 2.0));
+  const bool tty = isatty(STDOUT_FILENO);
+  if (flags.Has("cluster")) {
+    ASSIGN_OR_RETURN(auto cluster, client->ClusterStatus());
+    if (json) {
+      std::printf("%s\n", ProtoJson(cluster).c_str());
+      return absl::OkStatus();
+    }
+    std::printf("cluster seen from %s, replication factor %u\n", cluster.node_id().c_str(),
+                cluster.replication_factor());
+    std::vector<std::vector<std::string>> rows = {
+        {"NODE", "ADDRESS", "HEALTHY", "SHARE", "LAST_SEEN", "HOT_USED", "COLD_USED", "BLOCKS"}};
+    for (const auto& p : cluster.peers()) {
+      uint64_t blocks = 0;
+      for (const auto& ns : p.stats().namespaces()) blocks += ns.hot().blocks() + ns.cold().blocks();
+      rows.push_back({p.node_id(), p.address(), p.healthy() ? "yes" : "NO",
+                      Pct(p.ownership_share()), absl::StrCat(p.last_seen_ms_ago(), "ms"),
+                      p.has_stats() ? HumanBytes(p.stats().hot_used_bytes()) : "-",
+                      p.has_stats() ? HumanBytes(p.stats().cold_used_bytes()) : "-",
+                      p.has_stats() ? absl::StrCat(blocks) : "-"});
+    }
+    PrintTable(rows);
+    return absl::OkStatus();
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(auto stats, client->Stats(ns));
+    if (json) {
+      std::printf("%s\n", ProtoJson(stats).c_str());
+    } else {
+      if (watch && tty) std::printf("\033[H\033[2J");
+      PrintStatsTable(stats);
+    }
+    std::fflush(stdout);
+    if (!watch) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1e3)));
+  }
+}
+
+absl::Status RunNamespaces(const Flags& flags) {
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  ASSIGN_OR_RETURN(auto resp, client->ListNamespaces());
+  if (flags.Has("json")) {
+    std::printf("%s\n", ProtoJson(resp).c_str());
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAMESPACE", "TENANT", "MODEL", "LAYOUT", "CODEC", "BYTES/BLOCK", "BYTES/TOKEN"}};
+  for (const auto& spec : resp.namespaces()) {
+    const auto& l = spec.layout();
+    std::string layout = absl::StrFormat("L%u H%u D%u T%u %s sinks%u", l.num_layers(),
+                                         l.num_kv_heads(), l.head_dim(), l.tokens_per_block(),
+                                         l.dtype() == v1::DTYPE_BF16 ? "bf16" : "fp16",
+                                         l.sink_tokens());
+    auto kl = client::FromProto(l);
+    rows.push_back({spec.name(), spec.tenant().empty() ? "default" : spec.tenant(),
+                    spec.model_id(), layout, CodecLabel(spec.codec()),
+                    kl.ok() ? HumanBytes(kl->BytesPerBlock()) : "?",
+                    kl.ok() ? absl::StrCat(kl->BytesPerToken()) : "?"});
+  }
+  PrintTable(rows);
+  return absl::OkStatus();
+}
+
+// Finds namespace `name` on the server. NOT_FOUND if absent.
+absl::StatusOr<v1::NamespaceSpec> FindNamespace(Client& client, const std::string& name) {
+  ASSIGN_OR_RETURN(auto resp, client.ListNamespaces());
+  for (const auto& spec : resp.namespaces()) {
+    if (spec.name() == name) return spec;
+  }
+  return absl::NotFoundError(absl::StrCat("namespace '", name, "' is not registered"));
+}
+
+// Builds a spec from --layout LxHxDxT, --dtype, --codec, --tenant, --model, --sinks.
+absl::StatusOr<v1::NamespaceSpec> SpecFromFlags(const Flags& flags, const std::string& name) {
+  kv::Layout layout;
+  const std::string ltext = flags.GetString("layout", "4x2x64x16");
+  std::vector<std::string> parts = absl::StrSplit(ltext, 'x');
+  uint32_t dims[4];
+  if (parts.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout expects LAYERSxKV_HEADSxHEAD_DIMxTOKENS, got '", ltext, "'"));
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (!absl::SimpleAtoi(parts[i], &dims[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("--layout: '", parts[i], "' is not a number"));
+    }
+  }
+  layout.num_layers = dims[0];
+  layout.num_kv_heads = dims[1];
+  layout.head_dim = dims[2];
+  layout.tokens_per_block = dims[3];
+  const std::string dtype = flags.GetString("dtype", "fp16");
+  if (dtype == "fp16") layout.dtype = kv::Dtype::kFp16;
+  else if (dtype == "bf16") layout.dtype = kv::Dtype::kBf16;
+  else return absl::InvalidArgumentError(absl::StrCat("--dtype must be fp16 or bf16, got '", dtype, "'"));
+  ASSIGN_OR_RETURN(int64_t sinks, flags.GetInt("sinks", 4));
+  layout.sink_tokens = static_cast<uint32_t>(sinks);
+  RETURN_IF_ERROR(layout.Validate());
+  v1::NamespaceSpec spec;
+  spec.set_name(name);
+  spec.set_tenant(flags.GetString("tenant", ""));
+  spec.set_model_id(flags.GetString("model", ""));
+  *spec.mutable_layout() = client::ToProto(layout);
+  if (flags.Has("codec")) {
+    ASSIGN_OR_RETURN(kv::CodecId codec, kv::ParseCodecName(flags.GetString("codec", "")));
+    spec.set_codec(static_cast<v1::Codec>(codec));
+  }
+  return spec;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseHexKeys(const std::string& text) {
+  std::vector<std::string> keys;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    ASSIGN_OR_RETURN(auto key, client::KeyFromHex(std::string_view(part.data(), part.size())));
+    keys.push_back(std::move(key));
+  }
+  if (keys.empty()) return absl::InvalidArgumentError("--keys is empty");
+  return keys;
+}
+
+// Token ids from a file: whitespace- or comma-separated unsigned integers.
+absl::StatusOr<std::vector<uint32_t>> ReadTokens(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--tokens: cannot open '", path, "'"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint32_t> tokens;
+  for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(" \t\r\n,[]"),
+                                               absl::SkipEmpty())) {
+    uint32_t t;
+    if (!absl::SimpleAtoi(part, &t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokens: '", part, "' in '", path, "' is not a token id"));
+    }
+    tokens.push_back(t);
+  }
+  return tokens;
+}
+
+struct Sequence {
+  std::vector<std::string> keys;
+  uint64_t seed = 0;
+};
+
+// Keys of the sequence named by --keys, --tokens or --generate.
+absl::StatusOr<Sequence> SequenceFromFlags(const Flags& flags, const v1::NamespaceSpec& spec) {
+  Sequence seq;
+  if (flags.Has("keys")) {
+    ASSIGN_OR_RETURN(seq.keys, ParseHexKeys(flags.GetString("keys", "")));
+    return seq;
+  }
+  client::PrefixKeyParams params;
+  params.namespace_name = spec.name();
+  params.tenant = spec.tenant();
+  params.tokens_per_block = spec.layout().tokens_per_block();
+  params.extra = flags.GetString("extra", "");
+  std::vector<uint32_t> tokens;
+  if (flags.Has("tokens")) {
+    ASSIGN_OR_RETURN(tokens, ReadTokens(flags.GetString("tokens", "")));
+  } else if (flags.Has("generate")) {
+    ASSIGN_OR_RETURN(int64_t n, flags.GetInt("generate", 1));
+    ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 1));
+    ASSIGN_OR_RETURN(int64_t shared, flags.GetInt("shared-prefix", 0));
+    if (n < 1 || n > 100000) return absl::InvalidArgumentError("--generate must be in 1..100000");
+    seq.seed = static_cast<uint64_t>(seed);
+    tokens = client::SyntheticTokens(seq.seed, static_cast<uint32_t>(n),
+                                     static_cast<uint32_t>(shared), params.tokens_per_block);
+  } else {
+    return absl::InvalidArgumentError("give one of --keys, --tokens or --generate");
+  }
+  ASSIGN_OR_RETURN(seq.keys, client::PrefixKeysForTokens(params, tokens));
+  if (seq.keys.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fewer tokens than one block (", params.tokens_per_block, " tokens)"));
+  }
+  return seq;
+}
+
+absl::Status RunLookup(const Flags& flags) {
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  const std::string ns = flags.GetString("namespace", "");
+  if (ns.empty()) return absl::InvalidArgumentError("--namespace is required");
+  v1::NamespaceSpec spec;
+  if (!flags.Has("keys")) {
+    ASSIGN_OR_RETURN(spec, FindNamespace(*client, ns));
+  }
+  ASSIGN_OR_RETURN(Sequence seq, SequenceFromFlags(flags, spec));
+  ASSIGN_OR_RETURN(auto resp, client->Lookup(ns, seq.keys, flags.Has("local-only")));
+  if (flags.Has("json")) {
+    std::string out = absl::StrCat("{\"namespace\":\"", JsonEscape(ns),
+                                   "\",\"prefix_blocks\":", resp.prefix_blocks(),
+                                   ",\"requested_blocks\":", seq.keys.size(), ",\"blocks\":[");
+    for (size_t i = 0; i < seq.keys.size(); ++i) {
+      const v1::BlockLocation loc = i < static_cast<size_t>(resp.blocks_size())
+                                         ? resp.blocks(i) : v1::BlockLocation();
+      absl::StrAppend(&out, i ? "," : "", "{\"key\":\"", client::KeyToHex(seq.keys[i]),
+                      "\",\"tier\":\"", TierName(loc.tier()), "\",\"owner\":\"",
+                      JsonEscape(loc.owner()), "\"}");
+    }
+    out += "]}";
+    std::printf("%s\n", out.c_str());
+    return absl::OkStatus();
+  }
+  std::printf("%u of %zu leading blocks cached (%s)\n", resp.prefix_blocks(), seq.keys.size(),
+              Pct(seq.keys.empty() ? 0 : double(resp.prefix_blocks()) / seq.keys.size()).c_str());
+  std::vector<std::vector<std::string>> rows = {{"BLOCK", "KEY", "TIER", "OWNER"}};
+  for (size_t i = 0; i < seq.keys.size(); ++i) {
+    const v1::BlockLocation loc =
+        i < static_cast<size_t>(resp.blocks_size()) ? resp.blocks(i) : v1::BlockLocation();
+    rows.push_back({absl::StrCat(i), client::KeyToHex(seq.keys[i]), TierName(loc.tier()),
+                    loc.owner()});
+  }
+  PrintTable(rows);
+  return absl::OkStatus();
+}
+
+absl::Status RunPut(const Flags& flags) {
+  const std::string ns = flags.GetString("namespace", "");
+  if (ns.empty()) return absl::InvalidArgumentError("--namespace is required");
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  auto existing = FindNamespace(*client, ns);
+  if (!existing.ok() && !absl::IsNotFound(existing.status())) return existing.status();
+  v1::NamespaceSpec spec;
+  bool created = false;
+  if (existing.ok() && !flags.Has("layout") && !flags.Has("codec") && !flags.Has("dtype")) {
+    spec = *existing;
+  } else {
+    ASSIGN_OR_RETURN(spec, SpecFromFlags(flags, ns));
+    // Registers it, or checks the flags against the stored namespace (FAILED_PRECONDITION
+    // naming the field on a mismatch).
+    ASSIGN_OR_RETURN(auto reg, client->RegisterNamespace(spec));
+    created = reg.created();
+    spec = reg.spec();
+  }
+  ASSIGN_OR_RETURN(kv::Layout layout, client::FromProto(spec.layout()));
+
+  std::vector<client::PutBlock> blocks;
+  std::vector<std::string> payloads;
+  client::PutOptions put_options;
+  if (flags.Has("file")) {
+    const std::string path = flags.GetString("file", "");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("--file: cannot open '", path, "'"));
+    payloads.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    client::PutBlock b;
+    ASSIGN_OR_RETURN(b.key, client::KeyFromHex(flags.GetString("key", "")));
+    if (flags.Has("parent")) {
+      ASSIGN_OR_RETURN(b.parent_key, client::KeyFromHex(flags.GetString("parent", "")));
+    }
+    ASSIGN_OR_RETURN(int64_t index, flags.GetInt("index", 0));
+    b.block_index = static_cast<uint32_t>(index);
+    blocks.push_back(b);
+    put_options.format =
+        flags.Has("raw") ? v1::PAYLOAD_FORMAT_RAW : v1::PAYLOAD_FORMAT_ENCODED;
+  } else {
+    ASSIGN_OR_RETURN(Sequence seq, SequenceFromFlags(flags, spec));
+    for (size_t i = 0; i < seq.keys.size(); ++i) {
+      // Shared-prefix blocks carry the same KV whatever the seed.
+      ASSIGN_OR_RETURN(int64_t shared, flags.GetInt("shared-prefix", 0));
+      const uint64_t data_seed = static_cast<int64_t>(i) < shared ? 0 : seq.seed;
+      payloads.push_back(client::SyntheticRawBlock(layout, data_seed, static_cast<uint32_t>(i)));
+      client::PutBlock b;
+      b.key = seq.keys[i];
+      b.parent_key = i == 0 ? "" : seq.keys[i - 1];
+      b.block_index = static_cast<uint32_t>(i);
+      blocks.push_back(b);
+    }
+    put_options.format = v1::PAYLOAD_FORMAT_RAW;
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].payload = kv::AsBytes(payloads[i]);
+  }
+  ASSIGN_OR_RETURN(auto result, client->PutBlocks(ns, blocks, put_options));
+  uint64_t sent = 0;
+  for (const auto& p : payloads) sent += p.size();
+  if (flags.Has("json")) {
+    std::printf("{\"namespace\":\"%s\",\"created\":%s,\"blocks_stored\":%u,\"bytes_sent\":%llu,"
+                "\"bytes_stored\":%llu,\"keys\":[",
+                JsonEscape(ns).c_str(), created ? "true" : "false", result.blocks_stored,
+                static_cast<unsigned long long>(sent),
+                static_cast<unsigned long long>(result.bytes_stored));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      std::printf("%s\"%s\"", i ? "," : "", client::KeyToHex(blocks[i].key).c_str());
+    }
+    std::printf("]}\n");
+    return absl::OkStatus();
+  }
+  if (created) std::printf("registered namespace %s\n", ns.c_str());
+  std::printf("stored %u blocks: %s sent, %s stored (%s)\n", result.blocks_stored,
+              HumanBytes(sent).c_str(), HumanBytes(result.bytes_stored).c_str(),
+              CodecLabel(spec.codec()).c_str());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::printf("  %zu %s\n", i, client::KeyToHex(blocks[i].key).c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunGet(const Flags& flags) {
+  const std::string ns = flags.GetString("namespace", "");
+  if (ns.empty()) return absl::InvalidArgumentError("--namespace is required");
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  v1::NamespaceSpec spec;
+  if (!flags.Has("keys")) {
+    ASSIGN_OR_RETURN(spec, FindNamespace(*client, ns));
+  }
+  ASSIGN_OR_RETURN(Sequence seq, SequenceFromFlags(flags, spec));
+  client::GetOptions opts;
+  opts.format = flags.Has("raw") ? v1::PAYLOAD_FORMAT_RAW : v1::PAYLOAD_FORMAT_ENCODED;
+  ASSIGN_OR_RETURN(auto blocks, client->GetBlocks(ns, seq.keys, opts));
+  if (flags.Has("out") && !blocks.empty() && blocks[0].info.found()) {
+    const std::string path = flags.GetString("out", "");
+    std::ofstream out(path, std::ios::binary);
+    out.write(blocks[0].data.data(), static_cast<std::streamsize>(blocks[0].data.size()));
+    if (!out) return absl::InternalError(absl::StrCat("--out: cannot write '", path, "'"));
+  }
+  size_t found = 0;
+  for (const auto& b : blocks) found += b.info.found() ? 1 : 0;
+  if (flags.Has("json")) {
+    std::string out = absl::StrCat("{\"namespace\":\"", JsonEscape(ns), "\",\"found\":", found,
+                                   ",\"blocks\":[");
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const auto& info = blocks[i].info;
+      absl::StrAppend(&out, i ? "," : "", "{\"key\":\"", client::KeyToHex(seq.keys[i]),
+                      "\",\"found\":", info.found() ? "true" : "false", ",\"size\":", info.size(),
+                      ",\"tier\":\"", TierName(info.tier()), "\",\"codec\":\"",
+                      CodecLabel(info.codec()), "\"}");
+    }
+    out += "]}";
+    std::printf("%s\n", out.c_str());
+    return absl::OkStatus();
+  }
+  std::printf("%zu of %zu blocks found\n", found, blocks.size());
+  std::vector<std::vector<std::string>> rows = {{"BLOCK", "KEY", "FOUND", "TIER", "SIZE", "CODEC"}};
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& info = blocks[i].info;
+    rows.push_back({absl::StrCat(i), client::KeyToHex(seq.keys[i]), info.found() ? "yes" : "no",
+                    TierName(info.tier()), HumanBytes(info.size()),
+                    info.found() ? CodecLabel(info.codec()) : ""});
+  }
+  PrintTable(rows);
+  return absl::OkStatus();
+}
+
+absl::Status RunEvict(const Flags& flags) {
+  const std::string ns = flags.GetString("namespace", "");
+  if (ns.empty()) return absl::InvalidArgumentError("--namespace is required");
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  std::vector<std::string> keys;
+  if (flags.Has("keys")) {
+    ASSIGN_OR_RETURN(keys, ParseHexKeys(flags.GetString("keys", "")));
+  }
+  ASSIGN_OR_RETURN(uint64_t n, client->Evict(ns, keys, flags.Has("drop")));
+  if (flags.Has("json")) {
+    std::printf("{\"namespace\":\"%s\",\"blocks\":%llu}\n", JsonEscape(ns).c_str(),
+                static_cast<unsigned long long>(n));
+  } else {
+    std::printf("%s %llu blocks\n", flags.Has("drop") ? "dropped" : "evicted",
+                static_cast<unsigned long long>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunFlush(const Flags& flags) {
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  RETURN_IF_ERROR(client->Flush(flags.GetString("namespace", "")));
+  std::printf(flags.Has("json") ? "{\"ok\":true}\n" : "flushed\n");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunAdmin(int argc, char** argv) {
+  const std::string_view command = argv[0];
+  Flags flags = Flags::Parse(argc, argv, 1,
+                              {"json", "watch", "raw", "drop", "local-only", "cluster", "help"});
+  if (flags.Has("help")) {
+    std::fputs(kAdminUsage, stdout);
+    return 0;
+  }
+  absl::Status known = flags.CheckKnown(
+      {"server", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
+       "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
+       "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
+       "help"});
+  if (!known.ok() || !flags.positional().empty()) {
+    std::fprintf(stderr, "kvtier %s: %s\n\n%s", std::string(command).c_str(),
+                 known.ok() ? "unexpected positional argument" : std::string(known.message()).c_str(),
+                 kAdminUsage);
+    return 2;
+  }
+  absl::Status status;
+  if (command == "stats") status = RunStats(flags);
+  else if (command == "namespaces") status = RunNamespaces(flags);
+  else if (command == "lookup") status = RunLookup(flags);
+  else if (command == "put") status = RunPut(flags);
+  else if (command == "get") status = RunGet(flags);
+  else if (command == "evict") status = RunEvict(flags);
+  else if (command == "flush") status = RunFlush(flags);
+  else status = absl::InvalidArgumentError("unknown command");
+  if (!status.ok()) {
+    std::fprintf(stderr, "kvtier %s: %s\n", std::string(command).c_str(),
+                 status.ToString().c_str());
+    return absl::IsInvalidArgument(status) ? 2 : 1;
+  }
+  return 0;
 }
 
 }  // namespace kvtier::cli

@@ -1,13 +1,619 @@
-// STUB: replaced by the owner of this command.
-#include <cstdio>
+// `kvtier bench`: a closed-loop load generator against kvtierd (--server) or, with the
+// same workload expressed as SET/GET, against Redis (--redis) for comparison.
+//
+// Workload: a key space of --keys blocks of --block-size bytes. Every thread owns the
+// keys i with i % threads == thread, so puts of one key never race. Each phase first
+// touches every key once (untimed: the server's hot tier and Redis' memory are populated
+// and page-faulted), then runs --seconds of closed-loop operations per thread.
+#include <hiredis/hiredis.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/commands.h"
+#include "client/cli/flags.h"
+#include "client/client.h"
+#include "client/synthetic_blocks.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "storage/kv/codec.h"
 
 namespace kvtier::cli {
+namespace {
 
-int RunBench(int, char**) {
-  std::fputs("kvtier: not implemented yet\n", stderr);
-  return 2;
+namespace v1 = ::kvtier::v1;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kBenchUsage[] =
+    "usage: kvtier bench (--server HOST:PORT | --redis HOST:PORT) [flags]\n"
+    "\n"
+    "  --threads N         client threads (default 4)\n"
+    "  --block-size SIZE   bytes per block, a multiple of 64KiB (default 2MiB)\n"
+    "  --keys N            key space in blocks (default 64; must fit the server's hot tier)\n"
+    "  --seconds S         duration of each phase (default 5)\n"
+    "  --ops LIST          phases to run one after another: put,get,lookup (default put,get)\n"
+    "  --mix put=W,get=W,lookup=W  run one mixed phase with these weights instead\n"
+    "  --batch N           blocks per Put/Get call (kvtier only; default 1)\n"
+    "  --channels N        TCP connections to kvtierd (default = threads)\n"
+    "  --chunk SIZE        Put chunk message size (default 1MiB)\n"
+    "  --lookup-keys N     keys per Lookup (default 8)\n"
+    "  --namespace NS      kvtier namespace (default bench-<block KiB>k)\n"
+    "  --server-pid PID    also report the CPU time of this (local) server process\n"
+    "  --grpc-window SIZE, --grpc-frame SIZE, --grpc-read-chunk SIZE\n"
+    "                      HTTP/2 stream window, max frame, min socket read (0 = gRPC default)\n"
+    "  --redis-raw-get     read GET replies off the socket straight into the destination\n"
+    "                      buffer instead of through hiredis (an upper bound for Redis)\n"
+    "  --json              one JSON object per phase on stdout\n";
+
+enum class Op { kPut = 0, kGet = 1, kLookup = 2 };
+
+// One worker's connection to the system under test.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Performs `op` on keys[first, first+count) (wrapping); returns payload bytes moved.
+  virtual absl::StatusOr<uint64_t> Do(Op op, const std::vector<size_t>& key_indexes) = 0;
+};
+
+struct Workload {
+  std::vector<std::string> keys;
+  std::string payload;  // the block every put sends (encoded fp16 for kvtier)
+  uint64_t block_bytes = 0;
+  std::string ns;
+  int lookup_keys = 8;
+};
+
+class KvtierBackend : public Backend {
+ public:
+  KvtierBackend(client::Client* client, const Workload* w, int batch)
+      : client_(client), w_(w) {
+    buffers_.resize(batch);
+    for (auto& b : buffers_) b.assign(w->payload.size() + 4096, 1);  // touched up front
+  }
+
+  absl::StatusOr<uint64_t> Do(Op op, const std::vector<size_t>& idx) override {
+    keys_.clear();
+    for (size_t i : idx) keys_.push_back(w_->keys[i]);
+    switch (op) {
+      case Op::kPut: {
+        std::vector<client::PutBlock> blocks(idx.size());
+        for (size_t i = 0; i < idx.size(); ++i) {
+          blocks[i].key = keys_[i];
+          blocks[i].payload = kv::AsBytes(w_->payload);
+        }
+        ASSIGN_OR_RETURN(auto r, client_->PutBlocks(w_->ns, blocks));
+        if (r.blocks_stored != blocks.size()) {
+          return absl::InternalError(absl::StrCat("put stored ", r.blocks_stored, " of ",
+                                                  blocks.size(), " blocks"));
+        }
+        return uint64_t{w_->payload.size()} * blocks.size();
+      }
+      case Op::kGet: {
+        std::vector<std::span<uint8_t>> spans;
+        for (size_t i = 0; i < idx.size(); ++i) {
+          spans.emplace_back(reinterpret_cast<uint8_t*>(buffers_[i].data()), buffers_[i].size());
+        }
+        ASSIGN_OR_RETURN(auto infos, client_->GetBlocksInto(w_->ns, keys_, spans));
+        uint64_t bytes = 0;
+        for (const auto& info : infos) {
+          if (!info.found()) return absl::NotFoundError("get: a bench key is missing");
+          bytes += info.size();
+        }
+        return bytes;
+      }
+      case Op::kLookup: {
+        ASSIGN_OR_RETURN(auto r, client_->Lookup(w_->ns, keys_));
+        (void)r;
+        return 0;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  client::Client* client_;
+  const Workload* w_;
+  std::vector<std::string> buffers_;
+  std::vector<std::string> keys_;
+};
+
+class RedisBackend : public Backend {
+ public:
+  // `raw_get`: read GET replies straight off the socket into the destination buffer (no
+  // hiredis reader): an upper bound for any Redis client.
+  static absl::StatusOr<std::unique_ptr<RedisBackend>> Connect(const std::string& addr,
+                                                               const Workload* w,
+                                                               bool raw_get) {
+    const auto colon = addr.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
+      return absl::InvalidArgumentError(absl::StrCat("--redis expects HOST:PORT, got '", addr, "'"));
+    }
+    const std::string host = addr.substr(0, colon);
+    timeval tv{5, 0};
+    redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+    if (c == nullptr || c->err) {
+      std::string err = c ? c->errstr : "out of memory";
+      if (c) redisFree(c);
+      return absl::UnavailableError(absl::StrCat("redis ", addr, ": ", err));
+    }
+    redisSetTimeout(c, tv);
+    // Keep the reader's buffer between replies instead of freeing it whenever it is
+    // empty and over 16 KiB (hiredis' default), which would re-grow it for every 2 MiB GET.
+    c->reader->maxbuf = 0;
+    return std::unique_ptr<RedisBackend>(new RedisBackend(c, w, raw_get));
+  }
+  ~RedisBackend() override { redisFree(c_); }
+
+  absl::StatusOr<uint64_t> Do(Op op, const std::vector<size_t>& idx) override {
+    uint64_t bytes = 0;
+    for (size_t i : idx) {
+      const std::string& key = w_->keys[i];
+      redisReply* reply = nullptr;
+      if (op == Op::kPut) {
+        // The strongest client we could write: the RESP command goes out with one
+        // writev straight from the caller's memory (like redis-benchmark, which formats
+        // its command once), then hiredis reads the reply.
+        RETURN_IF_ERROR(WriteSet(key));
+        void* r = nullptr;
+        if (redisGetReply(c_, &r) != REDIS_OK) r = nullptr;
+        reply = static_cast<redisReply*>(r);
+      } else if (op == Op::kGet && raw_get_) {
+        ASSIGN_OR_RETURN(uint64_t n, RawGet(key));
+        bytes += n;
+        continue;
+      } else if (op == Op::kGet) {
+        const char* argv[] = {"GET", key.data()};
+        const size_t lens[] = {3, key.size()};
+        reply = static_cast<redisReply*>(redisCommandArgv(c_, 2, argv, lens));
+      } else {
+        const char* argv[] = {"EXISTS", key.data()};
+        const size_t lens[] = {6, key.size()};
+        reply = static_cast<redisReply*>(redisCommandArgv(c_, 2, argv, lens));
+      }
+      if (reply == nullptr) return absl::UnavailableError(absl::StrCat("redis: ", c_->errstr));
+      absl::Status st;
+      if (reply->type == REDIS_REPLY_ERROR) {
+        st = absl::InternalError(absl::StrCat("redis: ", reply->str));
+      } else if (op == Op::kGet) {
+        if (reply->type != REDIS_REPLY_STRING || reply->len != w_->payload.size()) {
+          st = absl::NotFoundError("redis get: a bench key is missing");
+        } else {
+          bytes += reply->len;
+        }
+      } else if (op == Op::kPut) {
+        bytes += w_->payload.size();
+      }
+      freeReplyObject(reply);
+      RETURN_IF_ERROR(st);
+    }
+    return bytes;
+  }
+
+ private:
+  RedisBackend(redisContext* c, const Workload* w, bool raw_get)
+      : c_(c), w_(w), raw_get_(raw_get), dest_(w->payload.size() + 64, 1) {}
+
+  absl::Status WriteAll(const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = write(c_->fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return absl::UnavailableError(absl::StrCat("redis: write: ", std::strerror(errno)));
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadExactly(char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t r = recv(c_->fd, p, n, MSG_WAITALL);
+      if (r <= 0) {
+        if (r < 0 && errno == EINTR) continue;
+        return absl::UnavailableError("redis: connection closed");
+      }
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return absl::OkStatus();
+  }
+
+  // GET with the bulk payload received straight into dest_ (one kernel copy).
+  absl::StatusOr<uint64_t> RawGet(const std::string& key) {
+    const std::string cmd = absl::StrCat("*2\r\n$3\r\nGET\r\n$", key.size(), "\r\n", key, "\r\n");
+    RETURN_IF_ERROR(WriteAll(cmd.data(), cmd.size()));
+    std::string header;
+    char ch;
+    while (header.size() < 32) {
+      RETURN_IF_ERROR(ReadExactly(&ch, 1));
+      header.push_back(ch);
+      if (header.size() >= 2 && header.compare(header.size() - 2, 2, "\r\n") == 0) break;
+    }
+    uint64_t len;
+    if (header.size() < 4 || header[0] != '$' ||
+        !absl::SimpleAtoi(absl::string_view(header).substr(1, header.size() - 3), &len) ||
+        len + 2 > dest_.size()) {
+      return absl::NotFoundError(absl::StrCat("redis get: unexpected reply '", header, "'"));
+    }
+    RETURN_IF_ERROR(ReadExactly(dest_.data(), len + 2));  // payload + CRLF
+    return len;
+  }
+
+  absl::Status WriteSet(const std::string& key) {
+    const std::string head = absl::StrCat("*3\r\n$3\r\nSET\r\n$", key.size(), "\r\n", key,
+                                          "\r\n$", w_->payload.size(), "\r\n");
+    static const char kCrlf[] = "\r\n";
+    iovec iov[3] = {{const_cast<char*>(head.data()), head.size()},
+                    {const_cast<char*>(w_->payload.data()), w_->payload.size()},
+                    {const_cast<char*>(kCrlf), 2}};
+    int first = 0;
+    while (first < 3) {
+      const ssize_t n = writev(c_->fd, iov + first, 3 - first);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return absl::UnavailableError(absl::StrCat("redis: write: ", std::strerror(errno)));
+      }
+      size_t left = static_cast<size_t>(n);
+      while (first < 3 && left >= iov[first].iov_len) {
+        left -= iov[first].iov_len;
+        ++first;
+      }
+      if (first < 3) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    return absl::OkStatus();
+  }
+  redisContext* c_;
+  const Workload* w_;
+  const bool raw_get_;
+  std::string dest_;
+};
+
+// CPU seconds (user + system) used so far by this process.
+double SelfCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// CPU seconds used so far by process `pid` (from /proc), or -1 if unknown.
+double ProcessCpuSeconds(int64_t pid) {
+  if (pid <= 0) return -1;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
+  // After "pid (comm) ": state is field 3, utime 14, stime 15 (1-based in proc(5)).
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return -1;
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+struct PhaseResult {
+  std::string name;
+  uint64_t ops = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  double client_cpu_s = 0;
+  double server_cpu_s = -1;  // -1: not measured
+  std::vector<double> latencies_us;
+};
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
+  return sorted[i];
+}
+
+// Runs one phase: every thread loops until the deadline choosing ops by `weights`.
+absl::StatusOr<PhaseResult> RunPhase(const std::string& name,
+                                     std::vector<std::unique_ptr<Backend>>& backends,
+                                     const Workload& w, const std::array<int, 3>& weights,
+                                     double seconds, int batch, bool progress,
+                                     int64_t server_pid) {
+  const size_t threads = backends.size();
+  std::vector<PhaseResult> per(threads);
+  std::vector<absl::Status> errors(threads);
+  std::atomic<uint64_t> live_ops{0}, live_bytes{0};
+  std::atomic<bool> done{false};
+  const int total_weight = weights[0] + weights[1] + weights[2];
+  const double cpu0 = SelfCpuSeconds();
+  const double server_cpu0 = ProcessCpuSeconds(server_pid);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(seconds));
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<uint32_t>(1234 + t));
+      std::vector<size_t> mine;
+      for (size_t i = t; i < w.keys.size(); i += threads) mine.push_back(i);
+      if (mine.empty()) mine.push_back(t % w.keys.size());
+      size_t cursor = 0;
+      std::vector<size_t> idx;
+      per[t].latencies_us.reserve(1 << 16);
+      while (Clock::now() < deadline) {
+        int pick = static_cast<int>(rng() % total_weight);
+        Op op = pick < weights[0] ? Op::kPut
+                : pick < weights[0] + weights[1] ? Op::kGet : Op::kLookup;
+        idx.clear();
+        const int n = op == Op::kLookup ? w.lookup_keys : batch;
+        for (int k = 0; k < n; ++k) idx.push_back(mine[(cursor + k) % mine.size()]);
+        cursor += batch;
+        const auto t0 = Clock::now();
+        auto bytes = backends[t]->Do(op, idx);
+        const auto t1 = Clock::now();
+        if (!bytes.ok()) {
+          errors[t] = bytes.status();
+          break;
+        }
+        per[t].latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        per[t].ops += 1;
+        per[t].bytes += *bytes;
+        live_ops.fetch_add(1, std::memory_order_relaxed);
+        live_bytes.fetch_add(*bytes, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::thread monitor;
+  if (progress) {
+    monitor = std::thread([&] {
+      while (!done.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        const double el = std::chrono::duration<double>(Clock::now() - start).count();
+        std::fprintf(stderr, "\r%-8s %5.1fs  %8llu ops  %7.2f GB/s ", name.c_str(), el,
+                     static_cast<unsigned long long>(live_ops.load()),
+                     live_bytes.load() / std::max(el, 1e-9) / 1e9);
+      }
+      std::fprintf(stderr, "\r%60s\r", "");
+    });
+  }
+  for (auto& th : workers) th.join();
+  const auto end = Clock::now();
+  const double cpu1 = SelfCpuSeconds();
+  const double server_cpu1 = ProcessCpuSeconds(server_pid);
+  done.store(true);
+  if (monitor.joinable()) monitor.join();
+  for (const auto& e : errors) RETURN_IF_ERROR(e);
+  PhaseResult r;
+  r.name = name;
+  r.seconds = std::chrono::duration<double>(end - start).count();
+  r.client_cpu_s = cpu1 - cpu0;
+  if (server_cpu0 >= 0 && server_cpu1 >= 0) r.server_cpu_s = server_cpu1 - server_cpu0;
+  for (auto& p : per) {
+    r.ops += p.ops;
+    r.bytes += p.bytes;
+    r.latencies_us.insert(r.latencies_us.end(), p.latencies_us.begin(), p.latencies_us.end());
+  }
+  std::sort(r.latencies_us.begin(), r.latencies_us.end());
+  return r;
+}
+
+void PrintResult(const PhaseResult& r, const std::string& target, const std::string& system,
+                 uint64_t block_bytes, size_t threads, bool json) {
+  const double ops_s = r.ops / r.seconds;
+  const double gb_s = r.bytes / r.seconds / 1e9;
+  const double p50 = Percentile(r.latencies_us, 0.50), p99 = Percentile(r.latencies_us, 0.99),
+               p999 = Percentile(r.latencies_us, 0.999);
+  // CPU cost per GB moved: robust to other load on a shared machine, unlike GB/s.
+  const double gb = r.bytes / 1e9;
+  const double client_cpu_per_gb = gb > 0 ? r.client_cpu_s / gb : 0;
+  const double server_cpu_per_gb = gb > 0 && r.server_cpu_s >= 0 ? r.server_cpu_s / gb : -1;
+  if (json) {
+    std::printf(
+        "{\"system\":\"%s\",\"target\":\"%s\",\"phase\":\"%s\",\"threads\":%zu,"
+        "\"block_bytes\":%llu,\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,\"gb_per_s\":%.3f,"
+        "\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"client_cpu_s_per_gb\":%.4f,"
+        "\"server_cpu_s_per_gb\":%.4f}\n",
+        system.c_str(), target.c_str(), r.name.c_str(), threads,
+        static_cast<unsigned long long>(block_bytes), static_cast<unsigned long long>(r.ops),
+        r.seconds, ops_s, gb_s, p50, p99, p999, client_cpu_per_gb, server_cpu_per_gb);
+  } else {
+    std::printf("%-6s %-7s %-22s %9.1f ops/s %7.3f GB/s  p50 %8.1f us  p99 %8.1f us  "
+                "p999 %8.1f us  cpu/GB client %.3fs",
+                system.c_str(), r.name.c_str(), target.c_str(), ops_s, gb_s, p50, p99, p999,
+                client_cpu_per_gb);
+    if (server_cpu_per_gb >= 0) std::printf(" server %.3fs", server_cpu_per_gb);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+absl::Status Bench(const Flags& flags) {
+  const bool redis = flags.Has("redis");
+  if (redis == flags.Has("server")) {
+    return absl::InvalidArgumentError("give exactly one of --server or --redis");
+  }
+  const std::string target = flags.GetString(redis ? "redis" : "server", "");
+  ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 4));
+  ASSIGN_OR_RETURN(uint64_t block_size, flags.GetBytes("block-size", 2ull << 20));
+  ASSIGN_OR_RETURN(int64_t num_keys, flags.GetInt("keys", 64));
+  ASSIGN_OR_RETURN(double seconds, flags.GetDouble("seconds", 5));
+  ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("batch", 1));
+  ASSIGN_OR_RETURN(int64_t channels, flags.GetInt("channels", threads));
+  ASSIGN_OR_RETURN(uint64_t chunk, flags.GetBytes("chunk", 1ull << 20));
+  ASSIGN_OR_RETURN(int64_t lookup_keys, flags.GetInt("lookup-keys", 8));
+  ASSIGN_OR_RETURN(int64_t server_pid, flags.GetInt("server-pid", 0));
+  const bool json = flags.Has("json");
+  if (threads < 1 || threads > 256) return absl::InvalidArgumentError("--threads must be 1..256");
+  if (num_keys < 1) return absl::InvalidArgumentError("--keys must be >= 1");
+  if (batch < 1 || batch > num_keys) return absl::InvalidArgumentError("--batch must be 1..keys");
+  if (block_size == 0 || block_size % 65536 != 0) {
+    return absl::InvalidArgumentError("--block-size must be a positive multiple of 64KiB");
+  }
+  if (redis && batch != 1) return absl::InvalidArgumentError("--batch is kvtier-only");
+
+  // A Llama-3-8B-like layout with as many layers as the block size asks for
+  // (64 KiB per layer at 8 KV heads x 128 channels x 16 tokens fp16).
+  kv::Layout layout;
+  layout.num_layers = static_cast<uint32_t>(block_size / 65536);
+  Workload w;
+  // One namespace per block size: a namespace has one layout.
+  w.ns = flags.GetString("namespace", absl::StrCat("bench-", block_size / 1024, "k"));
+  w.lookup_keys = static_cast<int>(lookup_keys);
+  w.block_bytes = block_size;
+  for (int64_t i = 0; i < num_keys; ++i) {
+    w.keys.push_back(absl::StrFormat("kvtier-bench-%03d", static_cast<int>(i % 1000)) +
+                     std::string(i >= 1000 ? absl::StrCat("-", i / 1000) : ""));
+  }
+  const std::string raw = client::SyntheticRawBlock(layout, 7, 0);
+  // The kvtier payload is an encoded fp16 blob (header + raw); Redis stores the same bytes.
+  ASSIGN_OR_RETURN(w.payload, kv::Encode(kv::CodecId::kFp16, layout, 0, kv::AsBytes(raw)));
+
+  // Phases.
+  std::vector<std::pair<std::string, std::array<int, 3>>> phases;
+  if (flags.Has("mix")) {
+    std::array<int, 3> weights{0, 0, 0};
+    for (absl::string_view part : absl::StrSplit(flags.GetString("mix", ""), ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(part, '=');
+      int wgt;
+      if (!absl::SimpleAtoi(kv.second, &wgt) || wgt < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--mix: bad weight in '", part, "'"));
+      }
+      if (kv.first == "put") weights[0] = wgt;
+      else if (kv.first == "get") weights[1] = wgt;
+      else if (kv.first == "lookup") weights[2] = wgt;
+      else return absl::InvalidArgumentError(absl::StrCat("--mix: unknown op '", kv.first, "'"));
+    }
+    if (weights[0] + weights[1] + weights[2] == 0) {
+      return absl::InvalidArgumentError("--mix: all weights are 0");
+    }
+    phases.push_back({"mixed", weights});
+  } else {
+    for (absl::string_view op : absl::StrSplit(flags.GetString("ops", "put,get"), ',', absl::SkipEmpty())) {
+      if (op == "put") phases.push_back({"put", {1, 0, 0}});
+      else if (op == "get") phases.push_back({"get", {0, 1, 0}});
+      else if (op == "lookup") phases.push_back({"lookup", {0, 0, 1}});
+      else return absl::InvalidArgumentError(absl::StrCat("--ops: unknown op '", op, "'"));
+    }
+  }
+
+  std::unique_ptr<client::Client> client;
+  std::vector<std::unique_ptr<Backend>> backends;
+  if (redis) {
+    for (int64_t t = 0; t < threads; ++t) {
+      ASSIGN_OR_RETURN(auto b, RedisBackend::Connect(target, &w, flags.Has("redis-raw-get")));
+      backends.push_back(std::move(b));
+    }
+  } else {
+    client::ClientOptions options;
+    options.server = target;
+    options.num_channels = static_cast<int>(std::max<int64_t>(1, channels));
+    options.chunk_bytes = chunk;
+    options.max_streams_per_call = 1;
+    ASSIGN_OR_RETURN(int64_t window, flags.GetBytes("grpc-window", options.http2_stream_window_bytes));
+    ASSIGN_OR_RETURN(int64_t frame, flags.GetBytes("grpc-frame", 0));
+    ASSIGN_OR_RETURN(int64_t read_chunk, flags.GetBytes("grpc-read-chunk", 0));
+    options.http2_stream_window_bytes = static_cast<int>(window);
+    options.http2_max_frame_bytes = static_cast<int>(frame);
+    options.tcp_min_read_chunk_bytes = static_cast<int>(read_chunk);
+    v1::NamespaceSpec spec;
+    spec.set_name(w.ns);
+    spec.set_model_id("kvtier-bench");
+    *spec.mutable_layout() = client::ToProto(layout);
+    spec.set_codec(v1::CODEC_FP16);
+    options.namespace_spec = spec;
+    ASSIGN_OR_RETURN(client, client::Client::Connect(options));
+    for (int64_t t = 0; t < threads; ++t) {
+      backends.push_back(std::make_unique<KvtierBackend>(client.get(), &w, static_cast<int>(batch)));
+    }
+  }
+
+  // Untimed: store every key once (each thread its own keys).
+  {
+    std::vector<std::thread> ws;
+    std::vector<absl::Status> errs(threads);
+    for (int64_t t = 0; t < threads; ++t) {
+      ws.emplace_back([&, t] {
+        for (size_t i = t; i < w.keys.size(); i += threads) {
+          auto r = backends[t]->Do(Op::kPut, {i});
+          if (!r.ok()) {
+            errs[t] = r.status();
+            return;
+          }
+        }
+      });
+    }
+    for (auto& th : ws) th.join();
+    for (auto& e : errs) {
+      if (!e.ok()) return absl::Status(e.code(), absl::StrCat("populating keys: ", e.message()));
+    }
+  }
+
+  const bool progress = isatty(STDERR_FILENO);
+  const std::string system =
+      redis ? (flags.Has("redis-raw-get") ? "redis-raw" : "redis") : "kvtier";
+  if (!json) {
+    std::printf("# %s %s: %lld threads, %s blocks (%llu B), %lld keys, %.1fs per phase%s\n",
+                system.c_str(), target.c_str(), static_cast<long long>(threads),
+                absl::StrFormat("%.0fKiB", block_size / 1024.0).c_str(),
+                static_cast<unsigned long long>(w.payload.size()),
+                static_cast<long long>(num_keys), seconds,
+                redis ? "" : absl::StrCat(", ", channels, " channels, batch ", batch).c_str());
+  }
+  for (const auto& [name, weights] : phases) {
+    ASSIGN_OR_RETURN(PhaseResult r, RunPhase(name, backends, w, weights, seconds,
+                                             static_cast<int>(batch), progress, server_pid));
+    PrintResult(r, target, system, w.payload.size(), backends.size(), json);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunBench(int argc, char** argv) {
+  Flags flags = Flags::Parse(argc, argv, 1, {"json", "redis-raw-get", "help"});
+  if (flags.Has("help")) {
+    std::fputs(kBenchUsage, stdout);
+    return 0;
+  }
+  absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
+                                         "seconds", "ops", "mix", "batch", "channels", "chunk",
+                                         "lookup-keys", "namespace", "server-pid", "redis-raw-get", "grpc-window", "grpc-frame", "grpc-read-chunk", "json", "help"});
+  if (!known.ok() || !flags.positional().empty()) {
+    std::fprintf(stderr, "kvtier bench: %s\n\n%s",
+                 known.ok() ? "unexpected positional argument"
+                            : std::string(known.message()).c_str(),
+                 kBenchUsage);
+    return 2;
+  }
+  absl::Status status = Bench(flags);
+  if (!status.ok()) {
+    std::fprintf(stderr, "kvtier bench: %s\n", status.ToString().c_str());
+    return absl::IsInvalidArgument(status) ? 2 : 1;
+  }
+  return 0;
 }
 
 }  // namespace kvtier::cli

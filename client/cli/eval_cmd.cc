@@ -1,12 +1,34 @@
-// STUB: replaced by the owner of this command.
+// `kvtier eval <codecs|compaction>`: dispatches to the offline evaluations.
 #include <cstdio>
+#include <string_view>
 
 #include "client/cli/commands.h"
+#include "client/cli/eval_commands.h"
 
 namespace kvtier::cli {
+namespace {
 
-int RunEval(int, char**) {
-  std::fputs("kvtier: not implemented yet\n", stderr);
+constexpr char kEvalUsage[] =
+    "usage: kvtier eval <codecs|compaction> [flags]\n"
+    "  codecs      codec size vs attention fidelity on synthetic K/V\n"
+    "  compaction  token compaction vs needle retrieval on synthetic K/V\n"
+    "Run `kvtier eval <name> --help` for its flags.\n";
+
+}  // namespace
+
+int RunEval(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kEvalUsage, stderr);
+    return 2;
+  }
+  const std::string_view sub = argv[1];
+  if (sub == "codecs") return RunEvalCodecs(argc - 1, argv + 1);
+  if (sub == "compaction") return RunEvalCompaction(argc - 1, argv + 1);
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    std::fputs(kEvalUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "kvtier eval: unknown evaluation '%s'\n%s", argv[1], kEvalUsage);
   return 2;
 }
 

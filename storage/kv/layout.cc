@@ -32,10 +32,16 @@ absl::Status Layout::Validate() const {
         absl::StrCat("layout.sink_tokens (", sink_tokens, ") exceeds tokens_per_block (",
                      tokens_per_block, ")"));
   }
-  if (BytesPerBlock() > (uint64_t{1} << 30)) {
+  // Multiply step by step so huge dimensions cannot wrap around 64 bits.
+  uint64_t bytes = 4;  // K and V, 2 bytes per element
+  for (uint32_t dim : {num_layers, num_kv_heads, head_dim, tokens_per_block}) {
+    bytes *= dim;
+    if (bytes > (uint64_t{1} << 30)) break;
+  }
+  if (bytes > (uint64_t{1} << 30)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("layout describes a block of ", BytesPerBlock(),
-                     " bytes; the limit is 1 GiB (lower tokens_per_block)"));
+        absl::StrCat("layout describes a block of more than 1 GiB (", DebugString(),
+                     "); lower tokens_per_block"));
   }
   return absl::OkStatus();
 }

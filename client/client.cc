@@ -1,0 +1,685 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/prefix_keys.h"
+#include "client/wire.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+
+namespace kvtier::client {
+namespace {
+
+namespace v1 = ::kvtier::v1;
+
+constexpr char kPutMethod[] = "/kvtier.v1.KvCache/Put";
+constexpr char kGetMethod[] = "/kvtier.v1.KvCache/Get";
+
+absl::Status FromGrpc(const char* rpc, const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(rpc, ": ", status.error_message()));
+}
+
+std::chrono::system_clock::time_point DeadlineAfter(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// One HTTP/2 connection and the stubs and raw methods bound to it.
+struct Channel {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::KvCache::Stub> data;
+  std::unique_ptr<v1::KvCacheAdmin::Stub> admin;
+  std::unique_ptr<grpc::internal::RpcMethod> put_method;
+  std::unique_ptr<grpc::internal::RpcMethod> get_method;
+};
+
+// Splits [0, n) into at most `parts` contiguous non-empty ranges.
+std::vector<std::pair<size_t, size_t>> SplitRanges(size_t n, size_t parts) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  if (n == 0) return ranges;
+  parts = std::max<size_t>(1, std::min(parts, n));
+  size_t begin = 0;
+  for (size_t p = 0; p < parts; ++p) {
+    const size_t end = begin + (n - begin) / (parts - p);
+    ranges.emplace_back(begin, end);
+    begin = end;
+  }
+  return ranges;
+}
+
+// Runs fn(i) for every i in [0, count): i = 0 on the calling thread, the rest on their
+// own threads; returns the first error in index order.
+template <typename Fn>
+absl::Status RunParallel(size_t count, Fn fn) {
+  std::vector<absl::Status> results(count);
+  std::vector<std::thread> threads;
+  threads.reserve(count > 0 ? count - 1 : 0);
+  for (size_t i = 1; i < count; ++i) {
+    threads.emplace_back([&results, &fn, i] { results[i] = fn(i); });
+  }
+  if (count > 0) results[0] = fn(0);
+  for (auto& t : threads) t.join();
+  for (auto& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  ConnectInfo info;
+  std::vector<Channel> channels;
+  std::atomic<uint64_t> next_channel{0};
+
+  // Layouts of the namespaces registered through this client, sent with every Put.
+  absl::Mutex mu;
+  std::map<std::string, v1::Layout, std::less<>> layouts ABSL_GUARDED_BY(mu);
+
+  void RememberLayout(const v1::NamespaceSpec& spec) {
+    absl::MutexLock lock(&mu);
+    layouts[spec.name()] = spec.layout();
+  }
+  std::optional<v1::Layout> KnownLayout(std::string_view ns) {
+    absl::MutexLock lock(&mu);
+    auto it = layouts.find(ns);
+    if (it == layouts.end()) return std::nullopt;
+    return it->second;
+  }
+
+  Channel& PickChannel() {
+    return channels[next_channel.fetch_add(1, std::memory_order_relaxed) % channels.size()];
+  }
+
+  int64_t DeadlineMs(int64_t ms) const {
+    return ms > 0 ? ms : options.default_deadline_ms;
+  }
+
+  // Runs `attempt(ctx, channel)` with one overall deadline; retries UNAVAILABLE when
+  // `idempotent`. `wait_for_ready` makes the call wait for a connection instead of failing
+  // fast (used by Connect).
+  template <typename Fn>
+  absl::Status Call(const char* rpc, int64_t deadline_ms, bool idempotent, Fn attempt,
+                    bool wait_for_ready = false) {
+    const auto deadline = DeadlineAfter(deadline_ms);
+    int64_t backoff_ms = options.retry_backoff_ms;
+    const int max_attempts = idempotent ? std::max(1, options.max_attempts) : 1;
+    grpc::Status status;
+    for (int a = 0; a < max_attempts; ++a) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      if (wait_for_ready) ctx.set_wait_for_ready(true);
+      status = attempt(&ctx, PickChannel());
+      if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      if (a + 1 == max_attempts) break;
+      const auto wake = std::chrono::system_clock::now() + std::chrono::milliseconds(backoff_ms);
+      if (wake >= deadline) break;
+      std::this_thread::sleep_until(wake);
+      backoff_ms *= 2;
+    }
+    return FromGrpc(rpc, status);
+  }
+
+  // Counts the gRPC slices that still reference caller memory, so PutRun returns only
+  // after gRPC has let go of all of them (even when a stream fails half-way).
+  struct SliceRefs {
+    absl::Mutex mu;
+    int live ABSL_GUARDED_BY(mu) = 0;
+    static void Release(void* self) {
+      auto* refs = static_cast<SliceRefs*>(self);
+      absl::MutexLock lock(&refs->mu);
+      --refs->live;
+    }
+  };
+
+  absl::Status PutRun(std::string_view ns, std::span<const PutBlock> blocks,
+                      v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
+                      PutResult* result) {
+    SliceRefs refs;
+    absl::Status status = PutStream(ns, blocks, format, deadline, &refs, result);
+    absl::MutexLock lock(&refs.mu);
+    refs.mu.Await(absl::Condition(
+        +[](int* live) { return *live == 0; }, &refs.live));
+    return status;
+  }
+
+  // One Put stream carrying `blocks`: the header message, then chunk messages whose
+  // payload slices point into the callers' buffers.
+  absl::Status PutStream(std::string_view ns, std::span<const PutBlock> blocks,
+                         v1::PayloadFormat format,
+                         std::chrono::system_clock::time_point deadline, SliceRefs* refs,
+                         PutResult* result) {
+    Channel& ch = PickChannel();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    v1::PutResponse response;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            ch.channel.get(), *ch.put_method, &ctx, &response));
+
+    v1::PutRequest header_msg;
+    auto* header = header_msg.mutable_header();
+    header->set_namespace_(std::string(ns));
+    header->set_format(format);
+    if (auto layout = KnownLayout(ns)) *header->mutable_layout() = *layout;
+    std::vector<uint64_t> sizes;
+    sizes.reserve(blocks.size());
+    for (const PutBlock& b : blocks) {
+      auto* pb = header->add_blocks();
+      pb->set_key(b.key);
+      pb->set_parent_key(b.parent_key);
+      pb->set_block_index(b.block_index);
+      pb->set_size(b.payload.size());
+      sizes.push_back(b.payload.size());
+    }
+    bool stream_ok = true;
+    {
+      grpc::Slice slice(header_msg.SerializeAsString());
+      grpc::ByteBuffer bb(&slice, 1);
+      stream_ok = writer->Write(bb);
+    }
+    if (stream_ok) {
+      std::vector<grpc::Slice> slices;
+      for (const auto& chunk : PlanChunks(sizes, options.chunk_bytes)) {
+        uint64_t len = 0;
+        for (const auto& piece : chunk) len += piece.bytes;
+        uint8_t prefix[kMaxFramePrefixBytes];
+        const size_t prefix_len = EncodeChunkPrefix(len, prefix);
+        slices.clear();
+        slices.emplace_back(prefix, prefix_len);  // copied: a few bytes
+        for (const auto& piece : chunk) {
+          // Points at the caller's memory (no copy); PutRun waits for its release.
+          {
+            absl::MutexLock lock(&refs->mu);
+            ++refs->live;
+          }
+          slices.emplace_back(
+              const_cast<uint8_t*>(blocks[piece.block].payload.data() + piece.offset),
+              piece.bytes, &SliceRefs::Release, refs);
+        }
+        grpc::ByteBuffer bb(slices.data(), slices.size());
+        if (!writer->Write(bb)) {
+          stream_ok = false;
+          break;
+        }
+      }
+    }
+    if (stream_ok) writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    if (!status.ok()) return FromGrpc("Put", status);
+    result->blocks_stored += response.blocks_stored();
+    result->bytes_stored += response.bytes_stored();
+    return absl::OkStatus();
+  }
+
+  // One Get stream for keys[0, n) into buffers / allocated strings.
+  absl::Status GetRun(std::string_view ns, std::span<const std::string> keys,
+                      const GetOptions& opts, std::chrono::system_clock::time_point deadline,
+                      const GetStreamParser::DestinationFn& destination,
+                      std::vector<v1::GetBlockInfo>* infos) {
+    v1::GetRequest request;
+    request.set_namespace_(std::string(ns));
+    for (const auto& k : keys) request.add_keys(k);
+    request.set_format(opts.format);
+
+    int64_t backoff_ms = options.retry_backoff_ms;
+    const int max_attempts = std::max(1, options.max_attempts);
+    grpc::Status status;
+    for (int a = 0; a < max_attempts; ++a) {
+      Channel& ch = PickChannel();
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+              ch.channel.get(), *ch.get_method, &ctx, request));
+      GetStreamParser parser(destination);
+      grpc::ByteBuffer bb;
+      std::vector<grpc::Slice> slices;
+      std::vector<std::span<const uint8_t>> spans;
+      absl::Status parse_status;
+      while (reader->Read(&bb)) {
+        slices.clear();
+        if (!bb.Dump(&slices).ok()) {
+          parse_status = absl::InternalError("Get: cannot read response slices");
+          break;
+        }
+        spans.clear();
+        for (const auto& s : slices) spans.emplace_back(s.begin(), s.size());
+        parse_status = parser.Consume(spans);
+        if (!parse_status.ok()) break;
+      }
+      if (!parse_status.ok()) {
+        ctx.TryCancel();
+        reader->Finish();
+        return parse_status;
+      }
+      status = reader->Finish();
+      if (status.ok()) {
+        RETURN_IF_ERROR(parser.Finish());
+        if (parser.header().blocks_size() != static_cast<int>(keys.size())) {
+          return absl::InternalError(absl::StrCat("Get: header lists ",
+                                                  parser.header().blocks_size(),
+                                                  " blocks for ", keys.size(), " keys"));
+        }
+        infos->assign(parser.header().blocks().begin(), parser.header().blocks().end());
+        return absl::OkStatus();
+      }
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || a + 1 == max_attempts) break;
+      const auto wake = std::chrono::system_clock::now() + std::chrono::milliseconds(backoff_ms);
+      if (wake >= deadline) break;
+      std::this_thread::sleep_until(wake);
+      backoff_ms *= 2;
+    }
+    return FromGrpc("Get", status);
+  }
+
+  absl::Status GetParallel(std::string_view ns, std::span<const std::string> keys,
+                           const GetOptions& opts,
+                           const std::function<GetStreamParser::DestinationFn(size_t base)>&
+                               make_destination,
+                           std::vector<v1::GetBlockInfo>* infos) {
+    const auto deadline = DeadlineAfter(DeadlineMs(opts.deadline_ms));
+    const auto ranges = SplitRanges(keys.size(), options.max_streams_per_call);
+    std::vector<std::vector<v1::GetBlockInfo>> parts(ranges.size());
+    RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
+      const auto [begin, end] = ranges[r];
+      return GetRun(ns, keys.subspan(begin, end - begin), opts, deadline,
+                    make_destination(begin), &parts[r]);
+    }));
+    infos->clear();
+    infos->reserve(keys.size());
+    for (auto& p : parts) {
+      for (auto& i : p) infos->push_back(std::move(i));
+    }
+    return absl::OkStatus();
+  }
+};
+
+kvtier::v1::Layout ToProto(const kv::Layout& layout) {
+  v1::Layout p;
+  p.set_num_layers(layout.num_layers);
+  p.set_num_kv_heads(layout.num_kv_heads);
+  p.set_head_dim(layout.head_dim);
+  p.set_tokens_per_block(layout.tokens_per_block);
+  p.set_dtype(layout.dtype == kv::Dtype::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  p.set_sink_tokens(layout.sink_tokens);
+  return p;
+}
+
+absl::StatusOr<kv::Layout> FromProto(const kvtier::v1::Layout& p) {
+  kv::Layout layout;
+  layout.num_layers = p.num_layers();
+  layout.num_kv_heads = p.num_kv_heads();
+  layout.head_dim = p.head_dim();
+  layout.tokens_per_block = p.tokens_per_block();
+  switch (p.dtype()) {
+    case v1::DTYPE_FP16: layout.dtype = kv::Dtype::kFp16; break;
+    case v1::DTYPE_BF16: layout.dtype = kv::Dtype::kBf16; break;
+    default: return absl::InvalidArgumentError("layout.dtype must be fp16 or bf16");
+  }
+  layout.sink_tokens = p.sink_tokens();
+  RETURN_IF_ERROR(layout.Validate());
+  return layout;
+}
+
+absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
+                              const kvtier::v1::NamespaceSpec& stored) {
+  const auto& a = requested.layout();
+  const auto& b = stored.layout();
+  auto mismatch = [&](const char* field, auto want, auto have) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "namespace '", stored.name(), "': ", field, " mismatch: client has ", want,
+        ", server has ", have));
+  };
+  if (a.num_layers() != b.num_layers()) {
+    return mismatch("layout.num_layers", a.num_layers(), b.num_layers());
+  }
+  if (a.num_kv_heads() != b.num_kv_heads()) {
+    return mismatch("layout.num_kv_heads", a.num_kv_heads(), b.num_kv_heads());
+  }
+  if (a.head_dim() != b.head_dim()) return mismatch("layout.head_dim", a.head_dim(), b.head_dim());
+  if (a.tokens_per_block() != b.tokens_per_block()) {
+    return mismatch("layout.tokens_per_block", a.tokens_per_block(), b.tokens_per_block());
+  }
+  if (a.dtype() != b.dtype()) {
+    return mismatch("layout.dtype", v1::Dtype_Name(a.dtype()), v1::Dtype_Name(b.dtype()));
+  }
+  if (a.sink_tokens() != b.sink_tokens()) {
+    return mismatch("layout.sink_tokens", a.sink_tokens(), b.sink_tokens());
+  }
+  if (requested.codec() != v1::CODEC_UNSPECIFIED && stored.codec() != v1::CODEC_UNSPECIFIED &&
+      requested.codec() != stored.codec()) {
+    return mismatch("codec", v1::Codec_Name(requested.codec()), v1::Codec_Name(stored.codec()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.server.empty()) return absl::InvalidArgumentError("options.server is empty");
+  if (options.num_channels < 1) {
+    return absl::InvalidArgumentError("options.num_channels must be >= 1");
+  }
+  if (options.chunk_bytes == 0) return absl::InvalidArgumentError("options.chunk_bytes is 0");
+  if (options.max_streams_per_call < 1) {
+    return absl::InvalidArgumentError("options.max_streams_per_call must be >= 1");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (impl->options.hash_scheme.empty()) impl->options.hash_scheme = CanonicalHashScheme();
+  for (int i = 0; i < options.num_channels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+    args.SetMaxSendMessageSize(-1);
+    // A separate TCP connection per channel: one HTTP/2 connection is bound by one
+    // core's worth of framing work.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("kvtier.channel_id", i);
+    if (options.http2_stream_window_bytes > 0) {
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, options.http2_stream_window_bytes);
+    }
+    if (options.http2_max_frame_bytes > 0) {
+      args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, options.http2_max_frame_bytes);
+    }
+    if (options.tcp_min_read_chunk_bytes > 0) {
+      args.SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, options.tcp_min_read_chunk_bytes);
+      args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, options.tcp_min_read_chunk_bytes);
+    }
+    Channel ch;
+    ch.channel =
+        grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+    ch.data = v1::KvCache::NewStub(ch.channel);
+    ch.admin = v1::KvCacheAdmin::NewStub(ch.channel);
+    ch.put_method = std::make_unique<grpc::internal::RpcMethod>(
+        kPutMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch.channel);
+    ch.get_method = std::make_unique<grpc::internal::RpcMethod>(
+        kGetMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch.channel);
+    impl->channels.push_back(std::move(ch));
+  }
+  std::unique_ptr<Client> client(new Client(std::move(impl)));
+  Impl& im = *client->impl_;
+  if (im.options.namespace_spec.has_value()) {
+    v1::RegisterNamespaceRequest req;
+    *req.mutable_spec() = *im.options.namespace_spec;
+    req.set_hash_scheme(im.options.hash_scheme);
+    v1::RegisterNamespaceResponse resp;
+    RETURN_IF_ERROR(im.Call(
+        "RegisterNamespace", im.options.connect_deadline_ms, true,
+        [&](grpc::ClientContext* ctx, Channel& ch) {
+          return ch.data->RegisterNamespace(ctx, req, &resp);
+        },
+        /*wait_for_ready=*/true));
+    im.info.node_id = resp.node_id();
+    im.info.server_hash_scheme = resp.hash_scheme();
+    im.info.namespace_created = resp.created();
+    im.info.stored_spec = resp.spec();
+    if (!resp.hash_scheme().empty() && resp.hash_scheme() != im.options.hash_scheme) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
+          im.options.server, "' uses '", resp.hash_scheme(), "'"));
+    }
+    if (resp.has_spec()) {
+      RETURN_IF_ERROR(CheckSpecMatches(*im.options.namespace_spec, resp.spec()));
+      im.RememberLayout(resp.spec());
+    }
+  } else {
+    v1::StatsRequest req;
+    v1::StatsResponse resp;
+    RETURN_IF_ERROR(im.Call(
+        "Stats", im.options.connect_deadline_ms, true,
+        [&](grpc::ClientContext* ctx, Channel& ch) { return ch.admin->Stats(ctx, req, &resp); },
+        /*wait_for_ready=*/true));
+    im.info.node_id = resp.node_id();
+    im.info.server_hash_scheme = resp.hash_scheme();
+    if (!resp.hash_scheme().empty() && resp.hash_scheme() != im.options.hash_scheme) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
+          im.options.server, "' uses '", resp.hash_scheme(), "'"));
+    }
+  }
+  return client;
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+const ClientOptions& Client::options() const { return impl_->options; }
+const ConnectInfo& Client::connect_info() const { return impl_->info; }
+
+absl::StatusOr<v1::RegisterNamespaceResponse> Client::RegisterNamespace(
+    const v1::NamespaceSpec& spec, const CallOptions& call) {
+  v1::RegisterNamespaceRequest req;
+  *req.mutable_spec() = spec;
+  req.set_hash_scheme(impl_->options.hash_scheme);
+  v1::RegisterNamespaceResponse resp;
+  RETURN_IF_ERROR(impl_->Call("RegisterNamespace", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.data->RegisterNamespace(ctx, req, &resp);
+                              }));
+  if (!resp.hash_scheme().empty() && resp.hash_scheme() != impl_->options.hash_scheme) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("hash_scheme mismatch: client uses '", impl_->options.hash_scheme,
+                     "', server uses '", resp.hash_scheme(), "'"));
+  }
+  if (resp.has_spec()) {
+    RETURN_IF_ERROR(CheckSpecMatches(spec, resp.spec()));
+    impl_->RememberLayout(resp.spec());
+  }
+  return resp;
+}
+
+absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns,
+                                            std::span<const PutBlock> blocks,
+                                            const PutOptions& options) {
+  PutResult total;
+  if (blocks.empty()) return total;
+  const auto deadline = DeadlineAfter(impl_->DeadlineMs(options.deadline_ms));
+  const auto ranges = SplitRanges(blocks.size(), impl_->options.max_streams_per_call);
+  std::vector<PutResult> parts(ranges.size());
+  RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
+    const auto [begin, end] = ranges[r];
+    return impl_->PutRun(ns, blocks.subspan(begin, end - begin), options.format, deadline,
+                         &parts[r]);
+  }));
+  for (const auto& p : parts) {
+    total.blocks_stored += p.blocks_stored;
+    total.bytes_stored += p.bytes_stored;
+  }
+  return total;
+}
+
+absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
+    std::string_view ns, std::span<const std::string> keys,
+    std::span<const std::span<uint8_t>> buffers, const GetOptions& options) {
+  if (buffers.size() != keys.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("buffers: ", buffers.size(),
+                                                   " buffers for ", keys.size(), " keys"));
+  }
+  std::vector<v1::GetBlockInfo> infos;
+  RETURN_IF_ERROR(impl_->GetParallel(
+      ns, keys, options,
+      [&](size_t base) -> GetStreamParser::DestinationFn {
+        return [&, base](size_t i, const v1::GetBlockInfo& info)
+                   -> absl::StatusOr<std::span<uint8_t>> {
+          std::span<uint8_t> buf = buffers[base + i];
+          if (buf.size() < info.size()) {
+            return absl::OutOfRangeError(absl::StrCat(
+                "Get: buffers[", base + i, "] holds ", buf.size(), " bytes, block needs ",
+                info.size()));
+          }
+          return buf;
+        };
+      },
+      &infos));
+  return infos;
+}
+
+absl::StatusOr<std::vector<FetchedBlock>> Client::GetBlocks(std::string_view ns,
+                                                            std::span<const std::string> keys,
+                                                            const GetOptions& options) {
+  std::vector<FetchedBlock> out(keys.size());
+  std::vector<v1::GetBlockInfo> infos;
+  RETURN_IF_ERROR(impl_->GetParallel(
+      ns, keys, options,
+      [&](size_t base) -> GetStreamParser::DestinationFn {
+        return [&, base](size_t i, const v1::GetBlockInfo& info)
+                   -> absl::StatusOr<std::span<uint8_t>> {
+          std::string& data = out[base + i].data;
+          data.resize(info.size());
+          return std::span<uint8_t>(reinterpret_cast<uint8_t*>(data.data()), data.size());
+        };
+      },
+      &infos));
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!infos[i].found()) out[i].data.clear();
+    out[i].info = std::move(infos[i]);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
+                                                  std::span<const std::string> keys,
+                                                  bool local_only, const CallOptions& call) {
+  v1::LookupRequest req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  req.set_local_only(local_only);
+  v1::LookupResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Lookup", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.data->Lookup(ctx, req, &resp);
+                              }));
+  return resp;
+}
+
+absl::StatusOr<uint64_t> Client::Pin(std::string_view ns, std::span<const std::string> keys,
+                                     uint64_t ttl_ms, const CallOptions& call) {
+  v1::PinRequest req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  req.set_ttl_ms(ttl_ms);
+  v1::PinResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Pin", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.data->Pin(ctx, req, &resp);
+                              }));
+  return resp.blocks();
+}
+
+absl::StatusOr<uint64_t> Client::Unpin(std::string_view ns, std::span<const std::string> keys,
+                                       const CallOptions& call) {
+  v1::UnpinRequest req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  v1::UnpinResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Unpin", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.data->Unpin(ctx, req, &resp);
+                              }));
+  return resp.blocks();
+}
+
+absl::Status Client::ReportScores(std::string_view ns, std::span<const std::string> keys,
+                                  std::span<const float> scores, const CallOptions& call) {
+  if (keys.size() != scores.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("scores: ", scores.size(),
+                                                   " scores for ", keys.size(), " keys"));
+  }
+  v1::ReportScoresRequest req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  for (float s : scores) req.add_scores(s);
+  v1::ReportScoresResponse resp;
+  // Not retried: scores accumulate on the server.
+  return impl_->Call("ReportScores", impl_->DeadlineMs(call.deadline_ms), false,
+                     [&](grpc::ClientContext* ctx, Channel& ch) {
+                       return ch.data->ReportScores(ctx, req, &resp);
+                     });
+}
+
+absl::StatusOr<uint64_t> Client::Delete(std::string_view ns, std::span<const std::string> keys,
+                                        const CallOptions& call) {
+  v1::DeleteRequest req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  v1::DeleteResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Delete", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.data->Delete(ctx, req, &resp);
+                              }));
+  return resp.blocks();
+}
+
+absl::StatusOr<v1::StatsResponse> Client::Stats(std::string_view ns, const CallOptions& call) {
+  v1::StatsRequest req;
+  req.set_namespace_(std::string(ns));
+  v1::StatsResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Stats", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.admin->Stats(ctx, req, &resp);
+                              }));
+  return resp;
+}
+
+absl::StatusOr<v1::ListNamespacesResponse> Client::ListNamespaces(const CallOptions& call) {
+  v1::ListNamespacesResponse resp;
+  RETURN_IF_ERROR(impl_->Call("ListNamespaces", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.admin->ListNamespaces(
+                                    ctx, v1::ListNamespacesRequest(), &resp);
+                              }));
+  return resp;
+}
+
+absl::StatusOr<uint64_t> Client::Evict(std::string_view ns, std::span<const std::string> keys,
+                                       bool drop, const CallOptions& call) {
+  v1::EvictRequest req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  req.set_drop(drop);
+  v1::EvictResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Evict", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.admin->Evict(ctx, req, &resp);
+                              }));
+  return resp.blocks();
+}
+
+absl::Status Client::Flush(std::string_view ns, const CallOptions& call) {
+  v1::FlushRequest req;
+  req.set_namespace_(std::string(ns));
+  v1::FlushResponse resp;
+  return impl_->Call("Flush", impl_->DeadlineMs(call.deadline_ms), true,
+                     [&](grpc::ClientContext* ctx, Channel& ch) {
+                       return ch.admin->Flush(ctx, req, &resp);
+                     });
+}
+
+absl::StatusOr<v1::ClusterStatusResponse> Client::ClusterStatus(const CallOptions& call) {
+  v1::ClusterStatusResponse resp;
+  RETURN_IF_ERROR(impl_->Call("ClusterStatus", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.admin->ClusterStatus(
+                                    ctx, v1::ClusterStatusRequest(), &resp);
+                              }));
+  return resp;
+}
+
+}  // namespace kvtier::client

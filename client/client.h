@@ -1,0 +1,231 @@
+// kvtier::client::Client: the C++ client of kvtierd for inference workers and tools.
+//
+//   ClientOptions options;
+//   options.server = "127.0.0.1:50051";
+//   options.namespace_spec = spec;              // registered (or checked) at Connect
+//   ASSIGN_OR_RETURN(auto client, Client::Connect(options));
+//   ASSIGN_OR_RETURN(auto keys, PrefixKeysForTokens(scheme_params, tokens));
+//   ASSIGN_OR_RETURN(auto lookup, client->Lookup("llama3", keys));
+//   ... client->PutBlocks("llama3", blocks); client->GetBlocksInto("llama3", keys, bufs);
+//
+// Transport: the client opens `num_channels` separate HTTP/2 connections and spreads calls
+// over them round-robin. Put and Get payloads never pass through protobuf `bytes` fields:
+// Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
+// messages are parsed straight out of the received slices into the destination buffers
+// (client/wire.h). A batch larger than one block is split over up to
+// `max_streams_per_call` concurrent streams.
+//
+// Deadlines: every call has one (CallOptions::deadline_ms, else the client default) that
+// covers all its attempts. Retries: idempotent calls (RegisterNamespace, Get, Lookup,
+// Stats, ListNamespaces, Pin, Unpin, Flush, Delete, Evict) are retried on UNAVAILABLE with
+// exponential backoff while the deadline allows; Put and ReportScores are never retried.
+//
+// Errors are the server's gRPC codes mapped one-to-one onto absl::StatusCode (the
+// message prefixed with the RPC name); DEADLINE_EXCEEDED / UNAVAILABLE when the server
+// cannot be reached in time.
+//
+// Performance notes (2 MiB blocks on loopback; see tests/bench/redis_vs_kvtier.sh): use one
+// Client per process with num_channels about the number of threads issuing calls; give
+// GetBlocksInto buffers that are reused (and so already page-faulted); and in processes
+// that move many multi-MiB payloads set glibc's mallopt(M_MMAP_THRESHOLD, 64 MiB) and
+// mallopt(M_TRIM_THRESHOLD, 512 MiB) at startup (the `kvtier` tool does), otherwise gRPC's
+// receive buffers are fresh pages every time (about 40% of a Get's client CPU here).
+//
+// Thread-safe: one Client may be used from many threads at once.
+#ifndef KVTIER_CLIENT_CLIENT_H_
+#define KVTIER_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvtier/v1/kvtier.pb.h"
+#include "storage/kv/codec.h"
+#include "storage/kv/layout.h"
+
+namespace kvtier::client {
+
+struct ClientOptions {
+  // "host:port" of a kvtierd.
+  std::string server = "127.0.0.1:50051";
+  // Separate TCP connections to the server. Default: 4.
+  int num_channels = 4;
+  // Deadline of calls whose CallOptions do not set one. Default: 10 s.
+  int64_t default_deadline_ms = 10000;
+  // Connect waits at most this long for the server to answer. Default: 5 s.
+  int64_t connect_deadline_ms = 5000;
+  // Attempts of an idempotent call on UNAVAILABLE (1 = no retry). Default: 3.
+  int max_attempts = 3;
+  // First retry backoff; doubles per attempt. Default: 20 ms.
+  int64_t retry_backoff_ms = 20;
+  // Payload bytes per Put chunk message. Default: 1 MiB (the protocol's "about 1 MiB").
+  uint64_t chunk_bytes = 1ull << 20;
+  // Concurrent streams one PutBlocks / GetBlocks call may use. Default: 4.
+  int max_streams_per_call = 4;
+  // Largest message accepted from the server. Default: 64 MiB.
+  int max_receive_message_bytes = 64 << 20;
+  // HTTP/2 transport tuning for large payloads (0 = gRPC's default):
+  // receive window per stream (GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES). Default: 8 MiB.
+  int http2_stream_window_bytes = 8 << 20;
+  // Largest HTTP/2 frame the server may send us (GRPC_ARG_HTTP2_MAX_FRAME_SIZE).
+  // Default: 0 (16 KiB).
+  int http2_max_frame_bytes = 0;
+  // Smallest socket read buffer (GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE). Default: 0.
+  int tcp_min_read_chunk_bytes = 0;
+  // If set, Connect registers this namespace (or checks it against the stored one).
+  std::optional<kvtier::v1::NamespaceSpec> namespace_spec;
+  // The client's prefix-key hash scheme; Connect fails if the server's differs.
+  // Default: the canonical scheme of client/prefix_keys.h.
+  std::string hash_scheme;
+};
+
+// Per-call options.
+struct CallOptions {
+  int64_t deadline_ms = 0;  // 0 = ClientOptions::default_deadline_ms
+};
+
+// One block to put. The payload memory is the caller's and must stay valid until
+// PutBlocks returns (it is sent without being copied).
+struct PutBlock {
+  std::string key;          // 1..32 bytes
+  std::string parent_key;   // empty for block 0
+  uint32_t block_index = 0;
+  std::span<const uint8_t> payload;
+};
+
+struct PutOptions {
+  kvtier::v1::PayloadFormat format = kvtier::v1::PAYLOAD_FORMAT_ENCODED;
+  int64_t deadline_ms = 0;
+};
+
+struct PutResult {
+  uint32_t blocks_stored = 0;
+  uint64_t bytes_stored = 0;  // encoded bytes stored by the server
+};
+
+struct GetOptions {
+  kvtier::v1::PayloadFormat format = kvtier::v1::PAYLOAD_FORMAT_ENCODED;
+  int64_t deadline_ms = 0;
+};
+
+// One block returned by GetBlocks.
+struct FetchedBlock {
+  kvtier::v1::GetBlockInfo info;  // found, size, tier, block_index, codec, positions
+  std::string data;               // the payload (empty when not found)
+};
+
+// What Connect learned from the server.
+struct ConnectInfo {
+  std::string node_id;
+  std::string server_hash_scheme;
+  bool namespace_created = false;
+  kvtier::v1::NamespaceSpec stored_spec;  // as stored on the server (if one was registered)
+};
+
+class Client {
+ public:
+  // Opens the channels and performs the handshake: with options.namespace_spec set,
+  // RegisterNamespace (creating it or checking it); without one, Stats (a reachability
+  // and hash-scheme check). Errors:
+  //   INVALID_ARGUMENT  bad options (empty server, num_channels < 1, ...);
+  //   FAILED_PRECONDITION  the server's hash scheme differs from options.hash_scheme, or
+  //                     the stored namespace's layout or codec differs from the spec
+  //                     (the message names the field and both values);
+  //   UNAVAILABLE / DEADLINE_EXCEEDED  the server did not answer within
+  //                     connect_deadline_ms.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ClientOptions& options() const;
+  const ConnectInfo& connect_info() const;
+
+  // Registers `spec` (or checks it against the stored one). FAILED_PRECONDITION on a
+  // hash-scheme, layout or codec mismatch, like Connect. Later PutBlocks calls to this
+  // namespace send the layout in their header, so the server re-checks it per stream.
+  absl::StatusOr<kvtier::v1::RegisterNamespaceResponse> RegisterNamespace(
+      const kvtier::v1::NamespaceSpec& spec, const CallOptions& call = {});
+
+  // Stores `blocks` in namespace `ns`. Payloads are streamed in chunks of
+  // options().chunk_bytes straight from the caller's memory; a batch is split into
+  // contiguous runs over up to max_streams_per_call concurrent streams (so a block may
+  // reach the server before its parent). Never retried. Errors: the server's
+  // (NOT_FOUND unknown namespace, INVALID_ARGUMENT bad key or payload, FAILED_PRECONDITION
+  // layout mismatch, RESOURCE_EXHAUSTED), DEADLINE_EXCEEDED, UNAVAILABLE. On error some
+  // runs may have been stored.
+  absl::StatusOr<PutResult> PutBlocks(std::string_view ns, std::span<const PutBlock> blocks,
+                                      const PutOptions& options = {});
+
+  // Fetches `keys` into caller-provided buffers: block i (when found) is written to the
+  // start of buffers[i]. Returns one GetBlockInfo per key (found=false for a miss;
+  // size = bytes written). INVALID_ARGUMENT if buffers.size() != keys.size();
+  // OUT_OF_RANGE naming the key if a found block does not fit its buffer; the server's
+  // errors otherwise. Retried on UNAVAILABLE (buffers may have been partly written).
+  absl::StatusOr<std::vector<kvtier::v1::GetBlockInfo>> GetBlocksInto(
+      std::string_view ns, std::span<const std::string> keys,
+      std::span<const std::span<uint8_t>> buffers, const GetOptions& options = {});
+
+  // Like GetBlocksInto but allocates the payloads.
+  absl::StatusOr<std::vector<FetchedBlock>> GetBlocks(std::string_view ns,
+                                                      std::span<const std::string> keys,
+                                                      const GetOptions& options = {});
+
+  // How much of the prefix chain `keys` (block 0 first) is resident, and where.
+  absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
+                                                    std::span<const std::string> keys,
+                                                    bool local_only = false,
+                                                    const CallOptions& call = {});
+
+  // Pins `keys` for ttl_ms (0 = until Unpin); returns the number of blocks pinned.
+  absl::StatusOr<uint64_t> Pin(std::string_view ns, std::span<const std::string> keys,
+                               uint64_t ttl_ms, const CallOptions& call = {});
+  absl::StatusOr<uint64_t> Unpin(std::string_view ns, std::span<const std::string> keys,
+                                 const CallOptions& call = {});
+
+  // Reports accumulated attention mass per key. INVALID_ARGUMENT if the lengths differ.
+  absl::Status ReportScores(std::string_view ns, std::span<const std::string> keys,
+                            std::span<const float> scores, const CallOptions& call = {});
+
+  // Deletes `keys` from every tier; returns the number removed.
+  absl::StatusOr<uint64_t> Delete(std::string_view ns, std::span<const std::string> keys,
+                                  const CallOptions& call = {});
+
+  // Admin.
+  absl::StatusOr<kvtier::v1::StatsResponse> Stats(std::string_view ns = {},
+                                                  const CallOptions& call = {});
+  absl::StatusOr<kvtier::v1::ListNamespacesResponse> ListNamespaces(
+      const CallOptions& call = {});
+  // Evicts `keys` (empty = the whole namespace): demotes to cold, or drops from every
+  // tier with `drop`. Returns the number of blocks affected.
+  absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
+                                 bool drop, const CallOptions& call = {});
+  absl::Status Flush(std::string_view ns = {}, const CallOptions& call = {});
+  // Peers, ownership shares and per-node stats as seen by the answering node.
+  absl::StatusOr<kvtier::v1::ClusterStatusResponse> ClusterStatus(const CallOptions& call = {});
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Converts between kvtier::kv and proto enums/layouts.
+kvtier::v1::Layout ToProto(const kv::Layout& layout);
+absl::StatusOr<kv::Layout> FromProto(const kvtier::v1::Layout& layout);
+
+// Returns FAILED_PRECONDITION naming the first field where the stored namespace differs
+// from the requested one (layout fields and codec; informational fields are ignored).
+absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
+                              const kvtier::v1::NamespaceSpec& stored);
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_CLIENT_CLIENT_H_

@@ -1,0 +1,93 @@
+// Hand-rolled protobuf framing for the payload-carrying messages of the kvtier data plane
+// (kvtier.v1.PutRequest.chunk and kvtier.v1.GetResponse.chunk), so block payloads travel
+// between caller memory and gRPC slices without being copied into protobuf `bytes`
+// fields. Pure functions and a small state machine over byte spans; no gRPC, no I/O.
+//
+// Wire facts relied on (proto3, see proto/kvtier/v1/kvtier.proto):
+//   PutRequest  { oneof msg { PutHeader header = 1; bytes chunk = 2; } }
+//   GetResponse { oneof msg { GetHeader header = 1; bytes chunk = 2; } }
+// so a chunk message is exactly: 0x12, varint(len), len payload bytes; a header message
+// is 0x0a, varint(len), serialized header.
+#ifndef KVTIER_CLIENT_WIRE_H_
+#define KVTIER_CLIENT_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvtier/v1/kvtier.pb.h"
+
+namespace kvtier::client {
+
+// Maximum length of a field prefix: one tag byte plus a 10-byte varint.
+inline constexpr size_t kMaxFramePrefixBytes = 11;
+
+// Writes the prefix of a `chunk` field (tag 2, wire type 2) holding `payload_bytes` bytes
+// into `out` and returns how many bytes were written (2..11).
+size_t EncodeChunkPrefix(uint64_t payload_bytes, uint8_t out[kMaxFramePrefixBytes]);
+
+// One piece of a chunk message: `bytes` of block `block` starting at `offset`.
+struct ChunkPiece {
+  size_t block = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// Splits the concatenation of blocks with the given sizes into chunk messages of at most
+// `chunk_bytes` payload bytes each (the last may be shorter). Each chunk lists the pieces
+// of the blocks it covers, in order. Zero-size blocks contribute nothing; an all-empty
+// input yields no chunks. REQUIRES: chunk_bytes > 0.
+std::vector<std::vector<ChunkPiece>> PlanChunks(std::span<const uint64_t> block_sizes,
+                                                uint64_t chunk_bytes);
+
+// Parses the server side of a Get stream. Feed each received GetResponse message as its
+// list of byte spans (the gRPC slices, in order, not copied). The first message must be
+// the header; the rest are chunks whose payload bytes are routed into the destination
+// buffers of the found blocks, in header order.
+// Thread-compatible.
+class GetStreamParser {
+ public:
+  // Called once, when the header arrives, for every found block: returns the buffer the
+  // block's `info.size()` bytes are written to. The span must be at least info.size()
+  // bytes long and stay valid until the parser is done. An error aborts the parse.
+  using DestinationFn =
+      std::function<absl::StatusOr<std::span<uint8_t>>(size_t index,
+                                                       const kvtier::v1::GetBlockInfo& info)>;
+
+  explicit GetStreamParser(DestinationFn destination);
+
+  // Consumes one message. INTERNAL naming the problem on a malformed message, a chunk
+  // before the header, a second header, or more payload bytes than the header announced;
+  // the destination's error otherwise.
+  absl::Status Consume(std::span<const std::span<const uint8_t>> slices);
+
+  // OK once the header arrived and every announced byte was received; INTERNAL (naming
+  // the missing byte count) otherwise.
+  absl::Status Finish() const;
+
+  bool has_header() const { return has_header_; }
+  const kvtier::v1::GetHeader& header() const { return header_; }
+
+ private:
+  absl::Status ConsumeChunk(std::span<const std::span<const uint8_t>> slices,
+                            size_t slice_index, size_t slice_offset, uint64_t length);
+
+  DestinationFn destination_;
+  bool has_header_ = false;
+  kvtier::v1::GetHeader header_;
+  // Destination of each found block (empty span for misses) and the write cursor.
+  std::vector<std::span<uint8_t>> dest_;
+  std::vector<uint64_t> sizes_;
+  size_t cur_block_ = 0;
+  uint64_t cur_offset_ = 0;
+  uint64_t remaining_total_ = 0;
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_CLIENT_WIRE_H_

@@ -1,0 +1,397 @@
+#include "service/config.h"
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "storage/kv/prefix_key.h"
+
+namespace kvtier::service {
+namespace {
+
+class CollectFirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+};
+
+bool ValidNamespaceName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '/' &&
+        c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<uint32_t> ParseU32(std::string_view text, std::string_view flag) {
+  uint32_t v = 0;
+  if (!absl::SimpleAtoi(Sv(text), &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(flag), ": expected a non-negative integer, got \"", Sv(text), "\""));
+  }
+  return v;
+}
+
+}  // namespace
+
+const char* HashSchemeVersion() { return kv::kHashSchemeVersion; }
+
+absl::StatusOr<v1::ServerConfig> ParseConfigText(std::string_view text) {
+  v1::ServerConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectFirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(absl::StrCat("config: ", errors.error()));
+  }
+  return config;
+}
+
+absl::StatusOr<v1::ServerConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("config file ", path, " cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto config = ParseConfigText(ss.str());
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+void ApplyDefaults(v1::ServerConfig& c) {
+  if (c.listen_address().empty()) c.set_listen_address("127.0.0.1");
+  if (c.port() == 0) c.set_port(kDefaultPort);
+  if (c.data_dir().empty()) c.set_data_dir("./kvtier-data");
+  if (c.hot_capacity_bytes() == 0) c.set_hot_capacity_bytes(256ull << 20);
+  if (c.cold_capacity_bytes() == 0) c.set_cold_capacity_bytes(16ull << 30);
+  if (c.high_watermark() == 0) c.set_high_watermark(0.90);
+  if (c.low_watermark() == 0) c.set_low_watermark(0.80);
+  if (c.eviction_policy().empty()) c.set_eviction_policy("prefix_lru");
+  if (c.hot_allocator().empty()) c.set_hot_allocator("auto");
+  if (c.executor_threads() == 0) {
+    c.set_executor_threads(std::max(2u, std::thread::hardware_concurrency()));
+  }
+  if (c.executor_queue() == 0) c.set_executor_queue(1024);
+  if (c.max_message_bytes() == 0) c.set_max_message_bytes(4ull << 20);
+  if (c.max_keys_per_request() == 0) c.set_max_keys_per_request(4096);
+  if (c.keepalive_time_ms() == 0) c.set_keepalive_time_ms(30000);
+  if (c.memory_quota_bytes() == 0) c.set_memory_quota_bytes(1ull << 30);
+  if (c.max_put_bytes() == 0) c.set_max_put_bytes(1ull << 30);
+  if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
+  if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
+  auto* cl = c.mutable_cluster();
+  if (cl->dns_refresh_ms() == 0) cl->set_dns_refresh_ms(5000);
+  if (cl->replication_factor() == 0) cl->set_replication_factor(1);
+  if (cl->peer_deadline_ms() == 0) cl->set_peer_deadline_ms(200);
+}
+
+absl::Status ValidateConfig(const v1::ServerConfig& c) {
+  if (c.listen_address().empty()) return absl::InvalidArgumentError("listen_address is empty");
+  if (c.port() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", c.port(), " is out of range"));
+  }
+  if (c.metrics_port() > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_port ", c.metrics_port(), " is out of range"));
+  }
+  if (c.data_dir().empty()) return absl::InvalidArgumentError("data_dir is empty");
+  if (c.hot_capacity_bytes() < (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot_capacity_bytes (", c.hot_capacity_bytes(), ") must be at least 1 MiB"));
+  }
+  if (!(c.high_watermark() > 0 && c.high_watermark() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("high_watermark (", c.high_watermark(), ") must be in (0, 1]"));
+  }
+  if (!(c.low_watermark() > 0 && c.low_watermark() < c.high_watermark())) {
+    return absl::InvalidArgumentError(absl::StrCat("low_watermark (", c.low_watermark(),
+                                                   ") must be in (0, high_watermark (",
+                                                   c.high_watermark(), "))"));
+  }
+  if (auto p = storage::ParseEvictionPolicy(c.eviction_policy()); !p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("eviction_policy: ", p.status().message()));
+  }
+  const std::string& a = c.hot_allocator();
+  if (a != "auto" && a != "cuda" && a != "mlock" && a != "malloc") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot_allocator \"", a, "\" is not one of auto, cuda, mlock, malloc"));
+  }
+  if (c.executor_threads() > 1024) {
+    return absl::InvalidArgumentError("executor_threads must be at most 1024");
+  }
+  if (c.max_message_bytes() < (64u << 10) || c.max_message_bytes() > (1ull << 31) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes (", c.max_message_bytes(), ") must be in [64 KiB, 2 GiB)"));
+  }
+  if (c.memory_quota_bytes() < (16u << 20)) {
+    return absl::InvalidArgumentError("memory_quota_bytes must be at least 16 MiB");
+  }
+  if (c.max_put_bytes() < (1u << 20)) {
+    return absl::InvalidArgumentError("max_put_bytes must be at least 1 MiB");
+  }
+  if (c.cluster().replication_factor() > 16) {
+    return absl::InvalidArgumentError("cluster.replication_factor must be at most 16");
+  }
+  for (int i = 0; i < c.namespaces_size(); ++i) {
+    const std::string field = absl::StrCat("namespaces[", i, "]");
+    auto ns = NamespaceFromProto(c.namespaces(i), field);
+    if (!ns.ok()) return ns.status();
+    for (int j = 0; j < i; ++j) {
+      if (c.namespaces(j).name() == c.namespaces(i).name()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".name \"", c.namespaces(i).name(),
+                                                       "\" duplicates namespaces[", j, "]"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view what) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  uint64_t n = 0;
+  std::string_view suffix = text.substr(i);
+  if (i == 0 || !absl::SimpleAtoi(Sv(text.substr(0, i)), &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(what), ": expected a byte size like 256MiB, got \"", Sv(text), "\""));
+  }
+  uint64_t mult = 1;
+  if (suffix.empty() || suffix == "B") {
+    mult = 1;
+  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
+    mult = 1ull << 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    mult = 1ull << 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    mult = 1ull << 30;
+  } else if (suffix == "T" || suffix == "TiB") {
+    mult = 1ull << 40;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(what), ": unknown size suffix \"", Sv(suffix), "\" (use K, M, G, T)"));
+  }
+  if (n > UINT64_MAX / mult) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": size overflows"));
+  }
+  return n * mult;
+}
+
+std::string UsageText() {
+  return "usage: kvtierd [--config FILE] [--check-config FILE] [--listen ADDR] [--port N]\n"
+         "               [--data-dir DIR] [--hot-capacity SIZE] [--cold-capacity SIZE]\n"
+         "               [--policy lru|prefix_lru|lfu|heavy_hitter] [--hot-allocator A]\n"
+         "               [--metrics-port N] [--node-id ID] [--executor-threads N]\n"
+         "               [--max-message-bytes SIZE] [--warm-from-cold]\n"
+         "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. With no arguments:\n"
+         "127.0.0.1:50051, RocksDB under ./kvtier-data, a 256 MiB hot tier. --port 0 binds a\n"
+         "free port. Once ready it prints `kvtierd listening on HOST:PORT` on stdout.\n";
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  // First pass: split into (flag, value) pairs and find the config file.
+  std::vector<std::pair<std::string, std::string>> flags;
+  static const char* const kBoolFlags[] = {"--help", "-h", "--warm-from-cold"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    if (flag.rfind("--", 0) != 0 && flag != "-h") {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", flag, "\""));
+    }
+    bool is_bool = false;
+    for (const char* b : kBoolFlags) is_bool |= (flag == b);
+    if (auto eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (!is_bool) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": missing value"));
+      }
+      value = args[++i];
+    }
+    flags.emplace_back(flag, value);
+  }
+  std::string config_path;
+  for (const auto& [flag, value] : flags) {
+    if (flag == "--help" || flag == "-h") {
+      cl.mode = CommandLine::Mode::kHelp;
+      return cl;
+    }
+    if (flag == "--config" || flag == "--check-config") {
+      if (!config_path.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": only one config file"));
+      }
+      config_path = value;
+      if (flag == "--check-config") cl.mode = CommandLine::Mode::kCheckConfig;
+    }
+  }
+  if (!config_path.empty()) {
+    ASSIGN_OR_RETURN(cl.config, LoadConfigFile(config_path));
+  }
+  ApplyDefaults(cl.config);
+  v1::ServerConfig& c = cl.config;
+  for (const auto& [flag, value] : flags) {
+    if (flag == "--config" || flag == "--check-config") continue;
+    if (flag == "--port") {
+      ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+      c.set_port(v);
+    } else if (flag == "--listen") {
+      c.set_listen_address(value);
+    } else if (flag == "--data-dir") {
+      c.set_data_dir(value);
+    } else if (flag == "--hot-capacity") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
+      c.set_hot_capacity_bytes(v);
+    } else if (flag == "--cold-capacity") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
+      c.set_cold_capacity_bytes(v);
+    } else if (flag == "--policy") {
+      c.set_eviction_policy(value);
+    } else if (flag == "--hot-allocator") {
+      c.set_hot_allocator(value);
+    } else if (flag == "--metrics-port") {
+      ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+      c.set_metrics_port(v);
+    } else if (flag == "--node-id") {
+      c.mutable_cluster()->set_node_id(value);
+    } else if (flag == "--executor-threads") {
+      ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+      if (v == 0) return absl::InvalidArgumentError("--executor-threads must be > 0");
+      c.set_executor_threads(v);
+    } else if (flag == "--max-message-bytes") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
+      c.set_max_message_bytes(v);
+    } else if (flag == "--warm-from-cold") {
+      c.set_warm_from_cold(true);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+    }
+  }
+  RETURN_IF_ERROR(ValidateConfig(c));
+  return cl;
+}
+
+storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
+  storage::StoreOptions o;
+  o.data_dir = c.data_dir();
+  o.hot_capacity_bytes = c.hot_capacity_bytes();
+  o.cold_capacity_bytes = c.cold_capacity_bytes();
+  o.high_watermark = c.high_watermark();
+  o.low_watermark = c.low_watermark();
+  if (auto p = storage::ParseEvictionPolicy(c.eviction_policy()); p.ok()) o.policy = *p;
+  o.hot_allocator = c.hot_allocator();
+  o.cold_sync = c.cold_sync();
+  o.warm_from_cold = c.warm_from_cold();
+  return o;
+}
+
+kv::Layout LayoutFromProto(const v1::Layout& l) {
+  kv::Layout out;
+  out.num_layers = l.num_layers();
+  out.num_kv_heads = l.num_kv_heads();
+  out.head_dim = l.head_dim();
+  out.tokens_per_block = l.tokens_per_block();
+  out.dtype = l.dtype() == v1::DTYPE_BF16 ? kv::Dtype::kBf16 : kv::Dtype::kFp16;
+  out.sink_tokens = l.sink_tokens();
+  return out;
+}
+
+v1::Layout LayoutToProto(const kv::Layout& l) {
+  v1::Layout out;
+  out.set_num_layers(l.num_layers);
+  out.set_num_kv_heads(l.num_kv_heads);
+  out.set_head_dim(l.head_dim);
+  out.set_tokens_per_block(l.tokens_per_block);
+  out.set_dtype(l.dtype == kv::Dtype::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  out.set_sink_tokens(l.sink_tokens);
+  return out;
+}
+
+v1::Tier TierToProto(storage::Tier tier) {
+  switch (tier) {
+    case storage::Tier::kHot:
+      return v1::TIER_HOT;
+    case storage::Tier::kCold:
+      return v1::TIER_COLD;
+    case storage::Tier::kNone:
+      return v1::TIER_NONE;
+  }
+  return v1::TIER_NONE;
+}
+
+v1::Codec CodecToProto(kv::CodecId codec) { return static_cast<v1::Codec>(codec); }
+
+absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::NamespaceSpec& spec,
+                                                             std::string_view field) {
+  storage::NamespaceOptions ns;
+  if (!ValidNamespaceName(spec.name())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(field), ".name \"", spec.name(), "\" must be 1..128 characters of [A-Za-z0-9._/-]"));
+  }
+  ns.name = spec.name();
+  ns.tenant = spec.tenant().empty() ? "default" : spec.tenant();
+  ns.model_id = spec.model_id();
+  if (!spec.has_layout()) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".layout is missing"));
+  }
+  if (spec.layout().dtype() != v1::DTYPE_UNSPECIFIED && spec.layout().dtype() != v1::DTYPE_FP16 &&
+      spec.layout().dtype() != v1::DTYPE_BF16) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".layout.dtype is unknown"));
+  }
+  ns.layout = LayoutFromProto(spec.layout());
+  if (absl::Status s = ns.layout.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".", s.message()));
+  }
+  if (spec.codec() == v1::CODEC_UNSPECIFIED) {
+    ns.codec = ns.layout.dtype == kv::Dtype::kBf16 ? kv::CodecId::kBf16 : kv::CodecId::kFp16;
+  } else if (spec.codec() >= v1::CODEC_FP16 && spec.codec() <= v1::CODEC_KIVI4) {
+    ns.codec = static_cast<kv::CodecId>(spec.codec());
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(field), ".codec ", static_cast<int>(spec.codec()), " is unknown"));
+  }
+  if ((ns.codec == kv::CodecId::kFp16 && ns.layout.dtype != kv::Dtype::kFp16) ||
+      (ns.codec == kv::CodecId::kBf16 && ns.layout.dtype != kv::Dtype::kBf16)) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".codec ", kv::CodecName(ns.codec),
+                                                   " does not match layout.dtype ",
+                                                   kv::DtypeName(ns.layout.dtype)));
+  }
+  ns.keep_sinks = !spec.disable_sink_protection();
+  ns.write_through = spec.write_through();
+  ns.cold_zstd = spec.cold_zstd();
+  ns.sink_blocks = spec.sink_blocks() == 0 ? 1 : spec.sink_blocks();
+  return ns;
+}
+
+v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns) {
+  v1::NamespaceSpec spec;
+  spec.set_name(ns.name);
+  spec.set_tenant(ns.tenant);
+  spec.set_model_id(ns.model_id);
+  *spec.mutable_layout() = LayoutToProto(ns.layout);
+  spec.set_codec(CodecToProto(ns.codec));
+  spec.set_disable_sink_protection(!ns.keep_sinks);
+  spec.set_write_through(ns.write_through);
+  spec.set_cold_zstd(ns.cold_zstd);
+  spec.set_sink_blocks(ns.sink_blocks);
+  return spec;
+}
+
+}  // namespace kvtier::service

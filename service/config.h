@@ -1,0 +1,81 @@
+// kvtierd configuration: the textproto kvtier.v1.ServerConfig, its defaults, validation,
+// command-line overrides and the conversions between proto and storage types.
+//
+// Precedence: built-in defaults < --config FILE < flags. Every ServerConfig field left
+// at its proto zero value gets the documented default (see kvtier.proto), except `port`,
+// where 0 from a file means "default 50051" and only the --port flag can ask for 0 (bind
+// a free port).
+#ifndef KVTIER_SERVICE_CONFIG_H_
+#define KVTIER_SERVICE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvtier/v1/kvtier.pb.h"
+#include "storage/kv/codec.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::service {
+
+inline constexpr uint32_t kDefaultPort = 50051;
+inline constexpr uint32_t kMaxKeyBytes = 32;
+
+// Parses a textproto ServerConfig (no defaults applied). INVALID_ARGUMENT with the
+// parser's line:column message on a syntax error.
+absl::StatusOr<v1::ServerConfig> ParseConfigText(std::string_view text);
+
+// Reads and parses `path`. NOT_FOUND if it cannot be read, else as ParseConfigText.
+absl::StatusOr<v1::ServerConfig> LoadConfigFile(const std::string& path);
+
+// Fills every zero-valued field of `config` (and its namespaces' optional fields) with
+// its default.
+void ApplyDefaults(v1::ServerConfig& config);
+
+// Checks a defaulted config. INVALID_ARGUMENT naming the first bad field (e.g.
+// "low_watermark (0.95) must be below high_watermark (0.9)", "namespaces[1].layout...").
+absl::Status ValidateConfig(const v1::ServerConfig& config);
+
+// What main() should do.
+struct CommandLine {
+  enum class Mode { kServe, kCheckConfig, kHelp };
+  Mode mode = Mode::kServe;
+  v1::ServerConfig config;  // defaulted and validated (kServe / kCheckConfig)
+};
+
+// Parses argv[1..] (`--flag value` or `--flag=value`): --config FILE, --check-config
+// FILE, --port, --listen, --data-dir, --hot-capacity, --cold-capacity (bytes; K/M/G/T
+// and KiB/MiB/GiB/TiB suffixes), --policy, --hot-allocator, --metrics-port, --node-id,
+// --executor-threads, --max-message-bytes, --warm-from-cold, --help. Loads the file,
+// applies defaults, then the flags, then validates. INVALID_ARGUMENT naming the flag or
+// field; NOT_FOUND for an unreadable config file.
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args);
+
+// Usage text for --help.
+std::string UsageText();
+
+// Parses "256MiB", "1G", "4096" into bytes. INVALID_ARGUMENT naming `what`.
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view what);
+
+// Store options for a validated config.
+storage::StoreOptions ToStoreOptions(const v1::ServerConfig& config);
+
+// Proto <-> storage conversions. FromProto returns INVALID_ARGUMENT naming the field
+// (prefixed with `field`, e.g. "spec.layout.head_dim ...") when the spec is invalid.
+absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::NamespaceSpec& spec,
+                                                             std::string_view field);
+v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns);
+kv::Layout LayoutFromProto(const v1::Layout& layout);
+v1::Layout LayoutToProto(const kv::Layout& layout);
+v1::Tier TierToProto(storage::Tier tier);
+v1::Codec CodecToProto(kv::CodecId codec);
+
+// The server's prefix-key hash scheme version (storage/kv/prefix_key.h when present).
+const char* HashSchemeVersion();
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_SERVICE_CONFIG_H_

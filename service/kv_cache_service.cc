@@ -1,0 +1,958 @@
+#include "service/kv_cache_service.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "service/config.h"
+#include "storage/kv/codec.h"
+
+#if __has_include("service/compact.h")
+#include "service/compact.h"
+#define KVTIER_HAVE_COMPACT 1
+#endif
+
+namespace kvtier::service {
+namespace {
+
+using google::protobuf::RepeatedPtrField;
+
+int64_t NowMicros() { return common::RealClock()->NowMicros(); }
+
+const grpc::Status& UnavailableStatus() {
+  static const grpc::Status* s =
+      new grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is not open yet");
+  return *s;
+}
+
+grpc::Status DrainingStatus() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+}
+
+// Counts the call in ServiceContext::in_flight from construction to OnDone and returns
+// the status to refuse it with (OK: admitted).
+grpc::Status Admit(ServiceContext* ctx, storage::TieredStore** store) {
+  ctx->in_flight.fetch_add(1);
+  if (ctx->draining.load()) return DrainingStatus();
+  *store = ctx->store.load(std::memory_order_acquire);
+  if (*store == nullptr) return UnavailableStatus();
+  return grpc::Status::OK;
+}
+
+// A unary reactor that keeps ServiceContext::in_flight accurate.
+class UnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit UnaryReactor(ServiceContext* ctx) : ctx_(ctx) {}
+  void OnDone() override {
+    ctx_->in_flight.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  ServiceContext* const ctx_;
+};
+
+grpc::Status BusyStatus() {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "server busy: executor queue is full");
+}
+
+std::string KeyForMessage(std::string_view key) {
+  return absl::BytesToHexString(Sv(key.substr(0, 32)));
+}
+
+absl::Status CheckKey(std::string_view key, std::string_view field) {
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(field), " must be 1..", kMaxKeyBytes, " bytes, got ", key.size()));
+  }
+  return absl::OkStatus();
+}
+
+// Checks count and lengths of a request's keys and copies them into a vector.
+absl::StatusOr<std::vector<std::string>> CheckKeys(const RepeatedPtrField<std::string>& keys,
+                                                   const ServiceContext& ctx, bool allow_empty) {
+  if (keys.empty() && !allow_empty) return absl::InvalidArgumentError("keys is empty");
+  if (static_cast<uint64_t>(keys.size()) > ctx.max_keys_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat("keys: ", keys.size(),
+                                                   " keys exceed max_keys_per_request (",
+                                                   ctx.max_keys_per_request, ")"));
+  }
+  for (int i = 0; i < keys.size(); ++i) {
+    RETURN_IF_ERROR(CheckKey(keys[i], absl::StrCat("keys[", i, "]")));
+  }
+  return std::vector<std::string>(keys.begin(), keys.end());
+}
+
+absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
+                                                        storage::TieredStore& store,
+                                                        const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("namespace is empty");
+  if (auto cached = ctx.namespaces.Find(name)) return *cached;
+  auto ns = store.GetNamespace(name);
+  if (!ns.ok() && absl::IsNotFound(ns.status())) {
+    return absl::NotFoundError(absl::StrCat("namespace \"", name, "\" is not registered"));
+  }
+  if (ns.ok()) ctx.namespaces.Insert(*ns);
+  return ns;
+}
+
+// Returns FAILED_PRECONDITION naming the first field of `got` that differs from `want`.
+absl::Status CompareLayouts(const kv::Layout& want, const kv::Layout& got, std::string_view field,
+                            bool check_tokens) {
+  auto differ = [&](const char* name, uint64_t w, uint64_t g) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Sv(field), ".", name, " is ", g, " but namespace layout has ", w));
+  };
+  if (want.num_layers != got.num_layers) {
+    return differ("num_layers", want.num_layers, got.num_layers);
+  }
+  if (want.num_kv_heads != got.num_kv_heads) {
+    return differ("num_kv_heads", want.num_kv_heads, got.num_kv_heads);
+  }
+  if (want.head_dim != got.head_dim) return differ("head_dim", want.head_dim, got.head_dim);
+  if (want.dtype != got.dtype) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Sv(field), ".dtype is ", kv::DtypeName(got.dtype),
+                     " but namespace layout has ", kv::DtypeName(want.dtype)));
+  }
+  if (check_tokens) {
+    if (want.tokens_per_block != got.tokens_per_block) {
+      return differ("tokens_per_block", want.tokens_per_block, got.tokens_per_block);
+    }
+    if (want.sink_tokens != got.sink_tokens) {
+      return differ("sink_tokens", want.sink_tokens, got.sink_tokens);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs `work(store)` on the executor and finishes the call with its status.
+template <typename Work>
+grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context, Op op,
+                                   Work work) {
+  (void)context;
+  grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
+  const int64_t start = NowMicros();
+  storage::TieredStore* store = nullptr;
+  if (grpc::Status admit = Admit(ctx, &store); !admit.ok()) {
+    reactor->Finish(admit);
+    return reactor;
+  }
+  const bool queued = ctx->executor->TrySchedule([ctx, reactor, op, start, store, work] {
+    absl::Status s = work(*store);
+    ctx->metrics.Record(op, NowMicros() - start, s.ok());
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  if (!queued) {
+    ctx->metrics.Record(op, NowMicros() - start, false);
+    reactor->Finish(BusyStatus());
+  }
+  return reactor;
+}
+
+// Reads bytes across the slices of one received message.
+class SliceCursor {
+ public:
+  explicit SliceCursor(std::vector<grpc::Slice> slices) : slices_(std::move(slices)) {
+    for (const auto& s : slices_) remaining_ += s.size();
+  }
+  size_t remaining() const { return remaining_; }
+
+  bool ReadByte(uint8_t* b) {
+    if (remaining_ == 0) return false;
+    Skip();
+    *b = slices_[idx_].begin()[off_];
+    Advance(1);
+    return true;
+  }
+  bool ReadVarint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!ReadByte(&b)) return false;
+      *v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // Returns the next contiguous piece of at most `max` bytes (empty at the end).
+  std::span<const uint8_t> Next(size_t max) {
+    if (remaining_ == 0) return {};
+    Skip();
+    const size_t n = std::min(max, slices_[idx_].size() - off_);
+    std::span<const uint8_t> out(slices_[idx_].begin() + off_, n);
+    Advance(n);
+    return out;
+  }
+
+ private:
+  void Skip() {
+    while (off_ == slices_[idx_].size()) {
+      ++idx_;
+      off_ = 0;
+    }
+  }
+  void Advance(size_t n) {
+    off_ += n;
+    remaining_ -= n;
+  }
+  std::vector<grpc::Slice> slices_;
+  size_t idx_ = 0;
+  size_t off_ = 0;
+  size_t remaining_ = 0;
+};
+
+// Client-streaming Put: header, then payload chunks. One read in flight; header
+// validation and the final transcode + store run on the executor.
+class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  PutReactor(ServiceContext* ctx, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
+      : ctx_(ctx), context_(context), response_(response), start_(NowMicros()) {
+    if (grpc::Status admit = Admit(ctx_, &store_); !admit.ok()) {
+      Finish(admit);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndOfStream();
+      return;
+    }
+    if (!have_header_) {
+      v1::PutRequest req;
+      grpc::Status ps = grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req);
+      if (!ps.ok()) return Fail(absl::InvalidArgumentError("header: cannot parse PutRequest"));
+      if (!req.has_header()) {
+        return Fail(
+            absl::InvalidArgumentError("header: the first message of a Put must carry the header"));
+      }
+      have_header_ = true;
+      header_ = std::move(*req.mutable_header());
+      if (auto cached = ctx_->namespaces.Find(header_.namespace_())) {
+        // Known namespace: validation is pure CPU on the header, no store call.
+        ns_ = *cached;
+        absl::Status s = ValidateHeader();
+        if (!s.ok()) return Fail(s);
+        StartRead(&in_);
+        return;
+      }
+      if (!ctx_->executor->TrySchedule([this] {
+            auto ns = FindNamespace(*ctx_, *store_, header_.namespace_());
+            absl::Status s = ns.status();
+            if (s.ok()) {
+              ns_ = std::move(*ns);
+              s = ValidateHeader();
+            }
+            if (!s.ok()) return Fail(s);
+            StartRead(&in_);
+          })) {
+        FinishAndRecord(BusyStatus());
+      }
+      return;
+    }
+    absl::Status s = ConsumeChunkMessage();
+    in_.Clear();
+    if (!s.ok()) return Fail(s);
+    StartRead(&in_);
+  }
+
+  void OnDone() override {
+    ctx_->in_flight.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  struct Block {
+    std::string data;     // payload bytes as received
+    std::string encoded;  // transcoded blob, when the payload had to be re-encoded
+  };
+
+  // Checks the header against ns_ and reserves its bytes in the Put budget.
+  absl::Status ValidateHeader() {
+    if (header_.format() != v1::PAYLOAD_FORMAT_ENCODED &&
+        header_.format() != v1::PAYLOAD_FORMAT_RAW) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header.format ", static_cast<int>(header_.format()), " is unknown"));
+    }
+    if (header_.has_layout()) {
+      RETURN_IF_ERROR(
+          CompareLayouts(ns_.layout, LayoutFromProto(header_.layout()), "header.layout", true));
+    }
+    const int n = header_.blocks_size();
+    if (n == 0) return absl::InvalidArgumentError("header.blocks is empty");
+    if (static_cast<uint64_t>(n) > ctx_->max_keys_per_request) {
+      return absl::InvalidArgumentError(absl::StrCat("header.blocks: ", n,
+                                                     " blocks exceed max_keys_per_request (",
+                                                     ctx_->max_keys_per_request, ")"));
+    }
+    const uint64_t raw_size = ns_.layout.BytesPerBlock();
+    // Generous bound for an encoded blob: the raw size plus header and codec metadata.
+    const uint64_t max_encoded = raw_size + raw_size / 4 + 4096;
+    total_ = 0;
+    for (int i = 0; i < n; ++i) {
+      const v1::PutBlock& b = header_.blocks(i);
+      RETURN_IF_ERROR(CheckKey(b.key(), absl::StrCat("header.blocks[", i, "].key")));
+      if (b.parent_key().size() > kMaxKeyBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "header.blocks[", i, "].parent_key must be at most ", kMaxKeyBytes, " bytes"));
+      }
+      if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+        if (b.size() != raw_size) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "header.blocks[", i, "].size is ", b.size(), " but a raw block of layout ",
+              ns_.layout.DebugString(), " is ", raw_size, " bytes"));
+        }
+      } else if (b.size() == 0 || b.size() > max_encoded) {
+        return absl::InvalidArgumentError(absl::StrCat("header.blocks[", i, "].size ", b.size(),
+                                                       " is not in 1..", max_encoded,
+                                                       " for this layout"));
+      }
+      total_ += b.size();
+    }
+    if (total_ > ctx_->max_put_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("header.blocks: ", total_,
+                                                       " payload bytes exceed max_put_bytes (",
+                                                       ctx_->max_put_bytes, ")"));
+    }
+    // Reserve the stream's buffers against the server-wide budget.
+    uint64_t cur = ctx_->put_bytes_in_flight.load();
+    do {
+      if (cur + total_ > ctx_->put_budget_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "server busy: ", cur, " payload bytes of other puts are buffered; this put's ", total_,
+            " would exceed the budget of ", ctx_->put_budget_bytes));
+      }
+    } while (!ctx_->put_bytes_in_flight.compare_exchange_weak(cur, cur + total_));
+    reserved_ = total_;
+    blocks_.resize(n);
+    return absl::OkStatus();
+  }
+
+  // Appends payload bytes to the current block(s).
+  absl::Status Feed(std::span<const uint8_t> bytes) {
+    while (!bytes.empty()) {
+      if (cur_ >= blocks_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk: the stream carries more than the ",
+                                                       total_,
+                                                       " payload bytes its header declares"));
+      }
+      const uint64_t want = header_.blocks(static_cast<int>(cur_)).size();
+      std::string& data = blocks_[cur_].data;
+      if (data.capacity() < want) data.reserve(want);
+      const size_t take = std::min<uint64_t>(bytes.size(), want - data.size());
+      data.append(reinterpret_cast<const char*>(bytes.data()), take);
+      received_ += take;
+      bytes = bytes.subspan(take);
+      if (data.size() == want) ++cur_;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ConsumeChunkMessage() {
+    std::vector<grpc::Slice> slices;
+    if (!in_.Dump(&slices).ok()) return absl::InternalError("chunk: cannot read message");
+    SliceCursor cur(std::move(slices));
+    const size_t total = cur.remaining();
+    uint8_t tag = 0;
+    uint64_t len = 0;
+    if (total > 0 && cur.ReadByte(&tag) && tag == 0x12 && cur.ReadVarint(&len) &&
+        len == cur.remaining()) {
+      // Fast path: the message is exactly one `chunk` field; copy from the slices.
+      while (cur.remaining() > 0) RETURN_IF_ERROR(Feed(cur.Next(cur.remaining())));
+      return absl::OkStatus();
+    }
+    // Anything else (empty message, header, unusual encodings): parse it properly.
+    v1::PutRequest req;
+    if (!grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req).ok()) {
+      return absl::InvalidArgumentError("chunk: cannot parse PutRequest");
+    }
+    if (req.has_header()) {
+      return absl::InvalidArgumentError("header: only the first message may carry a header");
+    }
+    return Feed(kv::AsBytes(req.chunk()));
+  }
+
+  void EndOfStream() {
+    if (context_->IsCancelled()) {
+      FinishAndRecord(grpc::Status(grpc::StatusCode::CANCELLED, "put cancelled by client"));
+      return;
+    }
+    if (!have_header_) {
+      return Fail(absl::InvalidArgumentError("header: the stream ended before the header"));
+    }
+    if (received_ != total_) {
+      const int i = static_cast<int>(std::min<size_t>(cur_, blocks_.size() - 1));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("chunk: the stream ended after ", received_, " of ", total_,
+                       " payload bytes (in header.blocks[", i, "], key ",
+                       KeyForMessage(header_.blocks(i).key()), ")")));
+    }
+    if (!ctx_->executor->TrySchedule([this] {
+          absl::Status s = StoreAll();
+          if (!s.ok()) return Fail(s);
+          FinishAndRecord(grpc::Status::OK);
+        })) {
+      FinishAndRecord(BusyStatus());
+    }
+  }
+
+  // Validates (and transcodes) every block, then stores them all.
+  absl::Status StoreAll() {
+    const int n = header_.blocks_size();
+    std::vector<storage::BlockPut> puts(n);
+    kv::CodecOptions copts;
+    copts.keep_sinks = ns_.keep_sinks;
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      const v1::PutBlock& b = header_.blocks(i);
+      Block& blk = blocks_[i];
+      std::string_view payload = blk.data;
+      const std::string field = absl::StrCat("blocks[", i, "]");
+      if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+        auto enc = kv::Encode(ns_.codec, ns_.layout, b.block_index(), kv::AsBytes(blk.data), copts);
+        if (!enc.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, ": cannot encode: ", enc.status().message()));
+        }
+        blk.encoded = std::move(*enc);
+        blk.data = std::string();
+        payload = blk.encoded;
+      } else {
+        auto info = kv::ParseHeader(kv::AsBytes(blk.data));
+        if (!info.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              field, ".payload is not a valid encoded block: ", info.status().message()));
+        }
+        if (info->encoded_bytes != blk.data.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(field, ".payload header says ",
+                                                         info->encoded_bytes, " bytes but size is ",
+                                                         blk.data.size()));
+        }
+        RETURN_IF_ERROR(CompareLayouts(ns_.layout, info->layout, field + ".payload.layout",
+                                       /*check_tokens=*/false));
+        if (info->num_tokens > ns_.layout.tokens_per_block) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              field, ".payload holds ", info->num_tokens,
+              " tokens but namespace tokens_per_block is ", ns_.layout.tokens_per_block));
+        }
+        if (info->codec != ns_.codec) {
+          const bool lossless_source =
+              info->codec == kv::CodecId::kFp16 || info->codec == kv::CodecId::kBf16;
+          if (!lossless_source) {
+            return absl::FailedPreconditionError(
+                absl::StrCat(field, ".payload codec ", kv::CodecName(info->codec),
+                             " does not match namespace codec ", kv::CodecName(ns_.codec)));
+          }
+          // An unquantized blob for a quantized namespace: transcode it.
+          auto raw = kv::DecodeToString(kv::AsBytes(blk.data));
+          if (!raw.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(field, ".payload cannot be decoded: ", raw.status().message()));
+          }
+          auto enc = kv::Encode(ns_.codec, ns_.layout, b.block_index(), kv::AsBytes(*raw), copts);
+          if (!enc.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(field, ": cannot encode: ", enc.status().message()));
+          }
+          blk.encoded = std::move(*enc);
+          blk.data = std::string();
+          payload = blk.encoded;
+        }
+      }
+      puts[i].key = b.key();
+      puts[i].parent_key = b.parent_key();
+      puts[i].block_index = b.block_index();
+      puts[i].payload = payload;
+      bytes += payload.size();
+    }
+    RETURN_IF_ERROR(store_->Put(ns_.name, puts));
+    v1::PutResponse resp;
+    resp.set_blocks_stored(static_cast<uint32_t>(n));
+    resp.set_bytes_stored(bytes);
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::PutResponse>::Serialize(resp, response_, &own).ok()) {
+      return absl::InternalError("cannot serialize PutResponse");
+    }
+    blocks_.clear();
+    return absl::OkStatus();
+  }
+
+  void Fail(const absl::Status& s) { FinishAndRecord(ToGrpcStatus(s)); }
+
+  void FinishAndRecord(const grpc::Status& s) {
+    ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
+    blocks_.clear();
+    ctx_->put_bytes_in_flight.fetch_sub(reserved_);
+    reserved_ = 0;
+    Finish(s);
+  }
+
+  ServiceContext* const ctx_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;
+  const int64_t start_;
+  storage::TieredStore* store_ = nullptr;
+  grpc::ByteBuffer in_;
+  bool have_header_ = false;
+  v1::PutHeader header_;
+  storage::NamespaceOptions ns_;
+  std::vector<Block> blocks_;
+  size_t cur_ = 0;         // block receiving bytes
+  uint64_t total_ = 0;     // payload bytes declared by the header
+  uint64_t received_ = 0;  // payload bytes received
+  uint64_t reserved_ = 0;  // bytes held in ServiceContext::put_bytes_in_flight
+};
+
+// Deleter for slices that point into memory owned by a shared_ptr.
+void ReleaseOwner(void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }
+
+grpc::Slice OwnedSlice(const uint8_t* data, size_t n, const std::shared_ptr<const void>& owner) {
+  return grpc::Slice(const_cast<uint8_t*>(data), n, &ReleaseOwner,
+                     new std::shared_ptr<const void>(owner));
+}
+
+// Server-streaming Get: loads every block on the executor, then writes the header and
+// ~chunk_bytes frames whose payload slices reference the blocks' memory.
+class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  GetReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
+             const grpc::ByteBuffer* request)
+      : ctx_(ctx), context_(context), start_(NowMicros()) {
+    if (grpc::Status admit = Admit(ctx_, &store_); !admit.ok()) {
+      Finish(admit);
+      return;
+    }
+    grpc::ByteBuffer copy(*request);  // shares the slices
+    if (!grpc::SerializationTraits<v1::GetRequest>::Deserialize(&copy, &req_).ok()) {
+      FinishAndRecord(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: cannot parse GetRequest"));
+      return;
+    }
+    if (!ctx_->executor->TrySchedule([this] {
+          absl::Status s = Load();
+          if (!s.ok()) return FinishAndRecord(ToGrpcStatus(s));
+          WriteFrame();
+        })) {
+      FinishAndRecord(BusyStatus());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishAndRecord(grpc::Status(grpc::StatusCode::CANCELLED, "get: write failed"));
+      return;
+    }
+    NextFrame();
+    WriteFrame();
+  }
+
+  void OnDone() override {
+    ctx_->in_flight.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  struct Item {
+    std::shared_ptr<const void> owner;
+    std::span<const uint8_t> bytes;
+  };
+
+  absl::Status Load() {
+    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                     FindNamespace(*ctx_, *store_, req_.namespace_()));
+    if (req_.format() != v1::PAYLOAD_FORMAT_ENCODED && req_.format() != v1::PAYLOAD_FORMAT_RAW) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("format ", static_cast<int>(req_.format()), " is unknown"));
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(req_.keys(), *ctx_, false));
+    const bool raw = req_.format() == v1::PAYLOAD_FORMAT_RAW;
+    v1::GetResponse header_msg;
+    v1::GetHeader* header = header_msg.mutable_header();
+    items_.reserve(keys.size());
+    for (const std::string& key : keys) {
+      v1::GetBlockInfo* info = header->add_blocks();
+      info->set_key(key);
+      auto ref = store_->Get(ns.name, key);
+      if (!ref.ok()) {
+        if (absl::IsNotFound(ref.status())) continue;  // a miss
+        return ref.status();
+      }
+      auto parsed = kv::ParseHeader(ref->payload());
+      if (!parsed.ok()) {
+        KVTIER_LOG(ERROR) << "namespace " << ns.name << " key " << KeyForMessage(key)
+                          << ": stored blob is unreadable: " << parsed.status().message();
+        continue;
+      }
+      Item item;
+      const bool raw_codec =
+          parsed->codec == kv::CodecId::kFp16 || parsed->codec == kv::CodecId::kBf16;
+      if (raw && raw_codec && parsed->encoded_bytes >= parsed->raw_bytes &&
+          parsed->encoded_bytes == ref->payload().size()) {
+        // fp16/bf16 blobs are the header followed by the raw elements: serve the tail.
+        item.owner = ref->owner();
+        item.bytes = ref->payload().subspan(parsed->encoded_bytes - parsed->raw_bytes);
+      } else if (raw) {
+        auto decoded = std::make_shared<std::string>();
+        decoded->resize(parsed->raw_bytes);
+        absl::Status ds = kv::Decode(
+            ref->payload(),
+            std::span<uint8_t>(reinterpret_cast<uint8_t*>(decoded->data()), decoded->size()));
+        if (!ds.ok()) {
+          KVTIER_LOG(ERROR) << "namespace " << ns.name << " key " << KeyForMessage(key)
+                            << ": cannot decode stored blob: " << ds.message();
+          continue;
+        }
+        item.bytes = kv::AsBytes(*decoded);
+        item.owner = std::move(decoded);
+      } else {
+        item.owner = ref->owner();
+        item.bytes = ref->payload();
+      }
+      info->set_found(true);
+      info->set_size(item.bytes.size());
+      info->set_tier(TierToProto(ref->tier()));
+      info->set_block_index(ref->block_index());
+      info->set_codec(CodecToProto(parsed->codec));
+      remaining_ += item.bytes.size();
+      items_.push_back(std::move(item));
+    }
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::GetResponse>::Serialize(header_msg, &frame_, &own).ok()) {
+      return absl::InternalError("cannot serialize GetResponse header");
+    }
+    return absl::OkStatus();
+  }
+
+  // Writes frame_; the last frame goes out together with the status (one reaction less,
+  // and no OnWriteDone for it).
+  void WriteFrame() {
+    if (remaining_ > 0) {
+      StartWrite(&frame_);
+      return;
+    }
+    ctx_->metrics.Record(Op::kGet, NowMicros() - start_, true);
+    StartWriteAndFinish(&frame_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+
+  // Builds the next chunk frame into frame_; false when every payload byte was sent.
+  bool NextFrame() {
+    if (remaining_ == 0) return false;
+    const uint64_t n = std::min<uint64_t>(remaining_, ctx_->chunk_bytes);
+    slices_.clear();
+    uint8_t prefix[11];
+    size_t plen = 0;
+    prefix[plen++] = 0x12;  // field 2 (chunk), length-delimited
+    uint64_t v = n;
+    while (v >= 0x80) {
+      prefix[plen++] = static_cast<uint8_t>(v | 0x80);
+      v >>= 7;
+    }
+    prefix[plen++] = static_cast<uint8_t>(v);
+    slices_.emplace_back(prefix, plen);  // copies the few prefix bytes
+    uint64_t left = n;
+    while (left > 0) {
+      Item& item = items_[item_idx_];
+      const size_t avail = item.bytes.size() - item_off_;
+      const size_t take = std::min<uint64_t>(avail, left);
+      if (take > 0) {
+        slices_.push_back(OwnedSlice(item.bytes.data() + item_off_, take, item.owner));
+      }
+      item_off_ += take;
+      left -= take;
+      if (item_off_ == item.bytes.size()) {
+        item.owner.reset();  // the slices hold their own references
+        ++item_idx_;
+        item_off_ = 0;
+      }
+    }
+    remaining_ -= n;
+    frame_ = grpc::ByteBuffer(slices_.data(), slices_.size());
+    return true;
+  }
+
+  void FinishAndRecord(const grpc::Status& s) {
+    ctx_->metrics.Record(Op::kGet, NowMicros() - start_, s.ok());
+    items_.clear();
+    Finish(s);
+  }
+
+  ServiceContext* const ctx_;
+  grpc::CallbackServerContext* const context_;
+  const int64_t start_;
+  storage::TieredStore* store_ = nullptr;
+  v1::GetRequest req_;
+  std::vector<Item> items_;
+  size_t item_idx_ = 0;
+  size_t item_off_ = 0;
+  uint64_t remaining_ = 0;
+  std::vector<grpc::Slice> slices_;
+  grpc::ByteBuffer frame_;
+};
+
+}  // namespace
+
+std::shared_ptr<const storage::NamespaceOptions> NamespaceCache::Find(
+    const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = map_.find(name);
+  return it == map_.end() ? nullptr : it->second;
+}
+
+void NamespaceCache::Insert(const storage::NamespaceOptions& ns) {
+  auto entry = std::make_shared<const storage::NamespaceOptions>(ns);
+  absl::MutexLock lock(&mu_);
+  map_.try_emplace(ns.name, std::move(entry));
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
+    grpc::CallbackServerContext* context, const v1::RegisterNamespaceRequest* request,
+    v1::RegisterNamespaceResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(
+      ctx_, context, Op::kRegisterNamespace,
+      [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+        if (!request->hash_scheme().empty() && request->hash_scheme() != HashSchemeVersion()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("hash_scheme \"", request->hash_scheme(),
+                           "\" differs from the server's \"", HashSchemeVersion(), "\""));
+        }
+        if (!request->has_spec()) {
+          return absl::InvalidArgumentError("spec is missing");
+        }
+        ASSIGN_OR_RETURN(storage::NamespaceOptions ns, NamespaceFromProto(request->spec(), "spec"));
+        const bool existed = store.GetNamespace(ns.name).ok();
+        ASSIGN_OR_RETURN(storage::NamespaceOptions stored, store.RegisterNamespace(ns));
+        ctx->namespaces.Insert(stored);
+        *response->mutable_spec() = NamespaceToProto(stored);
+        response->set_created(!existed);
+        response->set_hash_scheme(HashSchemeVersion());
+        response->set_node_id(ctx->node_id);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Put(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  return new PutReactor(ctx_, context, response);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Get(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return new GetReactor(ctx_, context, request);
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext* context,
+                                                     const v1::LookupRequest* request,
+                                                     v1::LookupResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(
+      ctx_, context, Op::kLookup,
+      [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+        ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                         FindNamespace(*ctx, store, request->namespace_()));
+        ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(request->keys(), *ctx, false));
+        ASSIGN_OR_RETURN(storage::LookupResult r, store.Lookup(ns.name, keys));
+        response->set_prefix_blocks(r.prefix_blocks);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          v1::BlockLocation* loc = response->add_blocks();
+          const storage::Tier t = i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone;
+          loc->set_tier(TierToProto(t));
+          if (t != storage::Tier::kNone) loc->set_owner(ctx->node_id);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::Pin(grpc::CallbackServerContext* context,
+                                                  const v1::PinRequest* request,
+                                                  v1::PinResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kPin,
+                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                                     FindNamespace(*ctx, store, request->namespace_()));
+                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                                     CheckKeys(request->keys(), *ctx, false));
+                    ASSIGN_OR_RETURN(uint64_t n, store.Pin(ns.name, keys, request->ttl_ms()));
+                    response->set_blocks(n);
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::Unpin(grpc::CallbackServerContext* context,
+                                                    const v1::UnpinRequest* request,
+                                                    v1::UnpinResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kUnpin,
+                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                                     FindNamespace(*ctx, store, request->namespace_()));
+                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                                     CheckKeys(request->keys(), *ctx, false));
+                    ASSIGN_OR_RETURN(uint64_t n, store.Unpin(ns.name, keys));
+                    response->set_blocks(n);
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::ReportScores(grpc::CallbackServerContext* context,
+                                                           const v1::ReportScoresRequest* request,
+                                                           v1::ReportScoresResponse* /*response*/) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(
+      ctx_, context, Op::kReportScores,
+      [ctx, request](storage::TieredStore& store) -> absl::Status {
+        ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                         FindNamespace(*ctx, store, request->namespace_()));
+        ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(request->keys(), *ctx, false));
+        if (request->scores_size() != request->keys_size()) {
+          return absl::InvalidArgumentError(absl::StrCat("scores has ", request->scores_size(),
+                                                         " values but keys has ",
+                                                         request->keys_size()));
+        }
+        std::vector<float> scores(request->scores().begin(), request->scores().end());
+        return store.ReportScores(ns.name, keys, scores);
+      });
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::Delete(grpc::CallbackServerContext* context,
+                                                     const v1::DeleteRequest* request,
+                                                     v1::DeleteResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kDelete,
+                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                                     FindNamespace(*ctx, store, request->namespace_()));
+                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                                     CheckKeys(request->keys(), *ctx, false));
+                    ASSIGN_OR_RETURN(uint64_t n, store.Delete(ns.name, keys));
+                    response->set_blocks(n);
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::Compact(grpc::CallbackServerContext* context,
+                                                      const v1::CompactRequest* request,
+                                                      v1::CompactResponse* response) {
+#ifdef KVTIER_HAVE_COMPACT
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kCompact,
+                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                                     FindNamespace(*ctx, store, request->namespace_()));
+                    RETURN_IF_ERROR(CheckKeys(request->keys(), *ctx, false).status());
+                    ASSIGN_OR_RETURN(*response, RunCompact(store, *request));
+                    return absl::OkStatus();
+                  });
+#else
+  (void)request;
+  (void)response;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(
+      grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Compact is not available in this build"));
+  return reactor;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// Admin.
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Stats(grpc::CallbackServerContext* context,
+                                                  const v1::StatsRequest* request,
+                                                  v1::StatsResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kStats,
+                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                    if (!request->namespace_().empty()) {
+                      RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_()).status());
+                    }
+                    FillStats(store.Stats(), request->namespace_(), response);
+                    response->set_node_id(ctx->node_id);
+                    response->set_hash_scheme(HashSchemeVersion());
+                    response->set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
+                    ctx->metrics.AppendLatencies(response);
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::ListNamespaces(
+    grpc::CallbackServerContext* context, const v1::ListNamespacesRequest* /*request*/,
+    v1::ListNamespacesResponse* response) {
+  return RunUnary(ctx_, context, Op::kStats,
+                  [response](storage::TieredStore& store) -> absl::Status {
+                    for (const auto& ns : store.ListNamespaces()) {
+                      *response->add_namespaces() = NamespaceToProto(ns);
+                    }
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Evict(grpc::CallbackServerContext* context,
+                                                  const v1::EvictRequest* request,
+                                                  v1::EvictResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kEvict,
+                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                                     FindNamespace(*ctx, store, request->namespace_()));
+                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                                     CheckKeys(request->keys(), *ctx, true));
+                    ASSIGN_OR_RETURN(uint64_t n, store.Evict(ns.name, keys, request->drop()));
+                    response->set_blocks(n);
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Flush(grpc::CallbackServerContext* context,
+                                                  const v1::FlushRequest* request,
+                                                  v1::FlushResponse* /*response*/) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kFlush,
+                  [ctx, request](storage::TieredStore& store) -> absl::Status {
+                    if (!request->namespace_().empty()) {
+                      RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_()).status());
+                    }
+                    return store.Flush(request->namespace_());
+                  });
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::ClusterStatus(
+    grpc::CallbackServerContext* context, const v1::ClusterStatusRequest* /*request*/,
+    v1::ClusterStatusResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(ctx_, context, Op::kStats,
+                  [ctx, response](storage::TieredStore& store) -> absl::Status {
+                    response->set_node_id(ctx->node_id);
+                    response->set_replication_factor(ctx->replication_factor);
+                    v1::PeerStatus* self = response->add_peers();
+                    self->set_node_id(ctx->node_id);
+                    self->set_address(ctx->node_id);
+                    self->set_healthy(true);
+                    self->set_ownership_share(1.0);
+                    self->set_last_seen_ms_ago(0);
+                    v1::StatsResponse* st = self->mutable_stats();
+                    FillStats(store.Stats(), "", st);
+                    st->set_node_id(ctx->node_id);
+                    st->set_hash_scheme(HashSchemeVersion());
+                    st->set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
+                    return absl::OkStatus();
+                  });
+}
+
+}  // namespace kvtier::service

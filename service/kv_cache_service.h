@@ -1,0 +1,142 @@
+// The kvtier.v1.KvCache (data plane) and kvtier.v1.KvCacheAdmin gRPC services on the
+// callback API.
+//
+// Reactions never block: every call that touches the store or a codec is queued on the
+// bounded executor (common::ThreadPool::TrySchedule; a full queue answers
+// RESOURCE_EXHAUSTED "server busy"). Streams keep one read and one write in flight.
+// Put and Get are raw (grpc::ByteBuffer) methods:
+//   - Put parses chunk frames itself and copies payload bytes straight from the received
+//     slices into the block buffers (no intermediate protobuf string); the whole Put is
+//     validated (and transcoded) before anything is stored.
+//   - Get hand-serializes GetResponse frames whose payload slices point into the store's
+//     memory, kept alive by storage::BlockRef::owner() (zero payload copies in the server).
+//
+// Until the store is attached (SetStore) every RPC answers UNAVAILABLE.
+#ifndef KVTIER_SERVICE_KV_CACHE_SERVICE_H_
+#define KVTIER_SERVICE_KV_CACHE_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "grpcpp/grpcpp.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+#include "service/metrics.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::service {
+
+// Namespaces seen by the service, so hot paths (Put headers) can check them inside a
+// reaction without calling the store. Namespaces are never removed and a registered spec
+// never changes, so entries never go stale. Thread-safe.
+class NamespaceCache {
+ public:
+  // Returns the namespace or null if it is not cached.
+  std::shared_ptr<const storage::NamespaceOptions> Find(const std::string& name) const;
+  void Insert(const storage::NamespaceOptions& ns);
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const storage::NamespaceOptions>> map_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// State shared by both services. Thread-safe once constructed: `store` is published
+// once (release) and never changes afterwards.
+struct ServiceContext {
+  std::atomic<storage::TieredStore*> store{nullptr};  // null until the store is open
+  common::ThreadPool* executor = nullptr;             // not owned
+  ServiceMetrics metrics;
+  NamespaceCache namespaces;
+  std::string node_id;
+  uint32_t replication_factor = 1;
+  uint32_t max_keys_per_request = 4096;
+  uint64_t max_put_bytes = 1ull << 30;
+  uint64_t chunk_bytes = 1ull << 20;  // payload bytes per Get chunk message
+  int64_t open_micros = 0;            // when the store was opened (uptime)
+  // Payload bytes all Put streams may hold at once (their declared totals); a Put whose
+  // header would exceed it is refused with RESOURCE_EXHAUSTED instead of buffering.
+  uint64_t put_budget_bytes = 1ull << 30;
+  std::atomic<uint64_t> put_bytes_in_flight{0};
+  // Shutdown: once set, new calls are refused with UNAVAILABLE.
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};  // calls admitted and not yet done
+};
+
+// Converts at the gRPC edge (codes are numerically identical).
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+using KvCacheBase =
+    v1::KvCache::WithCallbackMethod_RegisterNamespace<v1::KvCache::WithRawCallbackMethod_Put<
+        v1::KvCache::WithRawCallbackMethod_Get<v1::KvCache::WithCallbackMethod_Lookup<
+            v1::KvCache::WithCallbackMethod_Pin<v1::KvCache::WithCallbackMethod_Unpin<
+                v1::KvCache::WithCallbackMethod_ReportScores<v1::KvCache::WithCallbackMethod_Delete<
+                    v1::KvCache::WithCallbackMethod_Compact<v1::KvCache::Service>>>>>>>>>;
+
+// Thread-safe. `ctx` must outlive the service.
+class KvCacheServiceImpl final : public KvCacheBase {
+ public:
+  explicit KvCacheServiceImpl(ServiceContext* ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* RegisterNamespace(grpc::CallbackServerContext* context,
+                                              const v1::RegisterNamespaceRequest* request,
+                                              v1::RegisterNamespaceResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Put(grpc::CallbackServerContext* context,
+                                                 grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Get(grpc::CallbackServerContext* context,
+                                                  const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
+                                   const v1::LookupRequest* request,
+                                   v1::LookupResponse* response) override;
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context, const v1::PinRequest* request,
+                                v1::PinResponse* response) override;
+  grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* context,
+                                  const v1::UnpinRequest* request,
+                                  v1::UnpinResponse* response) override;
+  grpc::ServerUnaryReactor* ReportScores(grpc::CallbackServerContext* context,
+                                         const v1::ReportScoresRequest* request,
+                                         v1::ReportScoresResponse* response) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
+                                   const v1::DeleteRequest* request,
+                                   v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* context,
+                                    const v1::CompactRequest* request,
+                                    v1::CompactResponse* response) override;
+
+ private:
+  ServiceContext* ctx_;
+};
+
+// Thread-safe. `ctx` must outlive the service.
+class KvCacheAdminImpl final : public v1::KvCacheAdmin::CallbackService {
+ public:
+  explicit KvCacheAdminImpl(ServiceContext* ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override;
+  grpc::ServerUnaryReactor* ListNamespaces(grpc::CallbackServerContext* context,
+                                           const v1::ListNamespacesRequest* request,
+                                           v1::ListNamespacesResponse* response) override;
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context,
+                                  const v1::EvictRequest* request,
+                                  v1::EvictResponse* response) override;
+  grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
+                                  const v1::FlushRequest* request,
+                                  v1::FlushResponse* response) override;
+  grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* context,
+                                          const v1::ClusterStatusRequest* request,
+                                          v1::ClusterStatusResponse* response) override;
+
+ private:
+  ServiceContext* ctx_;
+};
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_SERVICE_KV_CACHE_SERVICE_H_

@@ -1,0 +1,283 @@
+#include "service/metrics.h"
+
+#include <exception>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/metric_family.h"
+#include "service/config.h"
+
+namespace kvtier::service {
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kRegisterNamespace:
+      return "register_namespace";
+    case Op::kPut:
+      return "put";
+    case Op::kGet:
+      return "get";
+    case Op::kLookup:
+      return "lookup";
+    case Op::kPin:
+      return "pin";
+    case Op::kUnpin:
+      return "unpin";
+    case Op::kReportScores:
+      return "report_scores";
+    case Op::kDelete:
+      return "delete";
+    case Op::kCompact:
+      return "compact";
+    case Op::kStats:
+      return "stats";
+    case Op::kEvict:
+      return "evict";
+    case Op::kFlush:
+      return "flush";
+    case Op::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+void LatencyHistogram::Record(int64_t micros) {
+  if (micros < 0) micros = 0;
+  size_t i = 0;
+  while (i < kBoundsUs.size() && static_cast<double>(micros) > kBoundsUs[i]) ++i;
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_us_.fetch_add(static_cast<uint64_t>(micros), std::memory_order_relaxed);
+}
+
+void LatencyHistogram::Snapshot(v1::LatencyHistogram* out) const {
+  for (double b : kBoundsUs) out->add_bounds_us(b);
+  uint64_t total = 0;
+  for (const auto& c : counts_) {
+    uint64_t v = c.load(std::memory_order_relaxed);
+    out->add_counts(v);
+    total += v;
+  }
+  out->set_count(total);
+  out->set_sum_us(static_cast<double>(sum_us_.load(std::memory_order_relaxed)));
+}
+
+void ServiceMetrics::Record(Op op, int64_t micros, bool ok) {
+  hist_[static_cast<int>(op)].Record(micros);
+  if (!ok) errors_[static_cast<int>(op)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServiceMetrics::AppendLatencies(v1::StatsResponse* out) const {
+  for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
+    v1::LatencyHistogram h;
+    hist_[i].Snapshot(&h);
+    if (h.count() == 0) continue;
+    h.set_operation(OpName(static_cast<Op>(i)));
+    *out->add_latencies() = std::move(h);
+  }
+}
+
+void FillStats(const storage::StoreStats& stats, const std::string& only, v1::StatsResponse* out) {
+  out->set_hot_allocator(stats.hot_allocator);
+  out->set_hot_capacity_bytes(stats.hot_capacity_bytes);
+  out->set_hot_used_bytes(stats.hot_used_bytes);
+  out->set_cold_capacity_bytes(stats.cold_capacity_bytes);
+  out->set_cold_used_bytes(stats.cold_used_bytes);
+  for (const storage::NamespaceStats& n : stats.namespaces) {
+    if (!only.empty() && n.name != only) continue;
+    v1::NamespaceStats* o = out->add_namespaces();
+    o->set_name(n.name);
+    o->set_tenant(n.tenant);
+    o->set_codec(CodecToProto(n.codec));
+    o->set_lookups(n.lookups);
+    o->set_lookup_blocks(n.lookup_blocks);
+    o->set_lookup_hit_blocks(n.lookup_hit_blocks);
+    o->set_lookup_prefix_hit_blocks(n.lookup_prefix_hit_blocks);
+    if (n.lookup_blocks > 0) {
+      o->set_hit_rate(static_cast<double>(n.lookup_hit_blocks) / n.lookup_blocks);
+      o->set_prefix_hit_rate(static_cast<double>(n.lookup_prefix_hit_blocks) / n.lookup_blocks);
+    }
+    o->set_gets(n.gets);
+    o->set_get_misses(n.get_misses);
+    o->set_puts(n.puts);
+    if (n.encoded_bytes_put > 0) {
+      o->set_compression_ratio(static_cast<double>(n.raw_bytes_put) / n.encoded_bytes_put);
+    }
+    o->set_raw_bytes_put(n.raw_bytes_put);
+    o->set_encoded_bytes_put(n.encoded_bytes_put);
+    auto tier = [](const storage::TierStats& t, v1::TierStats* p) {
+      p->set_blocks(t.blocks);
+      p->set_bytes(t.bytes);
+      p->set_hits(t.hits);
+    };
+    tier(n.hot, o->mutable_hot());
+    tier(n.cold, o->mutable_cold());
+    o->set_demotions(n.demotions);
+    o->set_promotions(n.promotions);
+    o->set_evictions_hot_capacity(n.evictions_hot_capacity);
+    o->set_evictions_cold_capacity(n.evictions_cold_capacity);
+    o->set_evictions_admin(n.evictions_admin);
+    o->set_checksum_failures(n.checksum_failures);
+  }
+}
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Builds the metric families from the store and the service at scrape time.
+class KvtierCollectable : public prometheus::Collectable {
+ public:
+  KvtierCollectable(storage::TieredStore* store, const ServiceMetrics* metrics, std::string node_id)
+      : store_(store), metrics_(metrics), node_id_(std::move(node_id)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const storage::StoreStats s = store_->Stats();
+    std::vector<MetricFamily> out;
+    // family() hands out references into `out`: reserve so they stay valid.
+    out.reserve(64);
+    auto family = [&](const char* name, const char* help, MetricType type) -> MetricFamily& {
+      KVTIER_CHECK(out.size() < out.capacity());
+      out.push_back(MetricFamily{name, help, type, {}});
+      return out.back();
+    };
+    auto add = [&](MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
+      ClientMetric m;
+      m.label = std::move(labels);
+      m.label.push_back({"node", node_id_});
+      if (f.type == MetricType::Counter) {
+        m.counter.value = v;
+      } else {
+        m.gauge.value = v;
+      }
+      f.metric.push_back(std::move(m));
+    };
+    {
+      auto& f = family("kvtier_tier_capacity_bytes", "Capacity of each tier in bytes.",
+                       MetricType::Gauge);
+      add(f, {{"tier", "hot"}}, static_cast<double>(s.hot_capacity_bytes));
+      add(f, {{"tier", "cold"}}, static_cast<double>(s.cold_capacity_bytes));
+      auto& u = family("kvtier_tier_used_bytes", "Bytes used in each tier.", MetricType::Gauge);
+      add(u, {{"tier", "hot"}}, static_cast<double>(s.hot_used_bytes));
+      add(u, {{"tier", "cold"}}, static_cast<double>(s.cold_used_bytes));
+    }
+    struct CounterDef {
+      const char* name;
+      const char* help;
+      uint64_t storage::NamespaceStats::*field;
+    };
+    static const CounterDef kCounters[] = {
+        {"kvtier_lookups_total", "Lookup calls.", &storage::NamespaceStats::lookups},
+        {"kvtier_lookup_blocks_total", "Keys asked in Lookup calls.",
+         &storage::NamespaceStats::lookup_blocks},
+        {"kvtier_lookup_hit_blocks_total", "Looked-up keys resident in any tier.",
+         &storage::NamespaceStats::lookup_hit_blocks},
+        {"kvtier_lookup_prefix_hit_blocks_total", "Looked-up keys in the resident leading prefix.",
+         &storage::NamespaceStats::lookup_prefix_hit_blocks},
+        {"kvtier_get_blocks_total", "Blocks asked with Get.", &storage::NamespaceStats::gets},
+        {"kvtier_get_misses_total", "Blocks asked with Get and not served.",
+         &storage::NamespaceStats::get_misses},
+        {"kvtier_put_blocks_total", "Blocks stored.", &storage::NamespaceStats::puts},
+        {"kvtier_put_raw_bytes_total", "Source-dtype bytes of stored blocks.",
+         &storage::NamespaceStats::raw_bytes_put},
+        {"kvtier_put_encoded_bytes_total", "Encoded bytes of stored blocks.",
+         &storage::NamespaceStats::encoded_bytes_put},
+        {"kvtier_demotions_total", "Hot to cold demotions.", &storage::NamespaceStats::demotions},
+        {"kvtier_promotions_total", "Cold to hot promotions.",
+         &storage::NamespaceStats::promotions},
+        {"kvtier_checksum_failures_total", "Corrupt blocks found.",
+         &storage::NamespaceStats::checksum_failures},
+    };
+    for (const CounterDef& d : kCounters) {
+      auto& f = family(d.name, d.help, MetricType::Counter);
+      for (const auto& n : s.namespaces) {
+        add(f, {{"namespace", n.name}, {"tenant", n.tenant}}, static_cast<double>(n.*d.field));
+      }
+    }
+    {
+      auto& f = family("kvtier_evictions_total", "Blocks evicted, by reason.", MetricType::Counter);
+      for (const auto& n : s.namespaces) {
+        add(f, {{"namespace", n.name}, {"reason", "hot_capacity"}},
+            static_cast<double>(n.evictions_hot_capacity));
+        add(f, {{"namespace", n.name}, {"reason", "cold_capacity"}},
+            static_cast<double>(n.evictions_cold_capacity));
+        add(f, {{"namespace", n.name}, {"reason", "admin"}},
+            static_cast<double>(n.evictions_admin));
+      }
+      auto& hr =
+          family("kvtier_lookup_hit_rate", "Lookup hit blocks / lookup blocks.", MetricType::Gauge);
+      auto& pr = family("kvtier_lookup_prefix_hit_rate",
+                        "Lookup prefix-hit blocks / lookup blocks.", MetricType::Gauge);
+      auto& bb =
+          family("kvtier_namespace_bytes", "Encoded bytes resident, by tier.", MetricType::Gauge);
+      auto& bl = family("kvtier_namespace_blocks", "Blocks resident, by tier.", MetricType::Gauge);
+      for (const auto& n : s.namespaces) {
+        double denom = n.lookup_blocks ? static_cast<double>(n.lookup_blocks) : 1.0;
+        add(hr, {{"namespace", n.name}}, n.lookup_hit_blocks / denom);
+        add(pr, {{"namespace", n.name}}, n.lookup_prefix_hit_blocks / denom);
+        add(bb, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.bytes));
+        add(bb, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.bytes));
+        add(bl, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.blocks));
+        add(bl, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.blocks));
+      }
+    }
+    {
+      auto& f = family("kvtier_request_latency_seconds", "RPC latency.", MetricType::Histogram);
+      auto& e = family("kvtier_request_errors_total", "RPCs that returned an error.",
+                       MetricType::Counter);
+      for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
+        v1::LatencyHistogram h;
+        metrics_->histogram(static_cast<Op>(i)).Snapshot(&h);
+        ClientMetric m;
+        m.label = {{"node", node_id_}, {"op", OpName(static_cast<Op>(i))}};
+        m.histogram.sample_count = h.count();
+        m.histogram.sample_sum = h.sum_us() / 1e6;
+        uint64_t cum = 0;
+        for (int b = 0; b < h.counts_size(); ++b) {
+          cum += h.counts(b);
+          double bound = b < h.bounds_us_size() ? h.bounds_us(b) / 1e6
+                                                : std::numeric_limits<double>::infinity();
+          m.histogram.bucket.push_back({cum, bound});
+        }
+        f.metric.push_back(std::move(m));
+        add(e, {{"op", OpName(static_cast<Op>(i))}},
+            static_cast<double>(metrics_->errors(static_cast<Op>(i))));
+      }
+    }
+    return out;
+  }
+
+ private:
+  storage::TieredStore* store_;
+  const ServiceMetrics* metrics_;
+  std::string node_id_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const std::string& address, uint32_t port, storage::TieredStore* store,
+    const ServiceMetrics* metrics, std::string node_id) {
+  std::unique_ptr<MetricsExporter> e(new MetricsExporter());
+  // prometheus-cpp reports bind failures with an exception; translate it here, once.
+  try {
+    e->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(address, ":", port), 1);
+  } catch (const std::exception& ex) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics_port ", port, ": cannot serve /metrics: ", ex.what()));
+  }
+  auto c = std::make_shared<KvtierCollectable>(store, metrics, std::move(node_id));
+  e->collectable_ = c;
+  e->exposer_->RegisterCollectable(c);
+  return e;
+}
+
+MetricsExporter::~MetricsExporter() = default;
+
+}  // namespace kvtier::service

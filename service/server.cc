@@ -1,0 +1,146 @@
+#include "service/server.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "service/config.h"
+
+namespace kvtier::service {
+
+std::string JoinHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::ServerConfig& config) {
+  std::unique_ptr<KvtierServer> s(new KvtierServer());
+  s->config_ = config;
+  s->executor_ =
+      std::make_unique<common::ThreadPool>(config.executor_threads(), config.executor_queue());
+  ServiceContext& ctx = s->ctx_;
+  ctx.executor = s->executor_.get();
+  ctx.replication_factor = config.cluster().replication_factor();
+  ctx.max_keys_per_request = config.max_keys_per_request();
+  ctx.max_put_bytes = config.max_put_bytes();
+  ctx.put_budget_bytes = std::max(config.memory_quota_bytes(), config.max_put_bytes());
+  // A chunk frame plus its few framing bytes must fit the message limit.
+  ctx.chunk_bytes = std::min<uint64_t>(1ull << 20, config.max_message_bytes() - 64);
+  s->data_service_ = std::make_unique<KvCacheServiceImpl>(&ctx);
+  s->admin_service_ = std::make_unique<KvCacheAdminImpl>(&ctx);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(JoinHostPort(config.listen_address(), config.port()),
+                           grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(s->data_service_.get());
+  builder.RegisterService(s->admin_service_.get());
+  const int max_msg = static_cast<int>(config.max_message_bytes());
+  builder.SetMaxReceiveMessageSize(max_msg);
+  builder.SetMaxSendMessageSize(max_msg);
+  grpc::ResourceQuota quota("kvtierd");
+  quota.Resize(config.memory_quota_bytes());
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(config.keepalive_time_ms()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Clients may ping as often as every 10 s without being told to go away.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(config.max_concurrent_streams()));
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || selected_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", JoinHostPort(config.listen_address(), config.port())));
+  }
+  // Not serving until the store is open.
+  s->server_->GetHealthCheckService()->SetServingStatus(false);
+  s->port_ = selected_port;
+  s->address_ = JoinHostPort(config.listen_address(), selected_port);
+  ctx.node_id = config.cluster().node_id().empty() ? s->address_ : config.cluster().node_id();
+  return s;
+}
+
+absl::Status KvtierServer::OpenStore() {
+  storage::StoreOptions options = ToStoreOptions(config_);
+  const int64_t t0 = common::RealClock()->NowMicros();
+  ASSIGN_OR_RETURN(store_, storage::TieredStore::Open(options));
+  for (int i = 0; i < config_.namespaces_size(); ++i) {
+    ASSIGN_OR_RETURN(
+        storage::NamespaceOptions ns,
+        NamespaceFromProto(config_.namespaces(i), absl::StrCat("namespaces[", i, "]")));
+    auto r = store_->RegisterNamespace(ns);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("namespaces[", i, "] (", ns.name,
+                                                          "): ", r.status().message()));
+    }
+  }
+  if (config_.metrics_port() != 0) {
+    ASSIGN_OR_RETURN(exporter_,
+                     MetricsExporter::Start(config_.listen_address(), config_.metrics_port(),
+                                            store_.get(), &ctx_.metrics, ctx_.node_id));
+  }
+  ctx_.open_micros = common::RealClock()->NowMicros();
+  ctx_.store.store(store_.get(), std::memory_order_release);
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  const storage::StoreStats st = store_->Stats();
+  KVTIER_LOG(INFO) << "store open in " << (ctx_.open_micros - t0) / 1000
+                   << " ms: " << config_.data_dir() << ", hot " << st.hot_capacity_bytes
+                   << " bytes (" << st.hot_allocator << "), " << st.namespaces.size()
+                   << " namespaces";
+  return absl::OkStatus();
+}
+
+absl::Status KvtierServer::Shutdown() {
+  if (shut_down_) return absl::OkStatus();
+  shut_down_ = true;
+  if (server_ != nullptr) {
+    // Refuse new calls, let the admitted ones finish until the grace deadline, then stop
+    // gRPC with an immediate deadline (cancelling stragglers). Server::Shutdown alone would
+    // wait out the whole deadline while idle client connections stay open.
+    ctx_.draining.store(true);
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.shutdown_grace_ms());
+    while (ctx_.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (const int64_t left = ctx_.in_flight.load(); left > 0) {
+      KVTIER_LOG(WARNING) << "shutdown: cancelling " << left << " calls after the grace period";
+    }
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
+  const int64_t t0 = common::RealClock()->NowMicros();
+  executor_.reset();  // runs whatever is queued, joins
+  exporter_.reset();
+  absl::Status flushed = absl::OkStatus();
+  if (store_ != nullptr) {
+    ctx_.store.store(nullptr, std::memory_order_release);
+    flushed = store_->Flush("");
+    const int64_t t1 = common::RealClock()->NowMicros();
+    store_.reset();
+    KVTIER_LOG(INFO) << "shutdown: grpc stopped; flush " << (t1 - t0) / 1000 << " ms, close "
+                     << (common::RealClock()->NowMicros() - t1) / 1000 << " ms";
+  }
+  return flushed;
+}
+
+KvtierServer::~KvtierServer() {
+  absl::Status s = Shutdown();
+  if (!s.ok()) KVTIER_LOG(ERROR) << "shutdown: " << s.message();
+}
+
+}  // namespace kvtier::service

@@ -1,0 +1,69 @@
+// KvtierServer: the whole kvtierd process minus flag parsing and signals. Owns the gRPC
+// server (KvCache, KvCacheAdmin, grpc.health.v1, reflection), the bounded executor, the
+// TieredStore and the optional Prometheus exporter.
+//
+// Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
+// UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces and flips
+// health to SERVING; Shutdown() stops accepting, lets in-flight calls finish until the
+// grace deadline, drains the executor and flushes the store.
+#ifndef KVTIER_SERVICE_SERVER_H_
+#define KVTIER_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/thread_pool.h"
+#include "grpcpp/grpcpp.h"
+#include "kvtier/v1/kvtier.pb.h"
+#include "service/kv_cache_service.h"
+#include "service/metrics.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::service {
+
+// Thread-compatible: call Start, OpenStore and Shutdown from one thread, in that order.
+class KvtierServer {
+ public:
+  // Builds and starts the gRPC server on config.listen_address:config.port (port 0 binds
+  // a free port). REQUIRES: ValidateConfig(config).ok(). UNAVAILABLE if it cannot bind.
+  static absl::StatusOr<std::unique_ptr<KvtierServer>> Start(const v1::ServerConfig& config);
+
+  ~KvtierServer();  // Shutdown() if not done yet
+
+  // Opens the store and registers the config's namespaces; then health is SERVING.
+  // Errors from TieredStore::Open / RegisterNamespace / the metrics exporter.
+  absl::Status OpenStore();
+
+  // Stops the server (grace: config.shutdown_grace_ms), drains the executor and flushes
+  // the store. Returns the flush status. Idempotent.
+  absl::Status Shutdown();
+
+  // "HOST:PORT" actually bound.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  const std::string& node_id() const { return ctx_.node_id; }
+
+ private:
+  KvtierServer() = default;
+
+  v1::ServerConfig config_;
+  std::string address_;
+  int port_ = 0;
+  std::unique_ptr<common::ThreadPool> executor_;
+  ServiceContext ctx_;
+  std::unique_ptr<KvCacheServiceImpl> data_service_;
+  std::unique_ptr<KvCacheAdminImpl> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<MetricsExporter> exporter_;
+  bool shut_down_ = false;
+};
+
+// Formats host:port, bracketing IPv6 literals.
+std::string JoinHostPort(const std::string& host, int port);
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_SERVICE_SERVER_H_

@@ -1,0 +1,406 @@
+#include "storage/cache_sim.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+#include "storage/eviction_policy_reuse.h"
+
+namespace kvtier::storage {
+namespace {
+
+constexpr int32_t kNoParent = -1;
+
+// The trace with ids renumbered 0..unique-1 and each block's parent.
+struct DenseTrace {
+  std::vector<std::vector<uint32_t>> requests;
+  std::vector<int32_t> parent;
+  std::vector<uint32_t> depth;  // position in its requests (fixed by prefix chaining)
+};
+
+DenseTrace Densify(const Trace& trace) {
+  DenseTrace d;
+  absl::flat_hash_map<uint64_t, uint32_t> ids;
+  ids.reserve(trace.unique_blocks);
+  d.requests.reserve(trace.requests.size());
+  for (const TraceRequest& r : trace.requests) {
+    std::vector<uint32_t> out;
+    out.reserve(r.hash_ids.size());
+    for (size_t i = 0; i < r.hash_ids.size(); ++i) {
+      auto [it, inserted] = ids.try_emplace(r.hash_ids[i], d.parent.size());
+      if (inserted) {
+        d.parent.push_back(i == 0 ? kNoParent : static_cast<int32_t>(out.back()));
+        d.depth.push_back(static_cast<uint32_t>(i));
+      }
+      out.push_back(it->second);
+    }
+    d.requests.push_back(std::move(out));
+  }
+  return d;
+}
+
+struct Counter {
+  size_t begin, end;
+  SimResult* result;
+  void Count(size_t req, const std::vector<uint32_t>& ids,
+             const std::vector<uint8_t>& resident) {
+    if (req < begin || req >= end) return;
+    result->requests++;
+    result->requested_blocks += ids.size();
+    bool prefix = true;
+    for (uint32_t id : ids) {
+      if (resident[id]) {
+        result->hit_blocks++;
+        if (prefix) result->prefix_hit_blocks++;
+      } else {
+        prefix = false;
+      }
+    }
+  }
+};
+
+// Priority-ordered policies (lru, prefix_lru, lfu, reuse): the resident block with the
+// smallest (priority, seq) among the eligible ones is evicted. With prefix_aware only
+// leaves are eligible.
+class PriorityCache {
+ public:
+  PriorityCache(const DenseTrace& d, SimPolicy policy, uint64_t capacity,
+                double history_capacities)
+      : d_(d), policy_(policy), capacity_(capacity),
+        prefix_aware_(policy != SimPolicy::kLru), resident_(d.parent.size(), 0),
+        children_(d.parent.size(), 0), hits_(d.parent.size(), 0),
+        refs_(d.parent.size(), 0), last_ref_(d.parent.size(), 0),
+        history_refs_(history_capacities > 0
+                          ? static_cast<uint64_t>(history_capacities * capacity)
+                          : 0),
+        forget_on_evict_(history_capacities < 0), last_req_(d.parent.size(), kNever),
+        key_(d.parent.size()) {}
+
+  const std::vector<uint8_t>& resident() const { return resident_; }
+  uint64_t evictions() const { return evictions_; }
+
+  void Request(size_t req, const std::vector<uint32_t>& ids) {
+    cur_ = req;
+    uint32_t prefix = 0;
+    while (prefix < ids.size() && resident_[ids[prefix]]) ++prefix;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      uint32_t id = ids[i];
+      Touch sig;
+      sig.now = ++clock_;
+      sig.prior_refs = refs_[id];
+      // A bounded history forgets keys not referenced within the window.
+      if (history_refs_ > 0 && last_ref_[id] + history_refs_ < clock_) {
+        refs_[id] = 0;
+        sig.prior_refs = 0;
+      }
+      last_ref_[id] = clock_;
+      refs_[id]++;
+      if (resident_[id]) {
+        hits_[id]++;
+        Reprioritize(id, sig);
+      } else {
+        Insert(id, sig);
+      }
+    }
+  }
+
+ private:
+  static constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+  using Key = std::tuple<double, uint64_t, uint32_t>;
+  struct Touch {
+    uint64_t now = 0;
+    uint64_t prior_refs = 0;
+  };
+
+  double Priority(uint32_t id, const Touch& sig) const {
+    switch (policy_) {
+      case SimPolicy::kLfu:
+        return static_cast<double>(hits_[id]);
+      case SimPolicy::kReuse:
+        return ReuseRank(sig.now, sig.prior_refs, size_);
+      default:
+        return static_cast<double>(sig.now);
+    }
+  }
+  bool Eligible(uint32_t id) const { return !prefix_aware_ || children_[id] == 0; }
+
+  void Reprioritize(uint32_t id, const Touch& sig) {
+    if (Eligible(id)) order_.erase(key_[id]);
+    key_[id] = Key(Priority(id, sig), sig.now, id);
+    last_req_[id] = cur_;
+    if (Eligible(id)) order_.insert(key_[id]);
+  }
+
+  void Insert(uint32_t id, const Touch& sig) {
+    resident_[id] = 1;
+    hits_[id] = 0;
+    ++size_;
+    int32_t p = d_.parent[id];
+    if (p != kNoParent && resident_[p]) {
+      if (prefix_aware_ && children_[p] == 0) order_.erase(key_[p]);
+      children_[p]++;
+    }
+    key_[id] = Key(Priority(id, sig), sig.now, id);
+    last_req_[id] = cur_;
+    order_.insert(key_[id]);
+    while (size_ > capacity_) {
+      auto it = order_.begin();
+      while (it != order_.end() && last_req_[std::get<2>(*it)] == cur_) ++it;
+      // Everything eligible belongs to this request: drop the new block (bypass).
+      uint32_t victim = it == order_.end() ? id : std::get<2>(*it);
+      Remove(victim);
+      if (victim == id) break;
+    }
+  }
+
+  void Remove(uint32_t id) {
+    if (forget_on_evict_) refs_[id] = 0;
+    order_.erase(key_[id]);
+    resident_[id] = 0;
+    --size_;
+    ++evictions_;
+    int32_t p = d_.parent[id];
+    if (p != kNoParent && resident_[p] && children_[p] > 0) {
+      children_[p]--;
+      if (prefix_aware_ && children_[p] == 0) order_.insert(key_[p]);
+    }
+    // Children of a non-prefix-aware victim stay resident but keep their parent link
+    // count consistent: they no longer count toward the (now absent) parent.
+    children_[id] = 0;
+  }
+
+  const DenseTrace& d_;
+  SimPolicy policy_;
+  uint64_t capacity_;
+  bool prefix_aware_;
+  std::vector<uint8_t> resident_;
+  std::vector<uint32_t> children_;
+  std::vector<uint32_t> hits_;
+  std::vector<uint32_t> refs_;
+  std::vector<uint64_t> last_ref_;
+  uint64_t history_refs_;
+  bool forget_on_evict_;
+  std::vector<uint64_t> last_req_;
+  std::vector<Key> key_;
+  std::set<Key> order_;
+  uint64_t size_ = 0;
+  uint64_t clock_ = 0;
+  uint64_t evictions_ = 0;
+  size_t cur_ = 0;
+};
+
+// S3-FIFO (Yang et al., SOSP'23): a small FIFO taking 10% of the slots, a main FIFO and a
+// ghost FIFO of recently evicted ids (as many as the main FIFO holds). Prefix-unaware.
+class S3FifoCache {
+ public:
+  S3FifoCache(const DenseTrace& d, uint64_t capacity)
+      : capacity_(capacity), small_cap_(std::max<uint64_t>(1, capacity / 10)),
+        resident_(d.parent.size(), 0), freq_(d.parent.size(), 0),
+        ghost_stamp_(d.parent.size(), 0) {}
+
+  const std::vector<uint8_t>& resident() const { return resident_; }
+  uint64_t evictions() const { return evictions_; }
+
+  void Request(const std::vector<uint32_t>& ids) {
+    for (uint32_t id : ids) {
+      if (resident_[id]) {
+        freq_[id] = std::min<uint8_t>(freq_[id] + 1, 3);
+        continue;
+      }
+      while (small_.size() + main_.size() >= capacity_) Evict();
+      resident_[id] = 1;
+      freq_[id] = 0;
+      if (InGhost(id)) {
+        main_.push_back(id);
+      } else {
+        small_.push_back(id);
+      }
+    }
+  }
+
+ private:
+  bool InGhost(uint32_t id) const {
+    return ghost_stamp_[id] != 0 && ghost_stamp_[id] > ghost_popped_;
+  }
+  void Evict() {
+    if (small_.size() >= small_cap_ || main_.empty()) {
+      EvictSmall();
+    } else {
+      EvictMain();
+    }
+  }
+  void EvictSmall() {
+    while (!small_.empty()) {
+      uint32_t t = small_.front();
+      small_.pop_front();
+      if (freq_[t] > 0) {  // accessed again while in the small queue: promote
+        freq_[t] = 0;
+        main_.push_back(t);
+        if (main_.size() > capacity_ - std::min(capacity_, small_cap_)) EvictMain();
+      } else {
+        resident_[t] = 0;
+        ++evictions_;
+        ghost_.push_back(t);
+        ghost_stamp_[t] = ++ghost_pushed_;
+        uint64_t ghost_cap = capacity_ - std::min(capacity_ - 1, small_cap_);
+        while (ghost_.size() > ghost_cap) {
+          ghost_.pop_front();
+          ++ghost_popped_;
+        }
+        return;
+      }
+    }
+  }
+  void EvictMain() {
+    while (!main_.empty()) {
+      uint32_t t = main_.front();
+      main_.pop_front();
+      if (freq_[t] > 0) {
+        freq_[t]--;
+        main_.push_back(t);
+      } else {
+        resident_[t] = 0;
+        ++evictions_;
+        return;
+      }
+    }
+  }
+
+  uint64_t capacity_;
+  uint64_t small_cap_;
+  std::vector<uint8_t> resident_;
+  std::vector<uint8_t> freq_;
+  std::vector<uint64_t> ghost_stamp_;  // push number when last put in the ghost FIFO
+  uint64_t ghost_pushed_ = 0;
+  uint64_t ghost_popped_ = 0;
+  std::deque<uint32_t> small_, main_, ghost_;
+  uint64_t evictions_ = 0;
+};
+
+SimResult RunBelady(const DenseTrace& d, uint64_t capacity, Counter counter) {
+  SimResult result;
+  counter.result = &result;
+  constexpr uint64_t kInf = std::numeric_limits<uint64_t>::max();
+  // next_use[r] for reference number r (flattened order).
+  std::vector<uint64_t> next_use;
+  size_t refs = 0;
+  for (const auto& r : d.requests) refs += r.size();
+  next_use.resize(refs);
+  {
+    std::vector<uint64_t> last(d.parent.size(), kInf);
+    size_t r = refs;
+    for (size_t q = d.requests.size(); q-- > 0;) {
+      for (size_t i = d.requests[q].size(); i-- > 0;) {
+        uint32_t id = d.requests[q][i];
+        next_use[--r] = last[id];
+        last[id] = r;
+      }
+    }
+  }
+  using Key = std::pair<uint64_t, uint32_t>;  // (next use, depth): evict the largest
+  std::set<std::pair<Key, uint32_t>> order;
+  std::vector<Key> key(d.parent.size());
+  std::vector<uint8_t> resident(d.parent.size(), 0);
+  size_t r = 0;
+  for (size_t q = 0; q < d.requests.size(); ++q) {
+    counter.Count(q, d.requests[q], resident);
+    for (uint32_t id : d.requests[q]) {
+      uint64_t nu = next_use[r++];
+      if (resident[id]) order.erase({key[id], id});
+      resident[id] = 1;
+      key[id] = Key(nu, d.depth[id]);
+      order.insert({key[id], id});
+      if (order.size() > capacity) {
+        auto last = std::prev(order.end());
+        resident[last->second] = 0;
+        order.erase(last);
+        result.evictions++;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+const char* SimPolicyName(SimPolicy policy) {
+  switch (policy) {
+    case SimPolicy::kLru: return "lru";
+    case SimPolicy::kPrefixLru: return "prefix_lru";
+    case SimPolicy::kLfu: return "lfu";
+    case SimPolicy::kS3Fifo: return "s3fifo";
+    case SimPolicy::kReuse: return kReusePolicyName;
+    case SimPolicy::kBelady: return "belady";
+    case SimPolicy::kInfinite: return "infinite";
+  }
+  return "unknown";
+}
+
+std::vector<SimPolicy> AllSimPolicies() {
+  return {SimPolicy::kLru,    SimPolicy::kPrefixLru, SimPolicy::kLfu,     SimPolicy::kS3Fifo,
+          SimPolicy::kReuse,  SimPolicy::kBelady,    SimPolicy::kInfinite};
+}
+
+absl::StatusOr<SimPolicy> ParseSimPolicy(std::string_view name) {
+  for (SimPolicy p : AllSimPolicies()) {
+    if (name == SimPolicyName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown policy: ", Sv(name),
+                   " (want lru, prefix_lru, lfu, s3fifo, ", kReusePolicyName,
+                   ", belady, infinite)"));
+}
+
+absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
+                                   const SimOptions& options) {
+  size_t end = options.measure_end == 0 ? trace.requests.size()
+                                        : std::min(options.measure_end, trace.requests.size());
+  if (options.measure_begin >= end) {
+    return absl::InvalidArgumentError("measure range: empty");
+  }
+  if (policy != SimPolicy::kInfinite && options.capacity_blocks == 0) {
+    return absl::InvalidArgumentError("capacity_blocks: must be > 0");
+  }
+  DenseTrace d = Densify(trace);
+  SimResult result;
+  Counter counter{options.measure_begin, end, &result};
+  switch (policy) {
+    case SimPolicy::kInfinite: {
+      std::vector<uint8_t> resident(d.parent.size(), 0);
+      for (size_t q = 0; q < d.requests.size(); ++q) {
+        counter.Count(q, d.requests[q], resident);
+        for (uint32_t id : d.requests[q]) resident[id] = 1;
+      }
+      return result;
+    }
+    case SimPolicy::kBelady:
+      return RunBelady(d, options.capacity_blocks, counter);
+    case SimPolicy::kS3Fifo: {
+      S3FifoCache cache(d, options.capacity_blocks);
+      for (size_t q = 0; q < d.requests.size(); ++q) {
+        counter.Count(q, d.requests[q], cache.resident());
+        cache.Request(d.requests[q]);
+      }
+      result.evictions = cache.evictions();
+      return result;
+    }
+    default: {
+      PriorityCache cache(d, policy, options.capacity_blocks, options.reuse_history_capacities);
+      for (size_t q = 0; q < d.requests.size(); ++q) {
+        counter.Count(q, d.requests[q], cache.resident());
+        cache.Request(q, d.requests[q]);
+      }
+      result.evictions = cache.evictions();
+      return result;
+    }
+  }
+}
+
+}  // namespace kvtier::storage

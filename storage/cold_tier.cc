@@ -1,0 +1,301 @@
+#include "storage/cold_tier.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+
+namespace kvtier::storage {
+namespace {
+
+constexpr uint32_t kRecordMagic = 0x4254564b;  // "KVTB"
+constexpr uint8_t kRecordVersion = 1;
+constexpr uint8_t kFlagZstd = 1;
+// magic u32, version u8, flags u8, reserved u16, checksum u64, payload_bytes u32.
+constexpr size_t kRecordHeaderBytes = 20;
+
+constexpr char kBlockIndexPrefix = 'i';
+constexpr char kNamespacePrefix = 'n';
+
+void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); }
+void PutU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<char*>(&v), 8); }
+uint32_t GetU32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Big-endian namespace id so a namespace's keys are contiguous.
+std::string BlockKey(uint32_t ns_id, std::string_view key, char prefix = 0) {
+  std::string out;
+  out.reserve(5 + key.size());
+  if (prefix != 0) out.push_back(prefix);
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(ns_id >> shift));
+  out.append(key);
+  return out;
+}
+
+std::string IndexKey(uint32_t ns_id, std::string_view key) {
+  return BlockKey(ns_id, key, kBlockIndexPrefix);
+}
+
+uint32_t DecodeNsId(const char* p) {
+  return (uint32_t{static_cast<uint8_t>(p[0])} << 24) |
+         (uint32_t{static_cast<uint8_t>(p[1])} << 16) |
+         (uint32_t{static_cast<uint8_t>(p[2])} << 8) | uint32_t{static_cast<uint8_t>(p[3])};
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat("cold tier ", Sv(what), ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsIOError() || s.IsBusy() || s.IsTimedOut() || s.IsTryAgain()) {
+    return absl::UnavailableError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+uint64_t PayloadChecksum(std::span<const uint8_t> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create data_dir '", options.dir, "': ", ec.message()));
+  }
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.max_total_wal_size = 256ull << 20;
+
+  rocksdb::ColumnFamilyOptions blocks;
+  blocks.compression = rocksdb::kNoCompression;  // see the header: zstd is ours, per value
+  blocks.write_buffer_size = 64ull << 20;
+  blocks.max_write_buffer_number = 3;
+  blocks.target_file_size_base = 256ull << 20;
+  blocks.max_bytes_for_level_base = 1ull << 30;
+  rocksdb::BlockBasedTableOptions table;
+  // Promoted blocks go to the hot arena; caching multi-MiB values twice only evicts
+  // index blocks.
+  table.no_block_cache = true;
+  blocks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  if (options.blob_files) {
+    blocks.enable_blob_files = true;
+    blocks.min_blob_size = 4096;
+    blocks.blob_compression_type = rocksdb::kNoCompression;
+    blocks.enable_blob_garbage_collection = true;  // reclaim deleted / overwritten values
+  }
+  rocksdb::ColumnFamilyOptions meta;
+  meta.compression = rocksdb::kNoCompression;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {"blocks", blocks},
+      {"meta", meta}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  std::unique_ptr<ColdTier> tier(new ColdTier(options));
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, cfs, &handles, &tier->db_);
+  if (!s.ok()) {
+    absl::Status st = FromRocks(s, "open");
+    return absl::Status(st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable
+                                                                  : st.code(),
+                        st.message());
+  }
+  tier->default_cf_ = handles[0];
+  tier->blocks_cf_ = handles[1];
+  tier->meta_cf_ = handles[2];
+  return tier;
+}
+
+ColdTier::~ColdTier() {
+  if (db_ == nullptr) return;
+  for (auto* cf : {default_cf_, blocks_cf_, meta_cf_}) {
+    if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
+  }
+  db_->Close();
+  delete db_;
+}
+
+absl::StatusOr<uint32_t> ColdTier::PutBlock(ColdIndexRecord record,
+                                            std::span<const uint8_t> payload,
+                                            uint64_t checksum, bool compress) {
+  std::string value;
+  uint8_t flags = 0;
+  if (compress) {
+    std::string packed(ZSTD_compressBound(payload.size()), '\0');
+    size_t n = ZSTD_compress(packed.data(), packed.size(), payload.data(), payload.size(), 1);
+    // Keep zstd only when it saves at least 1/8; otherwise reads would pay for nothing.
+    if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 8) {
+      packed.resize(n);
+      flags |= kFlagZstd;
+      value.reserve(kRecordHeaderBytes + n);
+      PutU32(&value, kRecordMagic);
+      value.push_back(static_cast<char>(kRecordVersion));
+      value.push_back(static_cast<char>(flags));
+      value.append(2, '\0');
+      PutU64(&value, checksum);
+      PutU32(&value, static_cast<uint32_t>(payload.size()));
+      value.append(packed);
+    }
+  }
+  if ((flags & kFlagZstd) == 0) {
+    value.reserve(kRecordHeaderBytes + payload.size());
+    PutU32(&value, kRecordMagic);
+    value.push_back(static_cast<char>(kRecordVersion));
+    value.push_back(static_cast<char>(flags));
+    value.append(2, '\0');
+    PutU64(&value, checksum);
+    PutU32(&value, static_cast<uint32_t>(payload.size()));
+    value.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  }
+  record.payload_bytes = static_cast<uint32_t>(payload.size());
+  record.stored_bytes = static_cast<uint32_t>(value.size());
+  record.checksum = checksum;
+
+  std::string index;
+  PutU32(&index, record.block_index);
+  PutU32(&index, record.payload_bytes);
+  PutU32(&index, record.stored_bytes);
+  PutU64(&index, record.checksum);
+  index.push_back(record.standalone ? 1 : 0);
+  index.push_back(static_cast<char>(record.parent_key.size()));
+  index.append(record.parent_key);
+
+  rocksdb::WriteBatch batch;
+  const std::string block_key = BlockKey(record.ns_id, record.key);
+  rocksdb::Status s = batch.Put(blocks_cf_, block_key, value);
+  if (s.ok()) s = batch.Put(meta_cf_, IndexKey(record.ns_id, record.key), index);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  if (s.ok()) s = db_->Write(wo, &batch);
+  if (!s.ok()) return FromRocks(s, "put block");
+  return record.stored_bytes;
+}
+
+absl::Status ColdTier::GetBlock(
+    uint32_t ns_id, std::string_view key,
+    const std::function<void(std::span<const uint8_t>, uint64_t)>& sink) {
+  rocksdb::PinnableSlice value;
+  rocksdb::ReadOptions ro;
+  // Our XXH3 over the payload (below) covers what RocksDB's block checksum would; paying
+  // for both costs a full extra pass over every cold read.
+  ro.verify_checksums = false;
+  rocksdb::Status s = db_->Get(ro, blocks_cf_, BlockKey(ns_id, key), &value);
+  if (s.IsNotFound()) return absl::NotFoundError("block not in cold tier");
+  if (!s.ok()) return FromRocks(s, "get block");
+  if (value.size() < kRecordHeaderBytes || GetU32(value.data()) != kRecordMagic ||
+      static_cast<uint8_t>(value.data()[4]) != kRecordVersion) {
+    return absl::DataLossError("cold record header is malformed");
+  }
+  const uint8_t flags = static_cast<uint8_t>(value.data()[5]);
+  const uint64_t checksum = GetU64(value.data() + 8);
+  const uint32_t payload_bytes = GetU32(value.data() + 16);
+  std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>(value.data()) + kRecordHeaderBytes,
+                                value.size() - kRecordHeaderBytes);
+  std::string unpacked;
+  if (flags & kFlagZstd) {
+    unpacked.resize(payload_bytes);
+    size_t n = ZSTD_decompress(unpacked.data(), unpacked.size(), body.data(), body.size());
+    if (ZSTD_isError(n) || n != payload_bytes) {
+      return absl::DataLossError("cold record does not decompress");
+    }
+    body = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(unpacked.data()), n);
+  } else if (body.size() != payload_bytes) {
+    return absl::DataLossError("cold record payload size mismatch");
+  }
+  if (PayloadChecksum(body) != checksum) {
+    return absl::DataLossError("cold record checksum mismatch");
+  }
+  sink(body, checksum);
+  return absl::OkStatus();
+}
+
+absl::Status ColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
+  rocksdb::WriteBatch batch;
+  rocksdb::Status s = batch.Delete(blocks_cf_, BlockKey(ns_id, key));
+  if (s.ok()) s = batch.Delete(meta_cf_, IndexKey(ns_id, key));
+  if (s.ok()) s = db_->Write(rocksdb::WriteOptions(), &batch);
+  return FromRocks(s, "delete block");
+}
+
+absl::Status ColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;  // rare, and a lost namespace would orphan its blocks
+  std::string key = BlockKey(ns_id, "", kNamespacePrefix);
+  return FromRocks(db_->Put(wo, meta_cf_, key, rocksdb::Slice(spec.data(), spec.size())),
+                   "put namespace");
+}
+
+absl::Status ColdTier::ForEachNamespace(
+    const std::function<void(uint32_t, std::string_view)>& fn) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
+  const std::string prefix(1, kNamespacePrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    if (it->key().size() != 5) return absl::DataLossError("malformed namespace key");
+    fn(DecodeNsId(it->key().data() + 1), std::string_view(it->value().data(), it->value().size()));
+  }
+  return FromRocks(it->status(), "scan namespaces");
+}
+
+absl::Status ColdTier::ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
+  const std::string prefix(1, kBlockIndexPrefix);
+  ColdIndexRecord rec;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() < 6 || v.size() < 22 || v.size() != 22u + static_cast<uint8_t>(v.data()[21])) {
+      return absl::DataLossError("malformed block index record");
+    }
+    rec.ns_id = DecodeNsId(k.data() + 1);
+    rec.key.assign(k.data() + 5, k.size() - 5);
+    rec.block_index = GetU32(v.data());
+    rec.payload_bytes = GetU32(v.data() + 4);
+    rec.stored_bytes = GetU32(v.data() + 8);
+    rec.checksum = GetU64(v.data() + 12);
+    rec.standalone = v.data()[20] != 0;
+    rec.parent_key.assign(v.data() + 22, static_cast<uint8_t>(v.data()[21]));
+    fn(rec);
+  }
+  return FromRocks(it->status(), "scan block index");
+}
+
+absl::Status ColdTier::SyncWal() { return FromRocks(db_->SyncWAL(), "sync wal"); }
+
+absl::StatusOr<std::string> ColdTier::GetRawForTest(uint32_t ns_id, std::string_view key) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), blocks_cf_, BlockKey(ns_id, key), &value);
+  if (!s.ok()) return FromRocks(s, "get raw");
+  return value;
+}
+
+absl::Status ColdTier::PutRawForTest(uint32_t ns_id, std::string_view key,
+                                     std::string_view value) {
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), blocks_cf_, BlockKey(ns_id, key),
+                            rocksdb::Slice(value.data(), value.size())),
+                   "put raw");
+}
+
+}  // namespace kvtier::storage

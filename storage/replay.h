@@ -1,0 +1,76 @@
+// Trace replay against the real TieredStore (storage/tiered_store.h), plus the offline
+// references computed with storage/cache_sim.h, for `kvtier replay`.
+//
+// Semantics per request (same as cache_sim.h): Lookup all keys; a block *hits* if it is
+// resident in the HOT tier (the cache being sized); prefix hits are the leading run of hot
+// blocks. Then every block is referenced in request order: hot or cold blocks with Get
+// (a cold Get promotes into hot, like a re-insert), absent blocks with Put (real encoded
+// payload bytes). The cold tier is kept (history_capacities x hot size) only so the store
+// remembers keys it evicted from hot; cold residency never counts as a hit.
+//
+// Keys: 16 bytes, the hash id little-endian in the first 8 bytes, zero padded; parent =
+// previous id of the request; block_index = position in the request.
+#ifndef KVTIER_STORAGE_REPLAY_H_
+#define KVTIER_STORAGE_REPLAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "storage/cache_sim.h"
+#include "storage/kv/codec.h"
+#include "storage/kv/layout.h"
+#include "storage/tiered_store.h"
+#include "storage/trace.h"
+
+namespace kvtier::storage {
+
+// Returns the 16-byte store key of a trace hash id.
+std::string TraceKey(uint64_t hash_id);
+
+// A tiny layout so replay payloads are small: fp16, 1 layer, 1 KV head, head_dim 16,
+// 4 tokens per block, 0 sink tokens.
+kv::Layout ReplayLayout();
+
+struct ReplayOptions {
+  uint64_t capacity_blocks = 0;  // hot tier capacity in blocks (> 0)
+  // Hot capacity in bytes instead (0 = capacity_blocks hot slots; a slot is the encoded
+  // block size rounded up to the arena alignment). When set, the capacity in blocks is
+  // capacity_bytes / slot size.
+  uint64_t capacity_bytes = 0;
+  EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  kv::Layout layout = ReplayLayout();
+  kv::CodecId codec = kv::CodecId::kFp16;
+  // Cold tier size in multiples of the hot size (the store's memory of evicted keys).
+  double history_capacities = 8.0;
+  // Namespace sink_blocks: blocks with index < this are not evicted from hot while the
+  // store holds a descendant (in any tier, as the store implements it).
+  uint32_t sink_blocks = 1;
+  std::string data_dir;  // RocksDB directory; empty = a fresh temp dir, removed after
+  size_t measure_begin = 0;  // counted requests [measure_begin, measure_end); 0 = end
+  size_t measure_end = 0;
+  // Called after each request with (requests done, total). May be empty.
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct ReplayResult {
+  std::string policy;
+  uint64_t capacity_blocks = 0;
+  uint64_t block_bytes = 0;  // encoded bytes of one block
+  uint64_t slot_bytes = 0;   // hot arena bytes one block occupies
+  SimResult store;           // counts from the real store (hot-tier hits)
+  // The same counts split at the middle request: [0, n/2) and [n/2, n) (warm cache),
+  // ignoring measure_begin/measure_end. For hold-out evaluation.
+  SimResult halves[2];
+  uint64_t max_hot_blocks = 0;  // most hot blocks seen (sanity check of the capacity)
+  uint64_t hot_evictions = 0;   // demotions + hot capacity evictions
+};
+
+// Replays `trace` through a fresh TieredStore. INVALID_ARGUMENT for a zero capacity or an
+// invalid layout; any store error is returned as is, prefixed with the request number.
+absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions& options);
+
+}  // namespace kvtier::storage
+
+#endif  // KVTIER_STORAGE_REPLAY_H_

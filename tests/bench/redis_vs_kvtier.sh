@@ -1,0 +1,109 @@
+#!/bin/bash
+# Redis vs kvtier on loopback with the same workload (`kvtier bench`): SET/GET vs
+# Put/Get of 2 MiB blocks over a key space that fits kvtierd's hot tier.
+#
+# usage: tests/bench/redis_vs_kvtier.sh [BUILD_DIR]        (default: build)
+# env:   THREADS (4) KEYS (64) PHASE_SECONDS (5) BLOCK (2MiB) REPEAT (3) EXTRA_KVTIER_FLAGS ("")
+#
+# Starts redis-server (persistence off, on a free port) and kvtierd (port 0, temp data
+# dir), runs `kvtier bench --redis` (hiredis), `kvtier bench --redis --redis-raw-get` (GET
+# replies read straight off the socket: an upper bound for Redis) and `kvtier bench
+# --server` REPEAT times, alternating, prints every run and the medians (GB/s, latency,
+# CPU seconds per GB of client and server) with the kvtier/Redis ratios, and stops both
+# servers by PID. Needs redis-server, redis-cli and python3.
+set -euo pipefail
+
+BUILD=${1:-build}
+KVTIER=$BUILD/client/cli/kvtier
+KVTIERD=$BUILD/service/kvtierd
+THREADS=${THREADS:-4}
+KEYS=${KEYS:-64}
+PHASE_SECONDS=${PHASE_SECONDS:-5}
+BLOCK=${BLOCK:-2MiB}
+REPEAT=${REPEAT:-3}
+EXTRA_KVTIER_FLAGS=${EXTRA_KVTIER_FLAGS:-}
+
+for bin in "$KVTIER" "$KVTIERD"; do
+  [[ -x $bin ]] || { echo "missing $bin (build targets kvtier and kvtierd)" >&2; exit 2; }
+done
+command -v redis-server >/dev/null || { echo "redis-server not found" >&2; exit 2; }
+
+tmp=$(mktemp -d)
+redis_pid=""
+kvtierd_pid=""
+cleanup() {
+  for pid in $redis_pid $kvtierd_pid; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in $redis_pid $kvtierd_pid; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# A free port for Redis (kvtierd picks its own with --port 0).
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+  --protected-mode yes >"$tmp/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 100); do
+  [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && break
+  sleep 0.1
+done
+[[ $(redis-cli -p "$port" ping) == PONG ]] || { echo "redis did not start" >&2; cat "$tmp/redis.log" >&2; exit 1; }
+
+"$KVTIERD" --port 0 --data-dir "$tmp/data" --hot-capacity 1GiB >"$tmp/kvtierd.out" 2>"$tmp/kvtierd.err" &
+kvtierd_pid=$!
+for _ in $(seq 300); do
+  grep -q "listening on" "$tmp/kvtierd.out" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "listening on" "$tmp/kvtierd.out" || { echo "kvtierd did not start" >&2; cat "$tmp/kvtierd.err" >&2; exit 1; }
+kvtier_addr=$(sed -n 's/^kvtierd listening on //p' "$tmp/kvtierd.out")
+
+BLOCK_BYTES=$(python3 -c "
+import re, sys
+m = re.fullmatch(r'(\d+)(KiB|MiB|GiB)?', '$BLOCK')
+print(int(m.group(1)) * {None: 1, 'KiB': 1024, 'MiB': 1 << 20, 'GiB': 1 << 30}[m.group(2)])")
+common=(--threads "$THREADS" --keys "$KEYS" --seconds "$PHASE_SECONDS" --block-size "$BLOCK" --ops put,get --json)
+echo "# redis 127.0.0.1:$port vs kvtierd $kvtier_addr: $THREADS threads, $BLOCK blocks, $KEYS keys, ${PHASE_SECONDS}s per phase, $REPEAT rounds"
+for round in $(seq "$REPEAT"); do
+  "$KVTIER" bench --redis "127.0.0.1:$port" --server-pid "$redis_pid" "${common[@]}" | tee -a "$tmp/results.jsonl"
+  # Upper bound for Redis GET: the reply read straight into the destination buffer.
+  "$KVTIER" bench --redis "127.0.0.1:$port" --server-pid "$redis_pid" --redis-raw-get "${common[@]}" --ops get | tee -a "$tmp/results.jsonl"
+  # shellcheck disable=SC2086
+  "$KVTIER" bench --server "$kvtier_addr" --server-pid "$kvtierd_pid" "${common[@]}" $EXTRA_KVTIER_FLAGS | tee -a "$tmp/results.jsonl"
+done
+
+# Calibration against machine-baselines.md section 3: redis-benchmark's own client
+# (-c THREADS, one fixed key).
+if command -v redis-benchmark >/dev/null; then
+  echo "# redis-benchmark -d $BLOCK_BYTES -n 2000 -c $THREADS (reference):"
+  redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -d "$BLOCK_BYTES" -n 2000 -c "$THREADS" --csv |
+    tail -n +2 | tr -d '"' |
+    awk -F, -v b="$BLOCK_BYTES" '{printf "#   redis-benchmark %s: %.0f ops/s, %.2f GB/s\n", $1, $2, $2 * b / 1e9}'
+fi
+
+python3 - "$tmp/results.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+med = {}
+for sys_name in ("redis", "redis-raw", "kvtier"):
+    for phase in ("put", "get"):
+        runs = [r for r in rows if r["system"] == sys_name and r["phase"] == phase]
+        if not runs:
+            continue
+        m = lambda k: statistics.median(r[k] for r in runs)
+        med[sys_name, phase] = (m("gb_per_s"), min(r["gb_per_s"] for r in runs),
+                                max(r["gb_per_s"] for r in runs), m("p50_us"), m("p99_us"),
+                                m("client_cpu_s_per_gb"), m("server_cpu_s_per_gb"))
+print()
+print("%-7s %-4s %22s %9s %9s %22s" % ("system", "op", "GB/s median (min-max)", "p50 us",
+                                        "p99 us", "CPU s/GB client+server"))
+for (s, p), (m, lo, hi, p50, p99, cc, sc) in med.items():
+    print("%-7s %-4s %8.2f (%.2f-%.2f)      %9.0f %9.0f %10.3f + %.3f" % (s, p, m, lo, hi, p50, p99, cc, sc))
+for p in ("put", "get"):
+    print("ratio kvtier/redis %s: %.2fx" % (p, med["kvtier", p][0] / med["redis", p][0]))
+print("ratio kvtier/redis-raw get: %.2fx" % (med["kvtier", "get"][0] / med["redis-raw", "get"][0]))
+PY

@@ -1,0 +1,318 @@
+// TieredStore throughput and index-memory benchmarks (in-process, no gRPC).
+//
+//   ninja -C build-store store_bench && build-store/tests/bench/store_bench
+//
+// BM_Memcpy is the ceiling: the same bytes copied between pre-faulted buffers rotating
+// over a pool larger than the LLC. BM_PutHot copies the payload into the hot arena (plus
+// header parse, XXH3 and index work). BM_GetHot returns a zero-copy handle; BM_GetHotCopy
+// also copies the bytes out (what a gRPC response costs at least). BM_GetCold reads from
+// RocksDB (warm page cache), verifies XXH3 and promotes into the arena; arg blob:1 uses
+// BlobDB instead of plain SSTs. BM_PutWriteThrough acknowledges after the RocksDB write.
+// BM_Lookup measures a 2,048-key prefix lookup. BM_IndexMemory reports index bytes per
+// block at 10^6 blocks as counters.
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "storage/hot_arena.h"
+#include "storage/kv/codec.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::storage {
+namespace {
+
+// A scratch directory removed on destruction (tests/bench does not link kvtier_testing).
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/kvtier-bench-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) abort();
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// 2 MiB: L32 H8 D128 T16 fp16. 64 KiB: L4 H2 D128 T16... -> 2*4*2*128*16*2 = 64 KiB.
+kv::Layout LayoutFor(int64_t kib) {
+  kv::Layout l;
+  if (kib == 2048) return l;
+  l.num_layers = 4;
+  l.num_kv_heads = 2;
+  l.head_dim = 128;
+  l.tokens_per_block = 16;
+  return l;
+}
+
+std::string Payload(const kv::Layout& layout, uint32_t index, uint64_t seed) {
+  std::string raw(layout.BytesPerBlock(), '\0');
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + index + 1;
+  for (size_t i = 0; i + 8 <= raw.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    uint64_t v = x & 0x3bff3bff3bff3bffull;  // finite fp16 values
+    std::memcpy(&raw[i], &v, 8);
+  }
+  auto blob = kv::Encode(kv::CodecId::kFp16, layout, index, kv::AsBytes(raw));
+  if (!blob.ok()) abort();
+  return *std::move(blob);
+}
+
+std::string Key(uint64_t i) {
+  std::string k(16, '\0');
+  std::memcpy(&k[0], &i, 8);
+  k[15] = 'k';
+  return k;
+}
+
+struct Fixture {
+  ScratchDir dir;
+  std::unique_ptr<TieredStore> store;
+  std::vector<std::string> payloads;
+  std::vector<std::string> keys;
+};
+
+std::unique_ptr<Fixture> MakeFixture(int64_t kib, size_t nkeys, uint64_t hot_bytes,
+                                     bool write_through, bool blob_files = false) {
+  auto f = std::make_unique<Fixture>();
+  StoreOptions o;
+  o.data_dir = f->dir.Sub("db");
+  o.hot_capacity_bytes = hot_bytes;
+  o.background_demotion = false;
+  o.cold_blob_files = blob_files;
+  auto store = TieredStore::Open(o);
+  if (!store.ok()) abort();
+  f->store = *std::move(store);
+  NamespaceOptions ns;
+  ns.name = "bench";
+  ns.layout = LayoutFor(kib);
+  ns.write_through = write_through;
+  if (!f->store->RegisterNamespace(ns).ok()) abort();
+  for (size_t i = 0; i < nkeys; ++i) {
+    f->payloads.push_back(Payload(ns.layout, 1, i));
+    f->keys.push_back(Key(i));
+  }
+  return f;
+}
+
+// Number of distinct blocks so the working set (~256 MiB) exceeds the caches.
+size_t PoolBlocks(int64_t kib) { return static_cast<size_t>((256 << 10) / kib); }
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 10;
+  const size_t n = PoolBlocks(state.range(0));
+  std::vector<std::string> src(n, std::string(bytes, 'x'));
+  std::vector<std::string> dst(n, std::string(bytes, 'y'));
+  size_t i = 0;
+  for (auto _ : state) {
+    std::memcpy(dst[i].data(), src[i].data(), bytes);
+    benchmark::DoNotOptimize(dst[i].data());
+    i = (i + 1) % n;
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_Memcpy)->ArgName("KiB")->Arg(2048)->Arg(64);
+
+// CPU seconds of the whole process (all threads, including RocksDB's flush/compaction).
+double ProcessCpuSeconds() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+uint64_t SlotFor(int64_t kib) {
+  kv::Layout l = LayoutFor(kib);
+  return HotArena::RoundUp(kv::EncodedSize(kv::CodecId::kFp16, l, l.tokens_per_block, l.sink_tokens));
+}
+
+void BM_PutHot(benchmark::State& state) {
+  const size_t n = PoolBlocks(state.range(0));
+  // Room for every block plus slack so re-puts never cross the high watermark.
+  auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, false);
+  size_t i = 0;
+  for (auto _ : state) {
+    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
+    if (!f->store->Put("bench", {&put, 1}).ok()) state.SkipWithError("put failed");
+    i = (i + 1) % n;
+  }
+  state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
+  state.counters["hot_allocator_mlock"] = f->store->Stats().hot_allocator == "mlock";
+}
+BENCHMARK(BM_PutHot)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
+
+void BM_PutWriteThrough(benchmark::State& state) {
+  const size_t n = PoolBlocks(state.range(0));
+  auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, true,
+                       state.range(1) != 0);
+  size_t i = 0;
+  const double cpu0 = ProcessCpuSeconds();
+  for (auto _ : state) {
+    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
+    if (!f->store->Put("bench", {&put, 1}).ok()) state.SkipWithError("put failed");
+    i = (i + 1) % n;
+  }
+  state.counters["process_cpu_us_per_op"] =
+      1e6 * (ProcessCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
+  state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
+}
+BENCHMARK(BM_PutWriteThrough)
+    ->ArgNames({"KiB", "blob"})
+    ->Args({2048, 0})
+    ->Args({2048, 1})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->UseRealTime();
+
+void GetHot(benchmark::State& state, bool copy_out) {
+  const size_t n = PoolBlocks(state.range(0));
+  auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, false);
+  for (size_t i = 0; i < n; ++i) {
+    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
+    if (!f->store->Put("bench", {&put, 1}).ok()) abort();
+  }
+  std::vector<std::string> out(copy_out ? n : 0, std::string(f->payloads[0].size(), 'z'));
+  size_t i = 0;
+  for (auto _ : state) {
+    auto ref = f->store->Get("bench", f->keys[i]);
+    if (!ref.ok() || ref->tier() != Tier::kHot) {
+      state.SkipWithError("not a hot hit");
+      break;
+    }
+    if (copy_out) std::memcpy(out[i].data(), ref->payload().data(), ref->payload().size());
+    benchmark::DoNotOptimize(ref->payload().data());
+    i = (i + 1) % n;
+  }
+  state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
+}
+void BM_GetHot(benchmark::State& state) { GetHot(state, false); }
+void BM_GetHotCopy(benchmark::State& state) { GetHot(state, true); }
+BENCHMARK(BM_GetHot)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
+BENCHMARK(BM_GetHotCopy)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
+
+void BM_GetCold(benchmark::State& state) {
+  const size_t n = PoolBlocks(state.range(0));
+  const bool blob = state.range(1) != 0;
+  // A hot tier of 8 blocks: every Get of the rotating pool is a cold hit + promotion.
+  auto f = MakeFixture(state.range(0), n, 8 * SlotFor(state.range(0)), false, blob);
+  for (size_t i = 0; i < n; ++i) {
+    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
+    if (!f->store->Put("bench", {&put, 1}).ok()) abort();
+  }
+  if (!f->store->Evict("bench", {}, false).ok()) abort();
+  size_t i = 0;
+  const double cpu0 = ProcessCpuSeconds();
+  for (auto _ : state) {
+    auto ref = f->store->Get("bench", f->keys[i]);
+    if (!ref.ok() || ref->tier() != Tier::kCold) {
+      state.SkipWithError("not a cold hit");
+      break;
+    }
+    benchmark::DoNotOptimize(ref->payload().data());
+    i = (i + 1) % n;
+  }
+  state.counters["process_cpu_us_per_op"] =
+      1e6 * (ProcessCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
+  state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
+}
+BENCHMARK(BM_GetCold)
+    ->ArgNames({"KiB", "blob"})
+    ->Args({2048, 0})
+    ->Args({2048, 1})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->UseRealTime();
+
+kv::Layout TinyLayout(uint32_t head_dim, uint32_t tokens) {
+  kv::Layout l;
+  l.num_layers = 1;
+  l.num_kv_heads = 1;
+  l.head_dim = head_dim;
+  l.tokens_per_block = tokens;
+  l.sink_tokens = 1;
+  return l;
+}
+
+void BM_Lookup(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  ScratchDir dir;
+  StoreOptions o;
+  o.data_dir = dir.Sub("db");
+  o.hot_capacity_bytes = 64 << 20;
+  o.background_demotion = false;
+  auto store = *TieredStore::Open(o);
+  NamespaceOptions ns;
+  ns.name = "bench";
+  ns.layout = TinyLayout(32, 16);
+  if (!store->RegisterNamespace(ns).ok()) abort();
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < n; ++i) {
+    keys.push_back(Key(i));
+    std::string payload = Payload(ns.layout, static_cast<uint32_t>(i), i);
+    BlockPut put{keys[i], i == 0 ? std::string_view() : std::string_view(keys[i - 1]),
+                 static_cast<uint32_t>(i), payload};
+    if (!store->Put("bench", {&put, 1}).ok()) abort();
+  }
+  for (auto _ : state) {
+    auto r = store->Lookup("bench", keys);
+    if (!r.ok() || r->prefix_blocks != n) state.SkipWithError("lookup");
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_Lookup)->ArgName("blocks")->Arg(2048)->Unit(benchmark::kMicrosecond);
+
+void BM_IndexMemory(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  for (auto _ : state) {
+    ScratchDir dir;
+    StoreOptions o;
+    o.data_dir = dir.Sub("db");
+    const kv::Layout layout = TinyLayout(2, 1);  // 8 raw bytes: one 256-byte slot each
+    const uint64_t slot =
+        HotArena::RoundUp(kv::EncodedSize(kv::CodecId::kFp16, layout, 1, 1));
+    o.hot_capacity_bytes = (n + n / 4) * slot;
+    o.background_demotion = false;
+    auto store = *TieredStore::Open(o);
+    NamespaceOptions ns;
+    ns.name = "bench";
+    ns.layout = layout;
+    if (!store->RegisterNamespace(ns).ok()) abort();
+    const std::string payload = Payload(layout, 1, 1);
+    std::vector<std::string> keys(64);
+    // Chains of 64 blocks: real prefix trees with parent links.
+    for (size_t i = 0; i < n; ++i) {
+      keys[i % 64] = Key(i);
+      BlockPut put{keys[i % 64], i % 64 == 0 ? std::string_view() : keys[(i - 1) % 64],
+                   static_cast<uint32_t>(i % 64 + 1), payload};
+      if (!store->Put("bench", {&put, 1}).ok()) abort();
+    }
+    StoreStats st = store->Stats();
+    if (st.index_entries != n) state.SkipWithError("not every block is indexed");
+    const double per_block = static_cast<double>(st.index_memory_bytes) / n;
+    state.counters["blocks"] = static_cast<double>(n);
+    state.counters["index_B_per_block"] = per_block;
+    // The key lives in the entry as 32 bytes + a length byte.
+    state.counters["index_B_beyond_key"] = per_block - 33;
+    state.counters["hot_policy_B_per_block"] = static_cast<double>(st.policy_memory_bytes) / n;
+  }
+}
+BENCHMARK(BM_IndexMemory)->Arg(1000000)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace kvtier::storage
+
+BENCHMARK_MAIN();

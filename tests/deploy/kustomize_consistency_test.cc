@@ -1,0 +1,481 @@
+// Renders deploy/base and every overlay with `kubectl kustomize` and checks what would
+// otherwise only break at deploy time: the kvtierd config in the ConfigMap parses as a
+// kvtier.v1.ServerConfig (and passes `kvtierd --check-config` once kvtierd is built), the
+// container, Service and probe ports equal the config's ports, the headless Service is
+// the StatefulSet's serviceName and the config's peer DNS name, memory covers the hot
+// tier, the volume covers the cold tier, the data dir is on the volume, selectors match.
+//
+// Skips (GTEST_SKIP) when kubectl is not installed.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "kvtier/v1/kvtier.pb.h"
+#include "tests/deploy/mini_yaml.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+std::string SourceDir() {
+  const char* dir = std::getenv("KVTIER_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+bool HaveKubectl() { return std::system("command -v kubectl >/dev/null 2>&1") == 0; }
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// Parses a Kubernetes quantity ("17920Mi", "1Gi", "500M", "1024") into bytes.
+std::optional<uint64_t> ParseQuantity(const std::string& q) {
+  static const std::vector<std::pair<std::string, uint64_t>> kSuffixes = {
+      {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30},   {"Ti", 1ULL << 40},
+      {"k", 1000ULL},     {"M", 1000000ULL},  {"G", 1000000000ULL}, {"T", 1000000000000ULL}};
+  for (const auto& [suffix, mult] : kSuffixes) {
+    if (absl::EndsWith(q, suffix)) {
+      uint64_t v;
+      if (!absl::SimpleAtoi(q.substr(0, q.size() - suffix.size()), &v)) return std::nullopt;
+      return v * mult;
+    }
+  }
+  uint64_t v;
+  if (!absl::SimpleAtoi(q, &v)) return std::nullopt;
+  return v;
+}
+
+int ScalarInt(const YamlNode* node, int fallback = -1) {
+  int v;
+  if (node == nullptr || !node->is_scalar() || !absl::SimpleAtoi(node->scalar, &v)) {
+    return fallback;
+  }
+  return v;
+}
+
+// True if every label in `selector` (a map node) is in `labels`.
+bool SelectorMatches(const YamlNode* selector, const YamlNode* labels) {
+  if (selector == nullptr || !selector->is_map() || selector->map.empty()) return false;
+  if (labels == nullptr || !labels->is_map()) return false;
+  for (const auto& [k, v] : selector->map) {
+    const YamlNode* l = labels->Child(k);
+    if (l == nullptr || l->scalar != v.scalar) return false;
+  }
+  return true;
+}
+
+struct Rendering {
+  std::vector<YamlNode> docs;
+  std::string config_text;  // the kvtierd config extracted from the ConfigMap
+  kvtier::v1::ServerConfig config;
+  int replicas = -1;
+};
+
+const YamlNode* FindDoc(const std::vector<YamlNode>& docs, std::string_view kind,
+                        std::string_view name = "") {
+  for (const YamlNode& d : docs) {
+    if (d.Str("kind") == kind && (name.empty() || d.Str("metadata.name") == name)) return &d;
+  }
+  return nullptr;
+}
+
+// Checks one rendering; returns the problems found (empty = consistent) and fills `out`.
+std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out) {
+  std::vector<std::string> problems;
+  auto problem = [&](std::string p) { problems.push_back(std::move(p)); };
+  absl::StatusOr<std::vector<YamlNode>> docs = ParseYamlDocuments(yaml);
+  if (!docs.ok()) return {absl::StrCat("rendered yaml: ", docs.status().ToString())};
+  out->docs = std::move(*docs);
+  const std::vector<YamlNode>& all = out->docs;
+
+  const YamlNode* sts = FindDoc(all, "StatefulSet");
+  if (sts == nullptr) return {"no StatefulSet rendered"};
+  out->replicas = ScalarInt(sts->Get("spec.replicas"));
+  const std::string ns = sts->Str("metadata.namespace");
+  const YamlNode* pod = sts->Get("spec.template.spec");
+  const YamlNode* pod_labels = sts->Get("spec.template.metadata.labels");
+  if (pod == nullptr) return {"StatefulSet has no pod template"};
+  if (!SelectorMatches(sts->Get("spec.selector.matchLabels"), pod_labels)) {
+    problem("StatefulSet selector does not match its pod labels");
+  }
+
+  const YamlNode* container = nullptr;
+  if (const YamlNode* cs = pod->Child("containers"); cs != nullptr && cs->is_seq()) {
+    for (const YamlNode& c : cs->seq) {
+      if (c.Str("name") == "kvtierd") container = &c;
+    }
+  }
+  if (container == nullptr) return {"no container named kvtierd"};
+
+  // Container ports by name.
+  std::map<std::string, int> ports;
+  if (const YamlNode* ps = container->Child("ports"); ps != nullptr && ps->is_seq()) {
+    for (const YamlNode& p : ps->seq) ports[p.Str("name")] = ScalarInt(p.Child("containerPort"));
+  }
+
+  // The config: --config PATH must be a key of the ConfigMap mounted at dirname(PATH).
+  std::string config_path;
+  if (const YamlNode* args = container->Child("args"); args != nullptr && args->is_seq()) {
+    for (size_t i = 0; i < args->seq.size(); ++i) {
+      const std::string& a = args->seq[i].scalar;
+      if (a == "--config" && i + 1 < args->seq.size()) config_path = args->seq[i + 1].scalar;
+      if (absl::StartsWith(a, "--config=")) config_path = a.substr(9);
+    }
+  }
+  if (config_path.empty()) return {"kvtierd args have no --config"};
+  const size_t slash = config_path.rfind('/');
+  const std::string config_dir = config_path.substr(0, slash);
+  const std::string config_key = config_path.substr(slash + 1);
+  std::map<std::string, std::string> mounts;  // volume name -> mountPath
+  if (const YamlNode* vm = container->Child("volumeMounts"); vm != nullptr && vm->is_seq()) {
+    for (const YamlNode& m : vm->seq) mounts[m.Str("name")] = m.Str("mountPath");
+  }
+  std::string configmap_name;
+  if (const YamlNode* vols = pod->Child("volumes"); vols != nullptr && vols->is_seq()) {
+    for (const YamlNode& v : vols->seq) {
+      if (mounts[v.Str("name")] == config_dir && v.Get("configMap") != nullptr) {
+        configmap_name = v.Str("configMap.name");
+      }
+    }
+  }
+  if (configmap_name.empty()) return {absl::StrCat("no ConfigMap volume mounted at ", config_dir)};
+  const YamlNode* cm = FindDoc(all, "ConfigMap", configmap_name);
+  if (cm == nullptr) return {absl::StrCat("ConfigMap ", configmap_name, " is not rendered")};
+  const YamlNode* data = cm->Get("data");
+  const YamlNode* text = data != nullptr ? data->Child(config_key) : nullptr;
+  if (text == nullptr || !text->is_scalar()) {
+    return {absl::StrCat("ConfigMap ", configmap_name, " has no key ", config_key)};
+  }
+  out->config_text = text->scalar;
+  if (!google::protobuf::TextFormat::ParseFromString(out->config_text, &out->config)) {
+    return {"config does not parse as kvtier.v1.ServerConfig"};
+  }
+  const kvtier::v1::ServerConfig& cfg = out->config;
+
+  // Ports: the file's port (default 50051) is the gRPC port; metrics must be on.
+  const int grpc_port = cfg.port() != 0 ? static_cast<int>(cfg.port()) : 50051;
+  const std::string& listen = cfg.listen_address();
+  if (listen != "0.0.0.0" && listen != "::" && listen != "[::]") {
+    problem(absl::StrCat("listen_address \"", listen,
+                         "\" is not reachable by probes and peers (use 0.0.0.0)"));
+  }
+  if (ports["grpc"] != grpc_port) {
+    problem(absl::StrCat("container port grpc=", ports["grpc"], " but config port=", grpc_port));
+  }
+  if (cfg.metrics_port() == 0) {
+    problem("config metrics_port is 0 (off) but the manifests expose a metrics port");
+  } else if (ports["metrics"] != static_cast<int>(cfg.metrics_port())) {
+    problem(absl::StrCat("container port metrics=", ports["metrics"],
+                         " but config metrics_port=", cfg.metrics_port()));
+  }
+  for (const char* probe : {"livenessProbe", "readinessProbe", "startupProbe"}) {
+    const YamlNode* p = container->Child(probe);
+    if (p == nullptr) {
+      problem(absl::StrCat(probe, " missing"));
+    } else if (p->Get("grpc") == nullptr) {
+      problem(absl::StrCat(probe, " is not a native gRPC probe"));
+    } else if (ScalarInt(p->Get("grpc.port")) != grpc_port) {
+      problem(
+          absl::StrCat(probe, " targets port ", p->Str("grpc.port"), ", gRPC port is ", grpc_port));
+    }
+  }
+
+  // Services: the headless one is the StatefulSet's serviceName and the peer DNS name.
+  const YamlNode* headless = nullptr;
+  for (const YamlNode& d : all) {
+    if (d.Str("kind") != "Service") continue;
+    if (!SelectorMatches(d.Get("spec.selector"), pod_labels)) {
+      problem(absl::StrCat("Service ", d.Str("metadata.name"), " selects no kvtierd pod"));
+    }
+    if (d.Str("spec.clusterIP") == "None") headless = &d;
+    if (const YamlNode* sp = d.Get("spec.ports"); sp != nullptr && sp->is_seq()) {
+      for (const YamlNode& p : sp->seq) {
+        const std::string target = p.Str("targetPort", p.Str("port"));
+        int target_port;
+        if (absl::SimpleAtoi(target, &target_port)) {
+          bool found = false;
+          for (const auto& [n, cp] : ports) found |= cp == target_port;
+          if (!found) {
+            problem(absl::StrCat("Service ", d.Str("metadata.name"), " targets port ", target,
+                                 " that kvtierd does not expose"));
+          }
+        } else if (ports.count(target) == 0) {
+          problem(
+              absl::StrCat("Service ", d.Str("metadata.name"), " targets unknown port ", target));
+        }
+      }
+    }
+  }
+  if (headless == nullptr) {
+    problem("no headless Service (clusterIP: None) for peer discovery");
+  } else {
+    const std::string hname = headless->Str("metadata.name");
+    if (sts->Str("spec.serviceName") != hname) {
+      problem(absl::StrCat("StatefulSet serviceName ", sts->Str("spec.serviceName"),
+                           " != headless Service ", hname));
+    }
+    const std::string& dns = cfg.cluster().peer_dns();
+    if (cfg.cluster().static_peers().empty()) {
+      const std::vector<std::string> labels = absl::StrSplit(dns, '.');
+      if (dns.empty()) {
+        problem("config has neither cluster.peer_dns nor cluster.static_peers");
+      } else if (labels[0] != hname) {
+        problem(absl::StrCat("cluster.peer_dns ", dns, " does not name headless Service ", hname));
+      } else if (labels.size() >= 2 && labels[1] != headless->Str("metadata.namespace")) {
+        problem(absl::StrCat("cluster.peer_dns ", dns, " is not in namespace ",
+                             headless->Str("metadata.namespace")));
+      }
+    }
+    if (cfg.cluster().peer_port() != 0 &&
+        static_cast<int>(cfg.cluster().peer_port()) != grpc_port) {
+      problem(absl::StrCat("cluster.peer_port ", cfg.cluster().peer_port(), " != gRPC port ",
+                           grpc_port));
+    }
+  }
+  (void)ns;
+
+  // Memory: requests == limits >= hot tier + gRPC quota + 512 MiB; the hot tier is pinned.
+  const uint64_t quota = cfg.memory_quota_bytes() != 0 ? cfg.memory_quota_bytes() : 1024 * kMiB;
+  const uint64_t hot = cfg.hot_capacity_bytes() != 0 ? cfg.hot_capacity_bytes() : 256 * kMiB;
+  const auto limit = ParseQuantity(container->Str("resources.limits.memory"));
+  const auto request = ParseQuantity(container->Str("resources.requests.memory"));
+  if (!limit || !request) {
+    problem("kvtierd memory requests/limits missing or unparsable");
+  } else {
+    if (*limit < hot + quota + 512 * kMiB) {
+      problem(absl::StrCat("memory limit ", *limit, " < hot_capacity_bytes + memory_quota_bytes",
+                           " + 512 MiB = ", hot + quota + 512 * kMiB));
+    }
+    if (*request != *limit) problem("memory request != limit (pinned memory needs Guaranteed)");
+  }
+
+  // Data dir on the PVC, and the PVC large enough for the cold tier.
+  const std::string data_dir = cfg.data_dir().empty() ? "./kvtier-data" : cfg.data_dir();
+  const YamlNode* claims = sts->Get("spec.volumeClaimTemplates");
+  bool on_claim = false;
+  if (claims != nullptr && claims->is_seq()) {
+    for (const YamlNode& c : claims->seq) {
+      const std::string mount = mounts[c.Str("metadata.name")];
+      if (mount.empty() || !(data_dir == mount || absl::StartsWith(data_dir, mount + "/"))) {
+        continue;
+      }
+      on_claim = true;
+      const auto storage = ParseQuantity(c.Str("spec.resources.requests.storage"));
+      const uint64_t cold =
+          cfg.cold_capacity_bytes() != 0 ? cfg.cold_capacity_bytes() : 16ULL * 1024 * kMiB;
+      if (!storage || *storage < cold) {
+        problem(absl::StrCat("volume ", c.Str("metadata.name"), " (",
+                             c.Str("spec.resources.requests.storage"),
+                             ") is smaller than cold_capacity_bytes ", cold));
+      }
+    }
+  }
+  if (!on_claim) problem(absl::StrCat("data_dir ", data_dir, " is not on a volumeClaimTemplate"));
+
+  // Security: non-root with IPC_LOCK for pinned memory.
+  if (pod->Str("securityContext.runAsNonRoot") != "true") problem("pod is not runAsNonRoot");
+  bool ipc_lock = false;
+  if (const YamlNode* add = container->Get("securityContext.capabilities.add");
+      add != nullptr && add->is_seq()) {
+    for (const YamlNode& c : add->seq) ipc_lock |= c.scalar == "IPC_LOCK";
+  }
+  if (!ipc_lock) problem("kvtierd lacks the IPC_LOCK capability");
+  // SIGTERM: in-flight calls get shutdown_grace_ms, then the store flushes; leave the
+  // flush at least 10 s before the kubelet's SIGKILL.
+  const int64_t grace_ms = int64_t{ScalarInt(pod->Get("terminationGracePeriodSeconds"), 30)} * 1000;
+  const int64_t shutdown_ms = cfg.shutdown_grace_ms() != 0 ? cfg.shutdown_grace_ms() : 10000;
+  if (grace_ms < shutdown_ms + 10000) {
+    problem(absl::StrCat("terminationGracePeriodSeconds (", grace_ms / 1000,
+                         " s) < shutdown_grace_ms + 10 s to flush (", shutdown_ms + 10000, " ms)"));
+  }
+
+  // Disruption budget and network policy apply to the kvtierd pods.
+  const YamlNode* pdb = FindDoc(all, "PodDisruptionBudget");
+  if (pdb == nullptr || !SelectorMatches(pdb->Get("spec.selector.matchLabels"), pod_labels)) {
+    problem("no PodDisruptionBudget selecting the kvtierd pods");
+  }
+  const YamlNode* np = FindDoc(all, "NetworkPolicy");
+  if (np == nullptr || !SelectorMatches(np->Get("spec.podSelector.matchLabels"), pod_labels)) {
+    problem("no NetworkPolicy selecting the kvtierd pods");
+  }
+  return problems;
+}
+
+class KustomizeTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Renders the kustomization at deploy/<GetParam()>; skips without kubectl.
+  std::string Render() {
+    const std::string dir = absl::StrCat(SourceDir(), "/deploy/", GetParam());
+    CommandResult r = RunCommand(absl::StrCat("kubectl kustomize '", dir, "'"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  }
+};
+
+TEST_P(KustomizeTest, RendersConsistently) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
+  Rendering rendering;
+  const std::vector<std::string> problems = CheckDeployment(Render(), &rendering);
+  EXPECT_THAT(problems, IsEmpty()) << absl::StrJoin(problems, "\n");
+  if (GetParam() == "overlays/dev") {
+    EXPECT_EQ(rendering.replicas, 1);
+  }
+  if (GetParam() == "overlays/prod") {
+    EXPECT_EQ(rendering.replicas, 3);
+    // Three nodes with R=2 survive losing any one of them without misses.
+    EXPECT_GE(rendering.config.cluster().replication_factor(), 2u);
+  }
+}
+
+TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
+  Rendering rendering;
+  const std::vector<std::string> problems = CheckDeployment(Render(), &rendering);
+  ASSERT_FALSE(rendering.config_text.empty()) << absl::StrJoin(problems, "\n");
+  const std::string kvtierd = KvtierdPath();
+  if (access(kvtierd.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "kvtierd is not built (" << kvtierd
+                 << "): the ConfigMap config was only parsed as a ServerConfig textproto, "
+                    "not validated by kvtierd --check-config";
+  }
+  TempDir tmp;
+  const std::string path = tmp.Sub("kvtierd.textproto");
+  std::ofstream(path) << rendering.config_text;
+  CommandResult r = RunCommand(absl::StrCat("'", kvtierd, "' --check-config '", path, "'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ok"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Deploy, KustomizeTest,
+                         ::testing::Values("base", "overlays/dev", "overlays/prod"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (c == '/') c = '_';
+                           }
+                           return name;
+                         });
+
+// The checker itself must catch the breakages it exists for: each mutation of a good
+// rendering is reported.
+TEST(KustomizeCheckerTest, CatchesDeployTimeBreakages) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
+  CommandResult r =
+      RunCommand(absl::StrCat("kubectl kustomize '", SourceDir(), "/deploy/overlays/prod'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string good = r.output;
+  {
+    Rendering ok;
+    ASSERT_THAT(CheckDeployment(good, &ok), IsEmpty());
+  }
+  struct Mutation {
+    std::string from, to, expect;
+  };
+  const std::vector<Mutation> mutations = {
+      {"containerPort: 9090", "containerPort: 9091", "container port metrics=9091"},
+      {"\n    port: 50051\n", "\n    port: 50052\n", "container port grpc=50051"},
+      {"serviceName: kvtier-peers", "serviceName: kvtier-peer", "serviceName kvtier-peer"},
+      {"peer_dns: \"kvtier-peers.kvtier.", "peer_dns: \"kvtier.kvtier.", "does not name headless"},
+      {"peer_dns: \"kvtier-peers.kvtier.", "peer_dns: \"kvtier-peers.default.",
+       "is not in namespace"},
+      {"memory: 17920Mi", "memory: 16Gi", "memory limit"},
+      {"listen_address: \"0.0.0.0\"", "listen_address: \"127.0.0.1\"", "listen_address"},
+      {"storage: 200Gi", "storage: 100Gi", "smaller than cold_capacity_bytes"},
+      {"mountPath: /var/lib/kvtier\n", "mountPath: /data\n", "not on a volumeClaimTemplate"},
+      {"- IPC_LOCK", "- NET_BIND_SERVICE", "IPC_LOCK"},
+      {"hot_allocator: \"auto\"", "hot_allocator: auto\"", "does not parse"},
+      {"targetPort: metrics", "targetPort: metric", "unknown port metric"},
+      {"terminationGracePeriodSeconds: 180", "terminationGracePeriodSeconds: 25",
+       "terminationGracePeriodSeconds (25 s)"},
+  };
+  for (const Mutation& m : mutations) {
+    const size_t at = good.find(m.from);
+    ASSERT_NE(at, std::string::npos) << m.from;
+    std::string bad = good;
+    bad.replace(at, m.from.size(), m.to);
+    Rendering rendering;
+    const std::vector<std::string> problems = CheckDeployment(bad, &rendering);
+    EXPECT_THAT(absl::StrJoin(problems, "\n"), HasSubstr(m.expect)) << "mutation " << m.to;
+  }
+}
+
+TEST(MiniYamlTest, ParsesKustomizeSubset) {
+  const std::string text =
+      "a:\n"
+      "  b: \"x: y\"\n"
+      "  list:\n"
+      "  - name: one\n"
+      "    port: 1\n"
+      "  - two\n"
+      "  - 'it''s'\n"
+      "  empty: {}\n"
+      "  text: |\n"
+      "    line1\n"
+      "\n"
+      "      indented\n"
+      "  after: z\n"
+      "---\n"
+      "kind: Second\n";
+  absl::StatusOr<std::vector<YamlNode>> docs = ParseYamlDocuments(text);
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  ASSERT_EQ(docs->size(), 2u);
+  const YamlNode& d = (*docs)[0];
+  EXPECT_EQ(d.Str("a.b"), "x: y");
+  const YamlNode* list = d.Get("a.list");
+  ASSERT_NE(list, nullptr);
+  ASSERT_TRUE(list->is_seq());
+  ASSERT_EQ(list->seq.size(), 3u);
+  EXPECT_EQ(list->seq[0].Str("name"), "one");
+  EXPECT_EQ(list->seq[0].Str("port"), "1");
+  EXPECT_EQ(list->seq[1].scalar, "two");
+  EXPECT_EQ(list->seq[2].scalar, "it's");
+  EXPECT_TRUE(d.Get("a.empty")->is_map());
+  EXPECT_EQ(d.Str("a.text"), "line1\n\n  indented\n");
+  EXPECT_EQ(d.Str("a.after"), "z");
+  EXPECT_EQ((*docs)[1].Str("kind"), "Second");
+}
+
+TEST(MiniYamlTest, RejectsWhatItCannotRead) {
+  EXPECT_FALSE(ParseYamlDocuments("a: [1, 2]\n").ok());
+  EXPECT_FALSE(ParseYamlDocuments("a: &anchor x\n").ok());
+  EXPECT_FALSE(ParseYamlDocuments("a: 1\n   b: 2\n").ok());
+  EXPECT_FALSE(ParseYamlDocuments("a: 1\na: 2\n").ok());
+  EXPECT_FALSE(ParseYamlDocuments("a: >\n  folded\n").ok());
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,425 @@
+// kvtier::client::Client and the `kvtier` CLI against a real kvtierd on 127.0.0.1:0.
+#include "client/client.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/prefix_keys.h"
+#include "client/synthetic_blocks.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "storage/kv/codec.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier::client {
+namespace {
+
+namespace v1 = ::kvtier::v1;
+using testing::ServerProcess;
+using testing::TempDir;
+
+// 24 layers x 8 heads x 128 x 16 tokens fp16 = 1.5 MiB per block: larger than a chunk.
+kv::Layout BigLayout() {
+  kv::Layout l;
+  l.num_layers = 24;
+  return l;
+}
+
+v1::NamespaceSpec Spec(const std::string& name, const kv::Layout& layout,
+                       v1::Codec codec = v1::CODEC_FP16) {
+  v1::NamespaceSpec spec;
+  spec.set_name(name);
+  spec.set_model_id("client-test");
+  *spec.mutable_layout() = ToProto(layout);
+  spec.set_codec(codec);
+  return spec;
+}
+
+std::string BinaryDir() {
+  if (const char* d = std::getenv("KVTIER_BINARY_DIR"); d && *d) return d;
+  // Run by hand: <build>/tests/integration/client_test.
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string exe(buf, n > 0 ? n : 0);
+  for (int i = 0; i < 3; ++i) exe = exe.substr(0, exe.rfind('/'));
+  return exe;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    if (!std::getenv("KVTIER_BINARY_DIR") && !std::getenv("KVTIER_KVTIERD")) {
+      setenv("KVTIER_BINARY_DIR", BinaryDir().c_str(), 1);
+    }
+    auto server = ServerProcess::Start(testing::KvtierdPath(),
+                                       {"--port", "0", "--data-dir", dir_->Sub("data")});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = new ServerProcess(std::move(*server));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  ClientOptions Options(std::optional<v1::NamespaceSpec> spec = std::nullopt) {
+    ClientOptions o;
+    o.server = server_->address();
+    o.namespace_spec = std::move(spec);
+    o.num_channels = 2;
+    return o;
+  }
+
+  std::unique_ptr<Client> MustConnect(ClientOptions o) {
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  static TempDir* dir_;
+  static ServerProcess* server_;
+};
+
+TempDir* ClientTest::dir_ = nullptr;
+ServerProcess* ClientTest::server_ = nullptr;
+
+// A sequence of `n` encoded fp16 blocks with canonical keys.
+struct Sequence {
+  std::vector<std::string> keys;
+  std::vector<std::string> raw;
+  std::vector<std::string> encoded;
+  std::vector<PutBlock> blocks;
+};
+
+Sequence MakeSequence(const std::string& ns, const kv::Layout& layout, uint32_t n,
+                      uint64_t seed) {
+  Sequence s;
+  PrefixKeyParams p;
+  p.namespace_name = ns;
+  p.tokens_per_block = layout.tokens_per_block;
+  s.keys = *PrefixKeysForTokens(p, SyntheticTokens(seed, n, 0, layout.tokens_per_block));
+  for (uint32_t i = 0; i < n; ++i) {
+    s.raw.push_back(SyntheticRawBlock(layout, seed, i));
+    s.encoded.push_back(*kv::Encode(kv::CodecId::kFp16, layout, i, kv::AsBytes(s.raw.back())));
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    PutBlock b;
+    b.key = s.keys[i];
+    b.parent_key = i == 0 ? "" : s.keys[i - 1];
+    b.block_index = i;
+    b.payload = kv::AsBytes(s.encoded[i]);
+    s.blocks.push_back(b);
+  }
+  return s;
+}
+
+TEST_F(ClientTest, ConnectRegistersNamespaceAndChecksHashScheme) {
+  auto c1 = MustConnect(Options(Spec("handshake", BigLayout())));
+  ASSERT_NE(c1, nullptr);
+  EXPECT_TRUE(c1->connect_info().namespace_created);
+  EXPECT_EQ(c1->connect_info().server_hash_scheme, CanonicalHashScheme());
+  EXPECT_FALSE(c1->connect_info().node_id.empty());
+  auto c2 = MustConnect(Options(Spec("handshake", BigLayout())));
+  ASSERT_NE(c2, nullptr);
+  EXPECT_FALSE(c2->connect_info().namespace_created);
+  EXPECT_EQ(c2->connect_info().stored_spec.layout().num_layers(), 24u);
+
+  auto list = c2->ListNamespaces();
+  ASSERT_TRUE(list.ok()) << list.status();
+  bool seen = false;
+  for (const auto& s : list->namespaces()) seen |= s.name() == "handshake";
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(ClientTest, LayoutMismatchFailsAtConnect) {
+  ASSERT_NE(MustConnect(Options(Spec("mismatch", BigLayout()))), nullptr);
+  kv::Layout other = BigLayout();
+  other.num_layers = 32;
+  auto c = Client::Connect(Options(Spec("mismatch", other)));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition) << c.status();
+  EXPECT_NE(c.status().message().find("num_layers"), std::string::npos) << c.status();
+
+  auto codec = Client::Connect(Options(Spec("mismatch", BigLayout(), v1::CODEC_INT8)));
+  EXPECT_EQ(codec.status().code(), absl::StatusCode::kFailedPrecondition) << codec.status();
+}
+
+TEST_F(ClientTest, HashSchemeMismatchFailsAtConnect) {
+  ClientOptions o = Options(Spec("scheme", BigLayout()));
+  o.hash_scheme = "someone-elses-hash-v0";
+  auto c = Client::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition) << c.status();
+}
+
+TEST_F(ClientTest, PutThenGetIsBitExactAcrossChunksAndStreams) {
+  const kv::Layout layout = BigLayout();
+  ASSERT_GT(layout.BytesPerBlock(), 1u << 20);
+  for (int streams : {1, 4}) {
+    ClientOptions o = Options(Spec("bitexact", layout));
+    o.max_streams_per_call = streams;
+    auto client = MustConnect(o);
+    ASSERT_NE(client, nullptr);
+    Sequence s = MakeSequence("bitexact", layout, 5, 100 + streams);
+    auto put = client->PutBlocks("bitexact", s.blocks);
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_EQ(put->blocks_stored, 5u);
+
+    std::vector<std::string> keys = s.keys;
+    keys.insert(keys.begin() + 2, std::string(16, 'x'));  // a miss in the middle
+    auto got = client->GetBlocks("bitexact", keys);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 6u);
+    EXPECT_FALSE((*got)[2].info.found());
+    for (size_t i = 0, j = 0; i < keys.size(); ++i) {
+      if (i == 2) continue;
+      ASSERT_TRUE((*got)[i].info.found()) << i;
+      EXPECT_EQ((*got)[i].info.block_index(), j);
+      EXPECT_TRUE((*got)[i].data == s.encoded[j]) << "block " << j << " differs";
+      ++j;
+    }
+
+    // Raw format: the server decodes the (lossless fp16) blob back to the source bytes.
+    GetOptions raw;
+    raw.format = v1::PAYLOAD_FORMAT_RAW;
+    auto got_raw = client->GetBlocks("bitexact", std::span(s.keys).subspan(0, 2), raw);
+    ASSERT_TRUE(got_raw.ok()) << got_raw.status();
+    EXPECT_TRUE((*got_raw)[0].data == s.raw[0]);
+    EXPECT_TRUE((*got_raw)[1].data == s.raw[1]);
+  }
+}
+
+TEST_F(ClientTest, GetBlocksIntoCallerBuffers) {
+  const kv::Layout layout = BigLayout();
+  ClientOptions o = Options(Spec("into", layout));
+  o.chunk_bytes = 300 * 1024;  // chunks that straddle block boundaries
+  o.max_streams_per_call = 2;
+  auto client = MustConnect(o);
+  ASSERT_NE(client, nullptr);
+  Sequence s = MakeSequence("into", layout, 3, 7);
+  ASSERT_TRUE(client->PutBlocks("into", s.blocks).ok());
+
+  std::vector<std::string> storage(3, std::string(s.encoded[0].size() + 100, '\x5a'));
+  std::vector<std::span<uint8_t>> bufs;
+  for (auto& b : storage) bufs.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  auto infos = client->GetBlocksInto("into", s.keys, bufs);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*infos)[i].found());
+    ASSERT_EQ((*infos)[i].size(), s.encoded[i].size());
+    EXPECT_TRUE(storage[i].compare(0, s.encoded[i].size(), s.encoded[i]) == 0) << i;
+    // Nothing written past the block.
+    EXPECT_EQ(storage[i].substr(s.encoded[i].size()), std::string(100, '\x5a'));
+  }
+
+  // A buffer too small is reported, naming it.
+  std::string small(1000, 0);
+  std::vector<std::span<uint8_t>> one = {
+      std::span<uint8_t>(reinterpret_cast<uint8_t*>(small.data()), small.size())};
+  auto too_small = client->GetBlocksInto("into", std::span(s.keys).subspan(0, 1), one);
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kOutOfRange) << too_small.status();
+  // Mismatched counts.
+  EXPECT_EQ(client->GetBlocksInto("into", s.keys, one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, LookupReportsTheResidentPrefix) {
+  const kv::Layout layout = BigLayout();
+  auto client = MustConnect(Options(Spec("lookup", layout)));
+  ASSERT_NE(client, nullptr);
+  Sequence s = MakeSequence("lookup", layout, 5, 9);
+  ASSERT_TRUE(client->PutBlocks("lookup", std::span(s.blocks).subspan(0, 3)).ok());
+  auto r = client->Lookup("lookup", s.keys);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prefix_blocks(), 3u);
+  ASSERT_EQ(r->blocks_size(), 5);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(r->blocks(i).tier(), v1::TIER_NONE) << i;
+  for (int i = 3; i < 5; ++i) EXPECT_EQ(r->blocks(i).tier(), v1::TIER_NONE) << i;
+
+  auto stats = client->Stats("lookup");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->namespaces_size(), 1);
+  EXPECT_EQ(stats->namespaces(0).hot().blocks() + stats->namespaces(0).cold().blocks(), 3u);
+  EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks(), 3u);
+
+  // Unknown namespace: NOT_FOUND, not retried into a timeout.
+  EXPECT_EQ(client->Lookup("no-such-namespace", s.keys).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, PinScoresEvictDeleteFlush) {
+  const kv::Layout layout = BigLayout();
+  auto client = MustConnect(Options(Spec("admin", layout)));
+  ASSERT_NE(client, nullptr);
+  Sequence s = MakeSequence("admin", layout, 4, 11);
+  ASSERT_TRUE(client->PutBlocks("admin", s.blocks).ok());
+
+  auto pinned = client->Pin("admin", std::span(s.keys).subspan(0, 1), 60000);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(*pinned, 1u);
+  auto unpinned = client->Unpin("admin", std::span(s.keys).subspan(0, 1));
+  ASSERT_TRUE(unpinned.ok()) << unpinned.status();
+  EXPECT_EQ(*unpinned, 1u);
+
+  const std::vector<float> scores = {0.5f, 0.25f, 0.125f, 0.125f};
+  EXPECT_TRUE(client->ReportScores("admin", s.keys, scores).ok());
+  EXPECT_EQ(client->ReportScores("admin", s.keys, std::span(scores).subspan(0, 2)).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_TRUE(client->Flush("admin").ok());
+  // Drop the leaf, delete its parent: the resident prefix shrinks to 2 blocks.
+  auto dropped = client->Evict("admin", std::span(s.keys).subspan(3, 1), /*drop=*/true);
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(*dropped, 1u);
+  auto deleted = client->Delete("admin", std::span(s.keys).subspan(2, 1));
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, 1u);
+  auto r = client->Lookup("admin", s.keys);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prefix_blocks(), 2u);
+  auto got = client->GetBlocks("admin", std::span(s.keys).subspan(2, 2));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE((*got)[0].info.found());
+  EXPECT_FALSE((*got)[1].info.found());
+}
+
+TEST_F(ClientTest, FailedPutReportsTheServerErrorAndReleasesPayloads) {
+  const kv::Layout layout = BigLayout();
+  auto client = MustConnect(Options(Spec("failing", layout)));
+  ASSERT_NE(client, nullptr);
+  Sequence s = MakeSequence("failing", layout, 3, 5);
+  // The server rejects the stream after the header, while megabytes are still queued.
+  auto put = client->PutBlocks("no-such-namespace", s.blocks);
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kNotFound) << put.status();
+  // A payload that is not an encoded blob of this layout.
+  std::string junk(s.encoded[0].size(), '\x01');
+  PutBlock bad = s.blocks[0];
+  bad.payload = kv::AsBytes(junk);
+  auto put_bad = client->PutBlocks("failing", std::span(&bad, 1));
+  EXPECT_EQ(put_bad.status().code(), absl::StatusCode::kInvalidArgument) << put_bad.status();
+  // The client still works afterwards.
+  EXPECT_TRUE(client->PutBlocks("failing", s.blocks).ok());
+}
+
+TEST_F(ClientTest, RejectsBadOptions) {
+  ClientOptions o = Options();
+  o.num_channels = 0;
+  EXPECT_EQ(Client::Connect(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.server = "";
+  EXPECT_EQ(Client::Connect(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, UnreachableServerFailsQuickly) {
+  // A socket that accepts TCP connections (backlog) but never speaks HTTP/2.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ClientOptions o;
+  o.server = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  o.connect_deadline_ms = 300;
+  o.namespace_spec = Spec("silent", BigLayout());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = Client::Connect(o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close(fd);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().code() == absl::StatusCode::kDeadlineExceeded ||
+              c.status().code() == absl::StatusCode::kUnavailable)
+      << c.status();
+  EXPECT_LT(s, 3.0);
+}
+
+TEST_F(ClientTest, SlowServerHitsTheCallDeadline) {
+  auto client = MustConnect(Options(Spec("slow", BigLayout())));
+  ASSERT_NE(client, nullptr);
+  // Freeze the server: calls must give up at their deadline, not hang.
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = client->Lookup("slow", std::vector<std::string>{std::string(16, 'a')}, false,
+                          CallOptions{.deadline_ms = 200});
+  auto st = client->Stats("", CallOptions{.deadline_ms = 200});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kDeadlineExceeded) << st.status();
+  EXPECT_LT(s, 3.0);
+  // And it recovers.
+  EXPECT_TRUE(client->Stats().ok());
+}
+
+// Runs the CLI and returns its stdout; exit code in *rc.
+std::string RunCli(const std::string& args, int* rc) {
+  const std::string cmd = absl::StrCat(BinaryDir(), "/client/cli/kvtier ", args, " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  if (p == nullptr) {
+    *rc = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST_F(ClientTest, CliSmoke) {
+  const std::string server = absl::StrCat("--server ", server_->address());
+  int rc;
+  std::string out = RunCli(absl::StrCat("put ", server,
+                                        " --namespace cli --layout 2x2x64x16 --codec int8"
+                                        " --generate 4 --seed 3 --json"),
+                           &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"blocks_stored\":4"), std::string::npos) << out;
+  out = RunCli(absl::StrCat("lookup ", server, " --namespace cli --generate 6 --seed 3 --json"),
+               &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"prefix_blocks\":4"), std::string::npos) << out;
+
+  out = RunCli(absl::StrCat("stats ", server, " --json"), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  v1::StatsResponse stats;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out, &stats).ok()) << out;
+  EXPECT_FALSE(stats.node_id().empty());
+  bool seen = false;
+  for (const auto& ns : stats.namespaces()) {
+    if (ns.name() == "cli") {
+      seen = true;
+      EXPECT_EQ(ns.codec(), v1::CODEC_INT8);
+      EXPECT_EQ(ns.hot().blocks() + ns.cold().blocks(), 4u);
+    }
+  }
+  EXPECT_TRUE(seen) << out;
+
+  // Usage errors exit 2; an unreachable server exits 1.
+  RunCli("stats --no-such-flag", &rc);
+  EXPECT_EQ(rc, 2);
+  RunCli("stats --server 127.0.0.1:1 --timeout-ms 200", &rc);
+  EXPECT_EQ(rc, 1);
+}
+
+}  // namespace
+}  // namespace kvtier::client

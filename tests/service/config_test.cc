@@ -1,0 +1,206 @@
+#include "service/config.h"
+
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "service/metrics.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier::service {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string WriteFile(const testing::TempDir& dir, const std::string& name,
+                      const std::string& text) {
+  std::string path = dir.Sub(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr char kNamespaceText[] = R"pb(
+  namespaces {
+    name: "llama3-8b"
+    model_id: "meta-llama/Meta-Llama-3-8B@main"
+    layout {
+      num_layers: 32
+      num_kv_heads: 8
+      head_dim: 128
+      tokens_per_block: 16
+      dtype: DTYPE_FP16
+      sink_tokens: 4
+    }
+    codec: CODEC_KIVI2
+  }
+)pb";
+
+TEST(ConfigTest, NoArgumentsServesLocalhostWithDefaults) {
+  auto cl = ParseCommandLine({});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->mode, CommandLine::Mode::kServe);
+  EXPECT_EQ(cl->config.listen_address(), "127.0.0.1");
+  EXPECT_EQ(cl->config.port(), 50051u);
+  EXPECT_EQ(cl->config.data_dir(), "./kvtier-data");
+  EXPECT_EQ(cl->config.hot_capacity_bytes(), 256ull << 20);
+  EXPECT_EQ(cl->config.eviction_policy(), "prefix_lru");
+  EXPECT_EQ(cl->config.max_message_bytes(), 4ull << 20);
+  EXPECT_EQ(cl->config.max_keys_per_request(), 4096u);
+  EXPECT_EQ(cl->config.metrics_port(), 0u);
+  EXPECT_GE(cl->config.executor_threads(), 2u);
+}
+
+TEST(ConfigTest, FlagsOverrideTheFileAndPortZeroOnlyViaFlag) {
+  testing::TempDir dir;
+  const std::string path = WriteFile(dir, "c.textproto",
+                                     "port: 0\n"
+                                     "data_dir: \"/var/lib/kvtier\"\n"
+                                     "hot_capacity_bytes: 1073741824\n"
+                                     "eviction_policy: \"lfu\"\n" +
+                                         std::string(kNamespaceText));
+  auto file_only = ParseCommandLine({"--config", path});
+  ASSERT_TRUE(file_only.ok()) << file_only.status();
+  EXPECT_EQ(file_only->config.port(), 50051u);  // 0 in a file means the default
+  EXPECT_EQ(file_only->config.data_dir(), "/var/lib/kvtier");
+  EXPECT_EQ(file_only->config.hot_capacity_bytes(), 1ull << 30);
+  EXPECT_EQ(file_only->config.eviction_policy(), "lfu");
+  ASSERT_EQ(file_only->config.namespaces_size(), 1);
+
+  auto flags =
+      ParseCommandLine({"--config=" + path, "--port", "0", "--data-dir", "/tmp/x", "--hot-capacity",
+                        "64MiB", "--cold-capacity=2G", "--policy", "heavy_hitter", "--metrics-port",
+                        "9100", "--node-id", "n1", "--listen", "0.0.0.0"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->config.port(), 0u);
+  EXPECT_EQ(flags->config.data_dir(), "/tmp/x");
+  EXPECT_EQ(flags->config.hot_capacity_bytes(), 64ull << 20);
+  EXPECT_EQ(flags->config.cold_capacity_bytes(), 2ull << 30);
+  EXPECT_EQ(flags->config.eviction_policy(), "heavy_hitter");
+  EXPECT_EQ(flags->config.metrics_port(), 9100u);
+  EXPECT_EQ(flags->config.cluster().node_id(), "n1");
+  EXPECT_EQ(flags->config.listen_address(), "0.0.0.0");
+}
+
+TEST(ConfigTest, CheckConfigModeValidatesTheFile) {
+  testing::TempDir dir;
+  auto good = ParseCommandLine({"--check-config", WriteFile(dir, "g", kNamespaceText)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->mode, CommandLine::Mode::kCheckConfig);
+
+  auto syntax = ParseCommandLine({"--check-config", WriteFile(dir, "s", "port: \"abc\"\n")});
+  EXPECT_EQ(syntax.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(syntax.status().message()), HasSubstr("1:"));
+
+  auto missing = ParseCommandLine({"--check-config", dir.Sub("nope")});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+struct BadConfig {
+  std::string text;
+  std::string field;
+};
+
+TEST(ConfigTest, InvalidConfigsNameTheField) {
+  const BadConfig cases[] = {
+      {"low_watermark: 0.95 high_watermark: 0.9", "low_watermark"},
+      {"high_watermark: 1.5", "high_watermark"},
+      {"eviction_policy: \"random\"", "eviction_policy"},
+      {"hot_allocator: \"gpu\"", "hot_allocator"},
+      {"hot_capacity_bytes: 1000", "hot_capacity_bytes"},
+      {"port: 70000", "port"},
+      {"max_message_bytes: 100", "max_message_bytes"},
+      {"namespaces { name: \"a b\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 2 "
+       "tokens_per_block: 1 } }",
+       "namespaces[0].name"},
+      {"namespaces { name: \"a\" }", "namespaces[0].layout"},
+      {"namespaces { name: \"a\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 3 "
+       "tokens_per_block: 1 } }",
+       "namespaces[0].layout.head_dim"},
+      {"namespaces { name: \"a\" codec: CODEC_BF16 layout { num_layers: 1 num_kv_heads: 1 "
+       "head_dim: 2 tokens_per_block: 1 dtype: DTYPE_FP16 } }",
+       "namespaces[0].codec"},
+      {"namespaces { name: \"a\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 2 "
+       "tokens_per_block: 1 } } namespaces { name: \"a\" layout { num_layers: 1 "
+       "num_kv_heads: 1 head_dim: 2 tokens_per_block: 1 } }",
+       "namespaces[1].name"},
+  };
+  for (const BadConfig& c : cases) {
+    auto config = ParseConfigText(c.text);
+    ASSERT_TRUE(config.ok()) << c.text << ": " << config.status();
+    ApplyDefaults(*config);
+    absl::Status s = ValidateConfig(*config);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.field)) << c.text;
+  }
+}
+
+TEST(ConfigTest, BadFlagsAreRejected) {
+  EXPECT_THAT(std::string(ParseCommandLine({"--bogus", "1"}).status().message()),
+              HasSubstr("--bogus"));
+  EXPECT_THAT(std::string(ParseCommandLine({"--port", "x"}).status().message()),
+              HasSubstr("--port"));
+  EXPECT_THAT(std::string(ParseCommandLine({"--hot-capacity", "12XB"}).status().message()),
+              HasSubstr("--hot-capacity"));
+  EXPECT_THAT(std::string(ParseCommandLine({"--port"}).status().message()),
+              HasSubstr("missing value"));
+  EXPECT_EQ(ParseCommandLine({"--help"})->mode, CommandLine::Mode::kHelp);
+}
+
+TEST(ConfigTest, ByteSizes) {
+  EXPECT_EQ(*ParseByteSize("4096", "x"), 4096u);
+  EXPECT_EQ(*ParseByteSize("3K", "x"), 3072u);
+  EXPECT_EQ(*ParseByteSize("256MiB", "x"), 256ull << 20);
+  EXPECT_EQ(*ParseByteSize("16GiB", "x"), 16ull << 30);
+  EXPECT_FALSE(ParseByteSize("", "x").ok());
+  EXPECT_FALSE(ParseByteSize("M", "x").ok());
+  EXPECT_FALSE(ParseByteSize("99999999999999T", "x").ok());
+}
+
+TEST(ConfigTest, NamespaceRoundTripAndStoreOptions) {
+  auto config = ParseConfigText(kNamespaceText);
+  ASSERT_TRUE(config.ok());
+  ApplyDefaults(*config);
+  auto ns = NamespaceFromProto(config->namespaces(0), "ns");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  EXPECT_EQ(ns->codec, kv::CodecId::kKivi2);
+  EXPECT_EQ(ns->tenant, "default");
+  EXPECT_EQ(ns->layout.BytesPerBlock(), 2ull << 20);
+  EXPECT_TRUE(ns->keep_sinks);
+  EXPECT_EQ(ns->sink_blocks, 1u);
+  v1::NamespaceSpec back = NamespaceToProto(*ns);
+  auto again = NamespaceFromProto(back, "ns");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->layout, ns->layout);
+  EXPECT_EQ(back.codec(), v1::CODEC_KIVI2);
+
+  v1::NamespaceSpec unspecified = config->namespaces(0);
+  unspecified.set_codec(v1::CODEC_UNSPECIFIED);
+  EXPECT_EQ(NamespaceFromProto(unspecified, "ns")->codec, kv::CodecId::kFp16);
+
+  config->set_eviction_policy("lfu");
+  storage::StoreOptions so = ToStoreOptions(*config);
+  EXPECT_EQ(so.policy, storage::EvictionPolicyKind::kLfu);
+  EXPECT_EQ(so.data_dir, "./kvtier-data");
+  EXPECT_EQ(so.hot_capacity_bytes, 256ull << 20);
+}
+
+TEST(LatencyHistogramTest, CountsLandInTheirBuckets) {
+  LatencyHistogram h;
+  h.Record(10);        // <= 50
+  h.Record(50);        // <= 50
+  h.Record(51);        // <= 100
+  h.Record(2000000);   // <= 2.5 s
+  h.Record(99000000);  // overflow
+  v1::LatencyHistogram out;
+  h.Snapshot(&out);
+  ASSERT_EQ(out.counts_size(), out.bounds_us_size() + 1);
+  EXPECT_EQ(out.count(), 5u);
+  EXPECT_EQ(out.counts(0), 2u);
+  EXPECT_EQ(out.counts(1), 1u);
+  EXPECT_EQ(out.counts(14), 1u);
+  EXPECT_EQ(out.counts(out.counts_size() - 1), 1u);
+  EXPECT_DOUBLE_EQ(out.sum_us(), 10 + 50 + 51 + 2000000 + 99000000);
+}
+
+}  // namespace
+}  // namespace kvtier::service

@@ -1,0 +1,81 @@
+// Helpers shared by the TieredStore tests: a small layout, deterministic encoded payloads
+// and a settable clock.
+#ifndef KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
+#define KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "storage/kv/codec.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::storage::testing {
+
+// L2 H2 D32 T16 fp16: 8 KiB raw per block, fast to encode.
+inline kv::Layout SmallLayout() {
+  kv::Layout layout;
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 32;
+  layout.tokens_per_block = 16;
+  return layout;
+}
+
+inline NamespaceOptions SmallNamespace(std::string name = "ns", bool write_through = false) {
+  NamespaceOptions ns;
+  ns.name = std::move(name);
+  ns.model_id = "test-model";
+  ns.layout = SmallLayout();
+  ns.codec = kv::CodecId::kFp16;
+  ns.write_through = write_through;
+  return ns;
+}
+
+// A valid fp16 blob whose bytes are a function of (seed, block_index) only.
+inline std::string MakePayload(const kv::Layout& layout, uint32_t block_index, uint64_t seed,
+                               kv::CodecId codec = kv::CodecId::kFp16) {
+  std::mt19937_64 rng(seed * 1000003 + block_index);
+  std::string raw(layout.BytesPerBlock(), '\0');
+  // Finite fp16 values in [-2, 2): sign, small exponent, random mantissa.
+  for (size_t i = 0; i + 1 < raw.size(); i += 2) {
+    uint64_t r = rng();
+    uint16_t h = static_cast<uint16_t>(((r & 1) << 15) | ((12 + (r >> 1) % 4) << 10) |
+                                       ((r >> 8) & 0x3ff));
+    raw[i] = static_cast<char>(h & 0xff);
+    raw[i + 1] = static_cast<char>(h >> 8);
+  }
+  auto blob = kv::Encode(codec, layout, block_index, kv::AsBytes(raw));
+  KVTIER_CHECK(blob.ok()) << blob.status().ToString();
+  return *std::move(blob);
+}
+
+// 16-byte keys "k<seed>-<index>" padded.
+inline std::string KeyOf(uint64_t seq, uint32_t index) {
+  std::string k = absl::StrCat("k", seq, "-", index);
+  k.resize(16, '.');
+  return k;
+}
+
+inline std::string RefBytes(const BlockRef& ref) {
+  return std::string(reinterpret_cast<const char*>(ref.payload().data()), ref.payload().size());
+}
+
+// A clock tests move by hand. Thread-safe.
+class ManualClock final : public common::Clock {
+ public:
+  int64_t NowMicros() const override { return now_us_.load(); }
+  void AdvanceMillis(int64_t ms) { now_us_ += ms * 1000; }
+
+ private:
+  std::atomic<int64_t> now_us_{1'000'000};
+};
+
+}  // namespace kvtier::storage::testing
+
+#endif  // KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_

@@ -1,0 +1,480 @@
+#include "storage/tiered_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/cold_tier.h"
+#include "storage/hot_arena.h"
+#include "tests/storage/store_test_util.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier::storage {
+namespace {
+
+using ::kvtier::storage::testing::KeyOf;
+using ::kvtier::storage::testing::MakePayload;
+using ::kvtier::storage::testing::ManualClock;
+using ::kvtier::storage::testing::RefBytes;
+using ::kvtier::storage::testing::SmallLayout;
+using ::kvtier::storage::testing::SmallNamespace;
+using ::testing::HasSubstr;
+
+uint64_t SlotBytes() {
+  kv::Layout l = SmallLayout();
+  return HotArena::RoundUp(kv::EncodedSize(kv::CodecId::kFp16, l, l.tokens_per_block, l.sink_tokens));
+}
+
+class TieredStoreTest : public ::testing::Test {
+ protected:
+  StoreOptions Options(uint64_t hot_blocks = 64, uint64_t cold_blocks = 1 << 20) {
+    StoreOptions o;
+    o.data_dir = dir_.Sub("db");
+    o.hot_capacity_bytes = hot_blocks * SlotBytes();
+    o.cold_capacity_bytes = cold_blocks * SlotBytes();
+    o.background_demotion = false;
+    o.clock = &clock_;
+    return o;
+  }
+  std::unique_ptr<TieredStore> Open(const StoreOptions& o) {
+    auto store = TieredStore::Open(o);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+  // Puts a chain seq/0 .. seq/n-1; returns the payloads.
+  std::vector<std::string> PutChain(TieredStore* store, uint64_t seq, uint32_t n,
+                                    const std::string& ns = "ns") {
+    std::vector<std::string> payloads;
+    for (uint32_t i = 0; i < n; ++i) {
+      payloads.push_back(MakePayload(SmallLayout(), i, seq));
+      std::string key = KeyOf(seq, i);
+      std::string parent = i == 0 ? "" : KeyOf(seq, i - 1);
+      BlockPut put{key, parent, i, payloads.back()};
+      EXPECT_TRUE(store->Put(ns, {&put, 1}).ok());
+    }
+    return payloads;
+  }
+  static NamespaceStats NsStats(const TieredStore& store, const std::string& name = "ns") {
+    for (const auto& ns : store.Stats().namespaces) {
+      if (ns.name == name) return ns;
+    }
+    return {};
+  }
+  Tier TierOf(TieredStore* store, const std::string& key, const std::string& ns = "ns") {
+    std::vector<std::string> keys = {key};
+    auto r = store->Lookup(ns, keys);
+    return r.ok() ? r->tiers[0] : Tier::kNone;
+  }
+
+  kvtier::testing::TempDir dir_;
+  ManualClock clock_;
+};
+
+TEST_F(TieredStoreTest, PutGetRoundTripFromHot) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  auto payloads = PutChain(store.get(), 1, 3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto ref = store->Get("ns", KeyOf(1, i));
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_EQ(RefBytes(*ref), payloads[i]);
+    EXPECT_EQ(ref->tier(), Tier::kHot);
+    EXPECT_EQ(ref->block_index(), i);
+  }
+  EXPECT_TRUE(absl::IsNotFound(store->Get("ns", KeyOf(2, 0)).status()));
+  NamespaceStats st = NsStats(*store);
+  EXPECT_EQ(st.puts, 3u);
+  EXPECT_EQ(st.gets, 4u);
+  EXPECT_EQ(st.get_misses, 1u);
+  EXPECT_EQ(st.hot.hits, 3u);
+  EXPECT_EQ(st.hot.blocks, 3u);
+  EXPECT_EQ(st.raw_bytes_put, 3 * SmallLayout().BytesPerBlock());
+  StoreStats all = store->Stats();
+  EXPECT_THAT(std::string(all.hot_allocator), ::testing::AnyOf("mlock", "malloc", "cuda"));
+  EXPECT_LE(all.hot_used_bytes, all.hot_capacity_bytes);
+}
+
+TEST_F(TieredStoreTest, ForcedMallocAllocatorIsReported) {
+  StoreOptions o = Options();
+  o.hot_allocator = "malloc";
+  auto store = Open(o);
+  EXPECT_EQ(store->Stats().hot_allocator, "malloc");
+  o.hot_allocator = "bogus";
+  store.reset();
+  EXPECT_TRUE(absl::IsInvalidArgument(TieredStore::Open(o).status()));
+}
+
+TEST_F(TieredStoreTest, CudaAllocatorFallsBackWithoutADevice) {
+  StoreOptions o = Options();
+  o.hot_allocator = "cuda";
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  const std::string allocator = store->Stats().hot_allocator;
+  if (access("/dev/nvidia0", F_OK) != 0) {
+    // No driver here: the dlopen'ed runtime fails and the chain falls back.
+    EXPECT_THAT(allocator, ::testing::AnyOf("mlock", "malloc"));
+  } else {
+    EXPECT_EQ(allocator, "cuda");
+  }
+}
+
+TEST_F(TieredStoreTest, NamespaceRegistrationIsIdempotentAndChecked) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  NamespaceOptions other = SmallNamespace();
+  other.layout.head_dim = 64;
+  auto st = store->RegisterNamespace(other);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st.status()));
+  EXPECT_THAT(std::string(st.status().message()), HasSubstr("head_dim"));
+  NamespaceOptions bad = SmallNamespace("bad name!");
+  EXPECT_TRUE(absl::IsInvalidArgument(store->RegisterNamespace(bad).status()));
+  EXPECT_TRUE(absl::IsNotFound(store->GetNamespace("nope").status()));
+  EXPECT_EQ(store->ListNamespaces().size(), 1u);
+}
+
+TEST_F(TieredStoreTest, PutRejectsBadBlocks) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  std::string payload = MakePayload(SmallLayout(), 0, 1);
+  BlockPut empty_key{"", "", 0, payload};
+  EXPECT_TRUE(absl::IsInvalidArgument(store->Put("ns", {&empty_key, 1})));
+  std::string long_key(33, 'x');
+  BlockPut long_put{long_key, "", 0, payload};
+  EXPECT_TRUE(absl::IsInvalidArgument(store->Put("ns", {&long_put, 1})));
+  BlockPut garbage{"key", "", 0, "not a blob"};
+  EXPECT_TRUE(absl::IsInvalidArgument(store->Put("ns", {&garbage, 1})));
+  kv::Layout wide = SmallLayout();
+  wide.num_layers = 3;
+  std::string wrong = MakePayload(wide, 0, 1);
+  BlockPut wrong_layout{"key", "", 0, wrong};
+  auto st = store->Put("ns", {&wrong_layout, 1});
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("num_layers"));
+  std::string int8 = MakePayload(SmallLayout(), 0, 1, kv::CodecId::kInt8);
+  BlockPut wrong_codec{"key", "", 0, int8};
+  EXPECT_TRUE(absl::IsFailedPrecondition(store->Put("ns", {&wrong_codec, 1})));
+  BlockPut ok{"key", "", 0, payload};
+  EXPECT_TRUE(absl::IsNotFound(store->Put("other", {&ok, 1})));
+  EXPECT_EQ(NsStats(*store).puts, 0u);
+}
+
+TEST_F(TieredStoreTest, LookupReportsPrefixAndTiersWithoutTouchingRecency) {
+  auto store = Open(Options(/*hot_blocks=*/4));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  PutChain(store.get(), 1, 3);
+  std::vector<std::string> keys = {KeyOf(1, 0), KeyOf(1, 1), KeyOf(9, 9), KeyOf(1, 2)};
+  auto r = store->Lookup("ns", keys);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prefix_blocks, 2u);
+  EXPECT_THAT(r->tiers, ::testing::ElementsAre(Tier::kHot, Tier::kHot, Tier::kNone, Tier::kHot));
+  NamespaceStats st = NsStats(*store);
+  EXPECT_EQ(st.lookups, 1u);
+  EXPECT_EQ(st.lookup_blocks, 4u);
+  EXPECT_EQ(st.lookup_hit_blocks, 3u);
+  EXPECT_EQ(st.lookup_prefix_hit_blocks, 2u);
+
+  // Two independent single blocks a (older) and b; looking a up must not save it.
+  store.reset();
+  store = Open(Options(/*hot_blocks=*/2));
+  std::string pa = MakePayload(SmallLayout(), 1, 7), pb = MakePayload(SmallLayout(), 1, 8);
+  BlockPut a{"a", "", 1, pa}, b{"b", "", 1, pb};
+  ASSERT_TRUE(store->Put("ns", {&a, 1}).ok());
+  ASSERT_TRUE(store->Put("ns", {&b, 1}).ok());
+  std::vector<std::string> ka = {"a"};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Lookup("ns", ka).ok());
+  std::string pc = MakePayload(SmallLayout(), 1, 9);
+  BlockPut c{"c", "", 1, pc};
+  ASSERT_TRUE(store->Put("ns", {&c, 1}).ok());  // 3 > 0.9 * 2 slots: demote down to 1
+  EXPECT_EQ(TierOf(store.get(), "a"), Tier::kCold);
+}
+
+TEST_F(TieredStoreTest, DemotesUnderPressureAndPromotesOnGet) {
+  auto store = Open(Options(/*hot_blocks=*/10));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  std::vector<std::vector<std::string>> seqs;
+  for (uint64_t s = 0; s < 6; ++s) seqs.push_back(PutChain(store.get(), s, 4));
+  StoreStats stats = store->Stats();
+  EXPECT_LE(stats.hot_used_bytes, stats.hot_capacity_bytes);
+  EXPECT_LE(stats.hot_used_bytes, static_cast<uint64_t>(0.9 * stats.hot_capacity_bytes));
+  NamespaceStats st = NsStats(*store);
+  EXPECT_GT(st.demotions, 0u);
+  EXPECT_EQ(st.hot.blocks + st.cold.blocks, 24u);
+  // The oldest sequence's tail went cold; Get promotes it back with the same bytes.
+  ASSERT_EQ(TierOf(store.get(), KeyOf(0, 3)), Tier::kCold);
+  auto ref = store->Get("ns", KeyOf(0, 3));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(ref->tier(), Tier::kCold);
+  EXPECT_EQ(RefBytes(*ref), seqs[0][3]);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 3)), Tier::kHot);
+  EXPECT_EQ(NsStats(*store).promotions, 1u);
+  EXPECT_EQ(NsStats(*store).cold.hits, 1u);
+  for (uint64_t s = 0; s < 6; ++s) {
+    for (uint32_t i = 0; i < 4; ++i) {
+      auto r = store->Get("ns", KeyOf(s, i));
+      ASSERT_TRUE(r.ok()) << s << "/" << i;
+      EXPECT_EQ(RefBytes(*r), seqs[s][i]);
+    }
+  }
+}
+
+TEST_F(TieredStoreTest, HeldReadHandleKeepsBytesWhileBlockIsDemotedAndSlotReused) {
+  auto store = Open(Options(/*hot_blocks=*/3));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  auto first = PutChain(store.get(), 0, 1);
+  auto ref = store->Get("ns", KeyOf(0, 0));
+  ASSERT_TRUE(ref.ok());
+  for (uint64_t s = 1; s < 10; ++s) PutChain(store.get(), s, 1);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kCold);
+  EXPECT_EQ(RefBytes(*ref), first[0]);  // the slot was not reused under the reader
+  StoreStats stats = store->Stats();
+  EXPECT_LE(stats.hot_used_bytes, stats.hot_capacity_bytes);
+}
+
+TEST_F(TieredStoreTest, PrefixLruDemotesLeavesFirstAndProtectsSinks) {
+  auto store = Open(Options(/*hot_blocks=*/10));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  PutChain(store.get(), 0, 6);  // oldest
+  PutChain(store.get(), 1, 5);  // the 10th block is over 9 (high watermark): demote to 8
+  // Demotion took the old chain from its tail; its parents and the sink stayed.
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 5)), Tier::kCold);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 4)), Tier::kCold);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 3)), Tier::kHot);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kHot);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 1)), Tier::kHot);
+  // More pressure: block 0 (sink) stays hot while its descendants exist.
+  PutChain(store.get(), 2, 3);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kHot);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 1)), Tier::kCold);
+}
+
+TEST_F(TieredStoreTest, LruIgnoresStructure) {
+  StoreOptions o = Options(/*hot_blocks=*/10);
+  o.policy = EvictionPolicyKind::kLru;
+  auto store = Open(o);
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  PutChain(store.get(), 0, 6);
+  PutChain(store.get(), 1, 5);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kCold);  // the sink went first
+  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 5)), Tier::kHot);
+}
+
+TEST_F(TieredStoreTest, WriteThroughBlocksSurviveRestartWithNamespaces) {
+  std::vector<std::string> payloads;
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("wt", /*write_through=*/true)).ok());
+    payloads = PutChain(store.get(), 3, 5, "wt");
+    EXPECT_EQ(NsStats(*store, "wt").cold.blocks, 5u);
+  }
+  auto store = Open(Options());
+  auto ns = store->GetNamespace("wt");
+  ASSERT_TRUE(ns.ok());
+  EXPECT_TRUE(ns->write_through);
+  EXPECT_EQ(ns->layout, SmallLayout());
+  std::vector<std::string> keys;
+  for (uint32_t i = 0; i < 5; ++i) keys.push_back(KeyOf(3, i));
+  auto r = store->Lookup("wt", keys);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prefix_blocks, 5u);
+  for (uint32_t i = 0; i < 5; ++i) {
+    auto ref = store->Get("wt", keys[i]);
+    ASSERT_TRUE(ref.ok());
+    EXPECT_EQ(RefBytes(*ref), payloads[i]);
+  }
+  // The recovered tree still protects its prefix under cold pressure.
+  EXPECT_EQ(NsStats(*store, "wt").cold.blocks, 5u);
+}
+
+TEST_F(TieredStoreTest, WriteBackNeedsFlushToSurviveRestart) {
+  std::vector<std::string> payloads;
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+    payloads = PutChain(store.get(), 4, 3);
+    EXPECT_EQ(NsStats(*store).cold.blocks, 0u);
+    ASSERT_TRUE(store->Flush("").ok());
+    EXPECT_EQ(NsStats(*store).cold.blocks, 3u);
+    EXPECT_EQ(NsStats(*store).hot.blocks, 3u);
+    PutChain(store.get(), 5, 1);  // not flushed
+  }
+  auto store = Open(Options());
+  EXPECT_EQ(NsStats(*store).cold.blocks, 3u);
+  EXPECT_EQ(NsStats(*store).hot.blocks, 0u);
+  auto ref = store->Get("ns", KeyOf(4, 2));
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(RefBytes(*ref), payloads[2]);
+  EXPECT_TRUE(absl::IsNotFound(store->Get("ns", KeyOf(5, 0)).status()));
+}
+
+TEST_F(TieredStoreTest, CorruptColdValueIsAMissCountedAndDeleted) {
+  std::vector<std::string> payloads;
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("wt", true)).ok());
+    payloads = PutChain(store.get(), 6, 3, "wt");
+  }
+  {
+    // Flip payload bytes of block 2 underneath the store (namespace id 0).
+    auto cold = ColdTier::Open(ColdTierOptions{dir_.Sub("db")});
+    ASSERT_TRUE(cold.ok());
+    auto raw = (*cold)->GetRawForTest(0, KeyOf(6, 2));
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    (*raw)[raw->size() / 2] ^= 0x5a;
+    (*raw)[raw->size() - 1] ^= 0x01;
+    ASSERT_TRUE((*cold)->PutRawForTest(0, KeyOf(6, 2), *raw).ok());
+  }
+  auto store = Open(Options());
+  auto bad = store->Get("wt", KeyOf(6, 2));
+  EXPECT_TRUE(absl::IsNotFound(bad.status())) << bad.status();
+  NamespaceStats st = NsStats(*store, "wt");
+  EXPECT_EQ(st.checksum_failures, 1u);
+  EXPECT_EQ(st.cold.blocks, 2u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(6, 2), "wt"), Tier::kNone);
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto ref = store->Get("wt", KeyOf(6, i));
+    ASSERT_TRUE(ref.ok());
+    EXPECT_EQ(RefBytes(*ref), payloads[i]);
+  }
+  // Deleted for good: a restart does not bring it back.
+  store.reset();
+  store = Open(Options());
+  EXPECT_EQ(TierOf(store.get(), KeyOf(6, 2), "wt"), Tier::kNone);
+  EXPECT_EQ(NsStats(*store, "wt").cold.blocks, 2u);
+}
+
+TEST_F(TieredStoreTest, ColdOverCapacityDeletesLeavesOnly) {
+  auto store = Open(Options(/*hot_blocks=*/4, /*cold_blocks=*/6));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  for (uint64_t s = 0; s < 5; ++s) PutChain(store.get(), s, 3);
+  StoreStats stats = store->Stats();
+  EXPECT_LE(stats.cold_used_bytes, stats.cold_capacity_bytes);
+  NamespaceStats st = NsStats(*store);
+  EXPECT_GT(st.evictions_cold_capacity, 0u);
+  // Every resident block's parent is resident.
+  for (uint64_t s = 0; s < 5; ++s) {
+    for (uint32_t i = 1; i < 3; ++i) {
+      if (TierOf(store.get(), KeyOf(s, i)) != Tier::kNone) {
+        EXPECT_NE(TierOf(store.get(), KeyOf(s, i - 1)), Tier::kNone) << s << "/" << i;
+      }
+    }
+  }
+}
+
+TEST_F(TieredStoreTest, PinKeepsBlocksHotUntilTtlExpires) {
+  auto store = Open(Options(/*hot_blocks=*/4));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  std::string p = MakePayload(SmallLayout(), 1, 42);
+  BlockPut put{"sys", "", 1, p};
+  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  std::vector<std::string> keys = {"sys", "absent"};
+  auto pinned = store->Pin("ns", keys, /*ttl_ms=*/1000);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(*pinned, 1u);
+  for (uint64_t s = 0; s < 8; ++s) PutChain(store.get(), s, 1);
+  EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kHot);
+  clock_.AdvanceMillis(1001);
+  for (uint64_t s = 10; s < 14; ++s) PutChain(store.get(), s, 1);
+  EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kCold);
+  // Pinning a cold block promotes it.
+  pinned = store->Pin("ns", {keys.data(), 1}, 0);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(*pinned, 1u);
+  EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kHot);
+  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());  // a re-put keeps the pin
+  for (uint64_t s = 20; s < 28; ++s) PutChain(store.get(), s, 1);
+  EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kHot);
+  ASSERT_EQ(*store->Unpin("ns", {keys.data(), 1}), 1u);
+  for (uint64_t s = 30; s < 38; ++s) PutChain(store.get(), s, 1);
+  EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kCold);
+}
+
+TEST_F(TieredStoreTest, DeleteAndAdminEvict) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  PutChain(store.get(), 1, 4);
+  std::vector<std::string> del = {KeyOf(1, 3), "absent"};
+  EXPECT_EQ(*store->Delete("ns", del), 1u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 3)), Tier::kNone);
+  // Demote block 1: it goes cold, the rest stays.
+  std::vector<std::string> one = {KeyOf(1, 1)};
+  EXPECT_EQ(*store->Evict("ns", one, /*drop=*/false), 1u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 1)), Tier::kCold);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 2)), Tier::kHot);
+  // Drop block 1: its descendants go too, its parent stays.
+  EXPECT_EQ(*store->Evict("ns", one, /*drop=*/true), 2u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 1)), Tier::kNone);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 2)), Tier::kNone);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 0)), Tier::kHot);
+  // Whole namespace demotion.
+  PutChain(store.get(), 2, 3);
+  EXPECT_EQ(*store->Evict("ns", {}, false), 4u);
+  EXPECT_EQ(NsStats(*store).hot.blocks, 0u);
+  EXPECT_EQ(NsStats(*store).cold.blocks, 4u);
+  EXPECT_EQ(NsStats(*store).evictions_admin, 1u + 1u + 2u + 4u);
+}
+
+TEST_F(TieredStoreTest, ZstdNamespaceCompressesCompressibleBlocks) {
+  auto store = Open(Options());
+  NamespaceOptions ns = SmallNamespace("z", true);
+  ns.cold_zstd = true;
+  ASSERT_TRUE(store->RegisterNamespace(ns).ok());
+  std::string raw(SmallLayout().BytesPerBlock(), '\0');  // zeros compress well
+  auto blob = kv::Encode(kv::CodecId::kFp16, SmallLayout(), 1, kv::AsBytes(raw));
+  ASSERT_TRUE(blob.ok());
+  BlockPut put{"zero", "", 1, *blob};
+  ASSERT_TRUE(store->Put("z", {&put, 1}).ok());
+  EXPECT_LT(NsStats(*store, "z").cold.bytes, blob->size() / 4);
+  ASSERT_EQ(*store->Evict("z", {}, false), 1u);
+  auto ref = store->Get("z", "zero");
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(RefBytes(*ref), *blob);
+}
+
+TEST_F(TieredStoreTest, StandaloneEntriesAreColdOnlyAndMayExceedABlock) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  kv::Layout big = SmallLayout();
+  big.tokens_per_block = 64;
+  big.sink_tokens = 4;
+  std::string payload = MakePayload(big, 0, 5);
+  BlockPut put{"compacted", "", 0, payload};
+  put.standalone = true;
+  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  EXPECT_EQ(TierOf(store.get(), "compacted"), Tier::kCold);
+  auto ref = store->Get("ns", "compacted");
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(RefBytes(*ref), payload);
+}
+
+TEST_F(TieredStoreTest, RePutReplacesBytes) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  std::string a = MakePayload(SmallLayout(), 0, 1), b = MakePayload(SmallLayout(), 0, 2);
+  BlockPut pa{"k", "", 0, a}, pb{"k", "", 0, b};
+  ASSERT_TRUE(store->Put("ns", {&pa, 1}).ok());
+  ASSERT_TRUE(store->Flush("ns").ok());
+  ASSERT_TRUE(store->Put("ns", {&pb, 1}).ok());
+  EXPECT_EQ(RefBytes(*store->Get("ns", "k")), b);
+  ASSERT_EQ(*store->Evict("ns", {}, false), 1u);
+  EXPECT_EQ(RefBytes(*store->Get("ns", "k")), b);
+  EXPECT_EQ(NsStats(*store).hot.blocks + NsStats(*store).cold.blocks, 2u - 1u + 1u);
+}
+
+TEST(EvictionPolicyNames, RoundTrip) {
+  for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
+                    EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter}) {
+    auto parsed = ParseEvictionPolicy(EvictionPolicyName(kind));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, kind);
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseEvictionPolicy("mru").status()));
+  EXPECT_STREQ(TierName(Tier::kCold), "cold");
+}
+
+}  // namespace
+}  // namespace kvtier::storage
