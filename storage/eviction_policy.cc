@@ -1,5 +1,7 @@
 #include "storage/eviction_policy.h"
 
+#include "storage/eviction_policy_reuse.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -173,6 +175,8 @@ std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionPolicyKind kind,
       return std::make_unique<LfuPolicy>();
     case EvictionPolicyKind::kHeavyHitter:
       return std::make_unique<HeavyHitterPolicy>(options);
+    case EvictionPolicyKind::kReuseLru:
+      return std::make_unique<ReuseLruPolicy>();
   }
   return std::make_unique<LruPolicy>(true);
 }

@@ -2,10 +2,10 @@
 // tier when the hot arena is over its high watermark (or a Put needs room).
 //
 // The store owns the prefix structure and tells the policy, per hot block, whether the
-// block is currently *eligible*: unpinned and, for a structure-aware policy
+// block is currently *eligible*: unpinned, not a protected sink block (block_index <
+// sink_blocks with a descendant in the hot tier), and, for a structure-aware policy
 // (structure_aware() == true), a leaf of the hot prefix tree (no child resident in the hot
-// tier) that is not a protected sink block (block_index < sink_blocks with a descendant in
-// the index). A policy only ranks; it never sees keys or payloads.
+// tier). A policy only ranks; it never sees keys or payloads.
 //
 // Event order for one block id while it is hot:
 //   OnInsert -> (OnAccess | OnScore | OnEligible)* -> OnRemove
@@ -53,8 +53,8 @@ class EvictionPolicy {
 
   // Returns the policy's name (EvictionPolicyName of its kind).
   virtual const char* name() const = 0;
-  // True: only leaves of the hot prefix tree (and no protected sinks) are offered as
-  // eligible. False: every unpinned hot block is (the lru baseline).
+  // True: only leaves of the hot prefix tree are offered as eligible. False: every
+  // unpinned hot block except protected sinks is (the lru baseline).
   virtual bool structure_aware() const = 0;
 
   // The block entered the hot tier (Put or promotion). It starts ineligible.

@@ -20,6 +20,7 @@
 #include "storage/cold_tier.h"
 #include "storage/eviction_policy.h"
 #include "storage/hot_arena.h"
+#include "storage/kv/compaction.h"
 
 namespace kvtier::storage {
 
@@ -45,17 +46,20 @@ const char* EvictionPolicyName(EvictionPolicyKind kind) {
       return "lfu";
     case EvictionPolicyKind::kHeavyHitter:
       return "heavy_hitter";
+    case EvictionPolicyKind::kReuseLru:
+      return "reuse_lru";
   }
   return "unknown";
 }
 
 absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
   for (EvictionPolicyKind kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
-                                  EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter}) {
+                                  EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
+                                  EvictionPolicyKind::kReuseLru}) {
     if (name == EvictionPolicyName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "policy must be lru, prefix_lru, lfu or heavy_hitter, got '", Sv(name), "'"));
+      "policy must be lru, prefix_lru, lfu, heavy_hitter or reuse_lru, got '", Sv(name), "'"));
 }
 
 namespace {
@@ -688,10 +692,16 @@ void TieredStoreImpl::Touch(uint32_t id) {
 void TieredStoreImpl::UpdateEligibility(uint32_t id) {
   Entry& e = E(id);
   bool eligible = (e.flags & kHot) && !(e.flags & (kPinned | kBusy));
-  if (eligible && policy_->structure_aware()) {
+  if (eligible) {
+    // The sink rule holds per tier: a sink block (index < sink_blocks) is not demoted
+    // while a descendant is hot, and ColdLeaf never deletes a block with any descendant.
+    // A sink whose descendants are all cold may be demoted: it stays resident (cold) and
+    // its prefix whole. Counting cold descendants here would keep every conversation's
+    // block 0 hot forever and crowd out reusable blocks. Structure-aware policies
+    // further take hot leaves only, which implies the sink rule.
     const NsState& ns = *namespaces_[e.ns];
-    const bool protected_sink = e.block_index < ns.opts.sink_blocks && e.children > 0;
-    eligible = e.hot_children == 0 && !protected_sink;
+    const bool protected_sink = e.block_index < ns.opts.sink_blocks && e.hot_children > 0;
+    eligible = policy_->structure_aware() ? e.hot_children == 0 : !protected_sink;
   }
   if (eligible == static_cast<bool>(e.flags & kEligible)) return;
   if (eligible) {
@@ -1132,7 +1142,18 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
     return absl::InvalidArgumentError("parent_key must differ from key");
   }
   const std::span<const uint8_t> payload = kv::AsBytes(block.payload);
-  absl::StatusOr<kv::EncodedInfo> info = kv::ParseHeader(payload);
+  // A standalone entry may be a compacted sequence: a compaction header (kept positions)
+  // around an ordinary codec blob, which is what is checked against the namespace.
+  std::span<const uint8_t> blob = payload;
+  if (block.standalone && kv::IsCompactedEntry(payload)) {
+    absl::StatusOr<kv::CompactedEntry> entry = kv::ParseCompactedEntry(payload);
+    if (!entry.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "payload is not a valid compacted entry: ", entry.status().message()));
+    }
+    blob = entry->blob;
+  }
+  absl::StatusOr<kv::EncodedInfo> info = kv::ParseHeader(blob);
   if (!info.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("payload is not a valid encoded block: ", info.status().message()));

@@ -35,6 +35,8 @@ enum class EvictionPolicyKind : uint8_t {
   kPrefixLru = 1,    // default: LRU among leaves, sink blocks protected
   kLfu = 2,          // least frequently used among leaves
   kHeavyHitter = 3,  // decayed worker-reported attention mass + hits (H2O per block)
+  kReuseLru = 4,     // prefix LRU that favours blocks referenced before
+                     // (eviction_policy_reuse.h)
 };
 const char* EvictionPolicyName(EvictionPolicyKind kind);
 absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);

@@ -246,10 +246,17 @@ TEST_F(TieredStoreTest, PrefixLruDemotesLeavesFirstAndProtectsSinks) {
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 3)), Tier::kHot);
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kHot);
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 1)), Tier::kHot);
-  // More pressure: block 0 (sink) stays hot while its descendants exist.
+  // More pressure: the old chain drains from its tail. The sink (block 0) leaves the hot
+  // tier only after its last hot descendant, and only to the cold tier: it stays
+  // resident, so the whole prefix still looks up.
   PutChain(store.get(), 2, 3);
-  EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kHot);
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 1)), Tier::kCold);
+  EXPECT_NE(TierOf(store.get(), KeyOf(0, 0)), Tier::kNone);
+  std::vector<std::string> chain;
+  for (uint32_t i = 0; i < 6; ++i) chain.push_back(KeyOf(0, i));
+  auto found = store->Lookup("ns", chain);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->prefix_blocks, 6u);
 }
 
 TEST_F(TieredStoreTest, LruIgnoresStructure) {

@@ -1,0 +1,151 @@
+// kvtier::client::ClusterClient: a client of a whole kvtierd cluster that sends puts and
+// gets straight to the nodes that own the blocks (rendezvous placement, client/rendezvous.h),
+// in parallel per owner.
+//
+//   ClusterClientOptions options;
+//   options.node.server = "10.0.0.5:50051";     // any member (the seed)
+//   options.node.namespace_spec = spec;         // registered on every member
+//   ASSIGN_OR_RETURN(auto cluster, ClusterClient::Connect(options));
+//   ASSIGN_OR_RETURN(auto put, cluster->PutBlocks("llama3", blocks));
+//   ASSIGN_OR_RETURN(auto got, cluster->GetBlocks("llama3", keys));
+//
+// Membership: Connect (and Refresh) ask a member for ClusterStatus; every listed peer
+// becomes a ring member under its node_id (the ring identity every node and client must
+// share) and is dialed at its address (node_id when the address is empty). The
+// replication factor R is the cluster's (ClusterStatus.replication_factor, 0 read as 1).
+// One Client (client/client.h) is kept per member, built from options.node with `server`
+// replaced; members that cannot be reached stay in the ring (they still own their keys)
+// without a connection until a later Refresh reaches them.
+//
+// Routing:
+//   PutBlocks  each block goes to every one of its top-R owners; one Client::PutBlocks per
+//              owner, all owners at once (one thread each).
+//   GetBlocks  each key is asked of its primary owner first, one call per owner in
+//              parallel; keys that miss, or whose owner is unreachable, are asked of their
+//              next owner, up to R owners, all within the call's one deadline. Owners that
+//              failed recently (UNAVAILABLE / DEADLINE_EXCEEDED in the last
+//              `down_retry_ms`) are tried last.
+//   Lookup     sent to one reachable member; kvtierd answers for the whole cluster
+//              (server-side fan-out to owners).
+//
+// Errors name the node ("node 127.0.0.1:4000: ..."), keeping the node's status code.
+//
+// Thread-safe: one ClusterClient may be used from many threads at once, and Refresh may
+// run concurrently with calls (calls in flight keep using the membership they started with).
+#ifndef KVTIER_CLIENT_CLUSTER_CLIENT_H_
+#define KVTIER_CLIENT_CLUSTER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "client/rendezvous.h"
+#include "kvtier/v1/kvtier.pb.h"
+
+namespace kvtier::client {
+
+struct ClusterClientOptions {
+  // Template of the per-member clients. `node.server` is the seed member asked for
+  // ClusterStatus at Connect; `node.namespace_spec`, when set, is registered on (or
+  // checked against) every member; deadlines, channels and retries apply per member.
+  ClientOptions node;
+  // Deadline of one owner's share of a GetBlocks before its keys move on to the next
+  // replica (capped by what is left of the call's deadline). 0 = the call's deadline.
+  // Set it below the call deadline so a hung (not refusing) owner leaves time for the
+  // replicas. Default: 0.
+  int64_t per_owner_get_deadline_ms = 0;
+  // A member whose call failed with UNAVAILABLE / DEADLINE_EXCEEDED is tried after the
+  // other owners of a key for this long. Default: 1000 ms.
+  int64_t down_retry_ms = 1000;
+};
+
+// One member as the client sees it.
+struct ClusterMember {
+  std::string node_id;   // ring identity
+  std::string address;   // dialed host:port
+  bool connected = false;             // a Client to it exists
+  bool healthy_at_refresh = false;    // ClusterStatus' healthy flag at the last refresh
+};
+
+class ClusterClient {
+ public:
+  // Connects to the seed (options.node.server), reads ClusterStatus and connects to every
+  // member in parallel. Errors: INVALID_ARGUMENT bad options; the seed's error
+  // (UNAVAILABLE / DEADLINE_EXCEEDED when it cannot be reached, FAILED_PRECONDITION on a
+  // hash-scheme or namespace-layout mismatch); FAILED_PRECONDITION naming the node when a
+  // reachable member rejects the namespace spec or hash scheme; FAILED_PRECONDITION when
+  // ClusterStatus lists no peers. Unreachable non-seed members are not an error (see
+  // the file comment).
+  static absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(
+      const ClusterClientOptions& options);
+
+  ~ClusterClient();
+  ClusterClient(const ClusterClient&) = delete;
+  ClusterClient& operator=(const ClusterClient&) = delete;
+
+  const ClusterClientOptions& options() const;
+
+  // Re-reads ClusterStatus (from the first member that answers, seed first) and installs
+  // the new member list and replication factor: existing connections are kept, new and
+  // previously unreachable members are (re)connected. On error the previous membership
+  // is kept. Errors: UNAVAILABLE when no member answers; like Connect otherwise.
+  absl::Status Refresh();
+
+  // The current members (sorted by node id), ring and replication factor.
+  std::vector<ClusterMember> members() const;
+  std::shared_ptr<const RendezvousRing> ring() const;
+  uint32_t replication_factor() const;
+
+  // Stores each block on all of its min(R, members) owners, one Client::PutBlocks per
+  // owner, in parallel. The payloads must stay valid until the call returns.
+  // Returns the sums over owners: a block stored on R nodes counts R times in
+  // blocks_stored. Errors: the first failing owner's error in member order, naming it
+  // (UNAVAILABLE for a member without a connection); other owners' puts still complete
+  // and are stored. Not retried.
+  absl::StatusOr<PutResult> PutBlocks(std::string_view ns, std::span<const PutBlock> blocks,
+                                      const PutOptions& options = {});
+
+  // Fetches `keys` from their owners (primary first, then the next replicas for misses
+  // and unreachable owners). Returns one FetchedBlock per key in input order; a key no
+  // reachable owner holds is found=false. The whole call, fallbacks included, ends by
+  // its deadline (options.deadline_ms, else options().node.default_deadline_ms); keys
+  // still unanswered then are misses. Errors: an owner's error other than UNAVAILABLE /
+  // DEADLINE_EXCEEDED (e.g. NOT_FOUND unknown namespace), naming the node;
+  // UNAVAILABLE / DEADLINE_EXCEEDED when no owner asked answered at all.
+  absl::StatusOr<std::vector<FetchedBlock>> GetBlocks(std::string_view ns,
+                                                      std::span<const std::string> keys,
+                                                      const GetOptions& options = {});
+
+  // Like GetBlocks but into caller buffers, as Client::GetBlocksInto: block i (when found)
+  // is written to the start of buffers[i]. INVALID_ARGUMENT if the sizes differ;
+  // OUT_OF_RANGE (naming node and key) if a found block does not fit. A buffer may have
+  // been partly written by an owner that then failed; the returned info is authoritative.
+  absl::StatusOr<std::vector<kvtier::v1::GetBlockInfo>> GetBlocksInto(
+      std::string_view ns, std::span<const std::string> keys,
+      std::span<const std::span<uint8_t>> buffers, const GetOptions& options = {});
+
+  // Client::Lookup on one reachable member (the cluster-wide answer is assembled by the
+  // server); tries the next member on UNAVAILABLE / DEADLINE_EXCEEDED. Errors: the last
+  // member's error naming it; UNAVAILABLE when no member is connected.
+  absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
+                                                    std::span<const std::string> keys,
+                                                    const CallOptions& call = {});
+
+  // ClusterStatus of one reachable member (first that answers, seed first).
+  absl::StatusOr<kvtier::v1::ClusterStatusResponse> ClusterStatus(const CallOptions& call = {});
+
+ private:
+  struct Impl;
+  explicit ClusterClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_CLIENT_CLUSTER_CLIENT_H_
