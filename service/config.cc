@@ -1,5 +1,7 @@
 #include "service/config.h"
 
+#include "service/cluster.h"
+
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -146,6 +148,7 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   if (c.max_put_bytes() < (1u << 20)) {
     return absl::InvalidArgumentError("max_put_bytes must be at least 1 MiB");
   }
+  RETURN_IF_ERROR(ValidateClusterConfig(c.cluster()));
   if (c.cluster().replication_factor() > 16) {
     return absl::InvalidArgumentError("cluster.replication_factor must be at most 16");
   }

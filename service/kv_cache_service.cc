@@ -159,6 +159,33 @@ grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerCont
   return reactor;
 }
 
+// Like RunUnary, but `work(store, finish)` may complete later (after peer calls): it
+// must call finish(status) exactly once, from any thread, and never block.
+template <typename Work>
+grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx,
+                                        grpc::CallbackServerContext* context, Op op,
+                                        Work work) {
+  (void)context;
+  grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
+  const int64_t start = NowMicros();
+  storage::TieredStore* store = nullptr;
+  if (grpc::Status admit = Admit(ctx, &store); !admit.ok()) {
+    reactor->Finish(admit);
+    return reactor;
+  }
+  std::function<void(absl::Status)> finish = [ctx, reactor, op, start](absl::Status s) {
+    ctx->metrics.Record(op, NowMicros() - start, s.ok());
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  const bool queued =
+      ctx->executor->TrySchedule([store, work, finish] { work(*store, finish); });
+  if (!queued) {
+    ctx->metrics.Record(op, NowMicros() - start, false);
+    reactor->Finish(BusyStatus());
+  }
+  return reactor;
+}
+
 // Reads bytes across the slices of one received message.
 class SliceCursor {
  public:
@@ -588,8 +615,13 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         if (absl::IsNotFound(ref.status())) continue;  // a miss
         return ref.status();
       }
-      auto parsed = kv::ParseHeader(ref->payload());
+      // A compacted entry wraps its codec blob in a header of kept positions; this
+      // fills info.positions (and codec) and returns the blob either way.
+      absl::StatusOr<std::span<const uint8_t>> blob = DescribeStoredPayload(ref->payload(), info);
+      absl::StatusOr<kv::EncodedInfo> parsed =
+          blob.ok() ? kv::ParseHeader(*blob) : absl::StatusOr<kv::EncodedInfo>(blob.status());
       if (!parsed.ok()) {
+        info->clear_positions();
         KVTIER_LOG(ERROR) << "namespace " << ns.name << " key " << KeyForMessage(key)
                           << ": stored blob is unreadable: " << parsed.status().message();
         continue;
@@ -598,19 +630,20 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       const bool raw_codec =
           parsed->codec == kv::CodecId::kFp16 || parsed->codec == kv::CodecId::kBf16;
       if (raw && raw_codec && parsed->encoded_bytes >= parsed->raw_bytes &&
-          parsed->encoded_bytes == ref->payload().size()) {
+          parsed->encoded_bytes == blob->size()) {
         // fp16/bf16 blobs are the header followed by the raw elements: serve the tail.
         item.owner = ref->owner();
-        item.bytes = ref->payload().subspan(parsed->encoded_bytes - parsed->raw_bytes);
+        item.bytes = blob->subspan(parsed->encoded_bytes - parsed->raw_bytes);
       } else if (raw) {
         auto decoded = std::make_shared<std::string>();
         decoded->resize(parsed->raw_bytes);
         absl::Status ds = kv::Decode(
-            ref->payload(),
+            *blob,
             std::span<uint8_t>(reinterpret_cast<uint8_t*>(decoded->data()), decoded->size()));
         if (!ds.ok()) {
           KVTIER_LOG(ERROR) << "namespace " << ns.name << " key " << KeyForMessage(key)
                             << ": cannot decode stored blob: " << ds.message();
+          info->clear_positions();
           continue;
         }
         item.bytes = kv::AsBytes(*decoded);
@@ -761,21 +794,42 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext
                                                      const v1::LookupRequest* request,
                                                      v1::LookupResponse* response) {
   ServiceContext* ctx = ctx_;
-  return RunUnary(
+  return RunUnaryAsync(
       ctx_, context, Op::kLookup,
-      [ctx, request, response](storage::TieredStore& store) -> absl::Status {
-        ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                         FindNamespace(*ctx, store, request->namespace_()));
-        ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(request->keys(), *ctx, false));
-        ASSIGN_OR_RETURN(storage::LookupResult r, store.Lookup(ns.name, keys));
-        response->set_prefix_blocks(r.prefix_blocks);
+      [ctx, request, response](storage::TieredStore& store,
+                               std::function<void(absl::Status)> finish) {
+        std::vector<std::string> keys;
+        std::string ns_name;
+        storage::LookupResult r;
+        absl::Status s = [&]() -> absl::Status {
+          ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                           FindNamespace(*ctx, store, request->namespace_()));
+          ns_name = ns.name;
+          ASSIGN_OR_RETURN(keys, CheckKeys(request->keys(), *ctx, false));
+          ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys));
+          return absl::OkStatus();
+        }();
+        if (!s.ok()) return finish(s);
+        std::vector<v1::Tier> tiers;
         for (size_t i = 0; i < keys.size(); ++i) {
-          v1::BlockLocation* loc = response->add_blocks();
-          const storage::Tier t = i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone;
-          loc->set_tier(TierToProto(t));
-          if (t != storage::Tier::kNone) loc->set_owner(ctx->node_id);
+          tiers.push_back(TierToProto(i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone));
         }
-        return absl::OkStatus();
+        if (ctx->fanout != nullptr && !request->local_only()) {
+          // Cluster-wide: ask the owners of the keys not held here (peer_deadline_ms).
+          ctx->fanout->LookupAsync(ns_name, keys, tiers,
+                                   [response, finish](v1::LookupResponse merged) {
+                                     *response = std::move(merged);
+                                     finish(absl::OkStatus());
+                                   });
+          return;
+        }
+        response->set_prefix_blocks(r.prefix_blocks);
+        for (const v1::Tier t : tiers) {
+          v1::BlockLocation* loc = response->add_blocks();
+          loc->set_tier(t);
+          if (t != v1::TIER_NONE) loc->set_owner(ctx->node_id);
+        }
+        finish(absl::OkStatus());
       });
 }
 
@@ -936,23 +990,34 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::ClusterStatus(
     grpc::CallbackServerContext* context, const v1::ClusterStatusRequest* /*request*/,
     v1::ClusterStatusResponse* response) {
   ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kStats,
-                  [ctx, response](storage::TieredStore& store) -> absl::Status {
-                    response->set_node_id(ctx->node_id);
-                    response->set_replication_factor(ctx->replication_factor);
-                    v1::PeerStatus* self = response->add_peers();
-                    self->set_node_id(ctx->node_id);
-                    self->set_address(ctx->node_id);
-                    self->set_healthy(true);
-                    self->set_ownership_share(1.0);
-                    self->set_last_seen_ms_ago(0);
-                    v1::StatsResponse* st = self->mutable_stats();
-                    FillStats(store.Stats(), "", st);
-                    st->set_node_id(ctx->node_id);
-                    st->set_hash_scheme(HashSchemeVersion());
-                    st->set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
-                    return absl::OkStatus();
-                  });
+  return RunUnaryAsync(
+      ctx_, context, Op::kStats,
+      [ctx, response](storage::TieredStore& store, std::function<void(absl::Status)> finish) {
+        v1::StatsResponse st;
+        FillStats(store.Stats(), "", &st);
+        st.set_node_id(ctx->node_id);
+        st.set_hash_scheme(HashSchemeVersion());
+        st.set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
+        if (ctx->fanout != nullptr) {
+          // Membership, health, ownership shares and every peer's Stats.
+          ctx->fanout->ClusterStatusAsync(std::move(st),
+                                          [response, finish](v1::ClusterStatusResponse r) {
+                                            *response = std::move(r);
+                                            finish(absl::OkStatus());
+                                          });
+          return;
+        }
+        response->set_node_id(ctx->node_id);
+        response->set_replication_factor(ctx->replication_factor);
+        v1::PeerStatus* self = response->add_peers();
+        self->set_node_id(ctx->node_id);
+        self->set_address(ctx->node_id);
+        self->set_healthy(true);
+        self->set_ownership_share(1.0);
+        self->set_last_seen_ms_ago(0);
+        *self->mutable_stats() = std::move(st);
+        finish(absl::OkStatus());
+      });
 }
 
 }  // namespace kvtier::service

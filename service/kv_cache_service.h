@@ -26,6 +26,7 @@
 #include "common/thread_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "service/cluster.h"
 #include "service/metrics.h"
 #include "storage/tiered_store.h"
 
@@ -66,6 +67,7 @@ struct ServiceContext {
   // Shutdown: once set, new calls are refused with UNAVAILABLE.
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // calls admitted and not yet done
+  PeerFanout* fanout = nullptr;       // cluster mode only (not owned); null = single node
 };
 
 // Converts at the gRPC edge (codes are numerically identical).

@@ -70,6 +70,23 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   s->port_ = selected_port;
   s->address_ = JoinHostPort(config.listen_address(), selected_port);
   ctx.node_id = config.cluster().node_id().empty() ? s->address_ : config.cluster().node_id();
+  const v1::ClusterConfig& cluster = config.cluster();
+  if (!cluster.static_peers().empty() || !cluster.peer_dns().empty()) {
+    // Ring identity: cluster.node_id; else our entry of static_peers (found by address
+    // and port); else, with DNS, the host's FQDN, which is what peers get by reverse DNS.
+    std::string self_id = cluster.node_id();
+    if (self_id.empty()) {
+      self_id = cluster.peer_dns().empty() ? s->address_ : DefaultNodeId(selected_port);
+    }
+    ASSIGN_OR_RETURN(s->membership_,
+                     Membership::Create(MembershipOptionsFromConfig(
+                         cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
+    s->membership_->Start();
+    s->fanout_ = std::make_unique<PeerFanout>(s->membership_.get(),
+                                              FanoutOptionsFromConfig(config));
+    ctx.node_id = s->membership_->self_id();
+    ctx.fanout = s->fanout_.get();
+  }
   return s;
 }
 

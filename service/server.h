@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "service/kv_cache_service.h"
+#include "service/cluster.h"
 #include "service/metrics.h"
 #include "storage/tiered_store.h"
 
@@ -58,6 +59,10 @@ class KvtierServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
+  // Cluster mode (static_peers or peer_dns); destroyed before the members above, after
+  // Shutdown() has stopped the server.
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<PeerFanout> fanout_;
   bool shut_down_ = false;
 };
 

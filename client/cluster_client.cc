@@ -1,0 +1,441 @@
+#include "client/cluster_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+
+namespace kvtier::client {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status NodeError(const absl::Status& s, std::string_view node_id) {
+  return absl::Status(s.code(), absl::StrCat("node ", Sv(node_id), ": ", s.message()));
+}
+
+// Errors after which the key moves on to its next owner (the node, not the request, is
+// the problem).
+bool IsUnreachable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// Runs fn(i) for every i in `work` at once (inline when there is only one).
+void RunParallel(const std::vector<size_t>& work, const std::function<void(size_t)>& fn) {
+  if (work.size() == 1) {
+    fn(work[0]);
+    return;
+  }
+  std::vector<std::thread> threads;
+  threads.reserve(work.size());
+  for (size_t i : work) threads.emplace_back([&fn, i] { fn(i); });
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
+
+struct ClusterClient::Impl {
+  struct Node {
+    std::string id;
+    std::string address;
+    bool healthy_at_refresh = false;
+    std::shared_ptr<Client> client;  // null when it could not be reached
+    // Steady-clock ms until which the node is tried last; shared across refreshes.
+    std::shared_ptr<std::atomic<int64_t>> down_until_ms;
+  };
+  // One immutable membership snapshot; nodes are in ring order (sorted by id).
+  struct View {
+    std::vector<Node> nodes;
+    std::shared_ptr<const RendezvousRing> ring;
+    uint32_t replication = 1;
+  };
+
+  ClusterClientOptions options;
+  absl::Mutex refresh_mu;  // serializes Refresh
+  mutable absl::Mutex mu;
+  std::shared_ptr<const View> view ABSL_GUARDED_BY(mu);
+
+  std::shared_ptr<const View> Snapshot() const {
+    absl::MutexLock lock(&mu);
+    return view;
+  }
+
+  bool IsDown(const Node& n) const { return n.down_until_ms->load() > NowMs(); }
+  void MarkDown(const Node& n) const { n.down_until_ms->store(NowMs() + options.down_retry_ms); }
+  void MarkUp(const Node& n) const { n.down_until_ms->store(0); }
+
+  // Node indices of `view`: connected and not down first, then down, then unconnected.
+  std::vector<size_t> PreferenceOrder(const View& v) const {
+    std::vector<size_t> order(v.nodes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      auto rank = [&](size_t i) {
+        return v.nodes[i].client == nullptr ? 2 : (IsDown(v.nodes[i]) ? 1 : 0);
+      };
+      return rank(a) < rank(b);
+    });
+    return order;
+  }
+
+  // Builds a view from a ClusterStatus answer, reusing the clients of `previous` (by
+  // address) and `seed` (at `seed_address`), connecting the other healthy members in
+  // parallel.
+  absl::StatusOr<std::shared_ptr<const View>> BuildView(
+      const v1::ClusterStatusResponse& status, const View* previous,
+      std::shared_ptr<Client> seed, const std::string& seed_address) const {
+    if (status.peers().empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cluster status of node ", status.node_id(), " lists no peers"));
+    }
+    std::map<std::string, const Node*> old_by_id;
+    if (previous != nullptr) {
+      for (const Node& n : previous->nodes) old_by_id[n.id] = &n;
+    }
+    auto v = std::make_shared<View>();
+    std::map<std::string, size_t> seen;
+    for (const v1::PeerStatus& p : status.peers()) {
+      if (p.node_id().empty() || seen.count(p.node_id())) continue;
+      Node n;
+      n.id = p.node_id();
+      n.address = p.address().empty() ? p.node_id() : p.address();
+      n.healthy_at_refresh = p.healthy();
+      auto old = old_by_id.find(n.id);
+      if (old != old_by_id.end() && old->second->address == n.address) {
+        n.client = old->second->client;
+        n.down_until_ms = old->second->down_until_ms;
+      } else {
+        n.down_until_ms = std::make_shared<std::atomic<int64_t>>(0);
+      }
+      if (n.client == nullptr && seed != nullptr && n.address == seed_address) n.client = seed;
+      seen[n.id] = v->nodes.size();
+      v->nodes.push_back(std::move(n));
+    }
+    std::sort(v->nodes.begin(), v->nodes.end(),
+              [](const Node& a, const Node& b) { return a.id < b.id; });
+    std::vector<std::string> ids;
+    for (const Node& n : v->nodes) ids.push_back(n.id);
+    v->ring = std::make_shared<const RendezvousRing>(ids);
+    v->replication = std::max<uint32_t>(1, status.replication_factor());
+
+    // Connect the members that lack a client and are reported healthy.
+    std::vector<size_t> to_connect;
+    for (size_t i = 0; i < v->nodes.size(); ++i) {
+      if (v->nodes[i].client == nullptr && v->nodes[i].healthy_at_refresh) to_connect.push_back(i);
+    }
+    std::vector<absl::Status> errors(v->nodes.size());
+    if (!to_connect.empty()) {
+      RunParallel(to_connect, [&](size_t i) {
+        ClientOptions o = options.node;
+        o.server = v->nodes[i].address;
+        auto c = Client::Connect(o);
+        if (c.ok()) {
+          v->nodes[i].client = std::shared_ptr<Client>(std::move(*c));
+        } else {
+          errors[i] = c.status();
+        }
+      });
+    }
+    for (size_t i = 0; i < errors.size(); ++i) {
+      // An unreachable member is not an error (it may come back); a member that rejects
+      // the namespace or hash scheme is.
+      if (!errors[i].ok() && !IsUnreachable(errors[i])) return NodeError(errors[i], v->nodes[i].id);
+      if (!errors[i].ok()) MarkDown(v->nodes[i]);
+    }
+    return std::shared_ptr<const View>(std::move(v));
+  }
+
+  // ClusterStatus from the first member that answers (`first` first, if given).
+  absl::StatusOr<v1::ClusterStatusResponse> StatusFromAny(const View& v, const CallOptions& call,
+                                                          const std::string& first) const {
+    std::vector<size_t> order = PreferenceOrder(v);
+    std::stable_partition(order.begin(), order.end(),
+                          [&](size_t i) { return v.nodes[i].address == first; });
+    absl::Status last = absl::UnavailableError("no cluster member is connected");
+    for (size_t i : order) {
+      const Node& n = v.nodes[i];
+      if (n.client == nullptr) continue;
+      auto s = n.client->ClusterStatus(call);
+      if (s.ok()) {
+        MarkUp(n);
+        return s;
+      }
+      last = NodeError(s.status(), n.id);
+      if (!IsUnreachable(s.status())) return last;
+      MarkDown(n);
+    }
+    return last;
+  }
+
+  // Reads the result of one owner's share of a get: `idx` are the keys (indices into the
+  // call's keys) asked of `client` with `deadline_ms`; returns one info per idx.
+  using OwnerGet = std::function<absl::StatusOr<std::vector<v1::GetBlockInfo>>(
+      Client& client, const std::vector<size_t>& idx, int64_t deadline_ms)>;
+
+  // The routing of GetBlocks / GetBlocksInto (see the header).
+  absl::StatusOr<std::vector<v1::GetBlockInfo>> RouteGets(std::string_view ns,
+                                                          std::span<const std::string> keys,
+                                                          const GetOptions& get,
+                                                          const OwnerGet& owner_get) const {
+    std::vector<v1::GetBlockInfo> infos(keys.size());
+    if (keys.empty()) return infos;
+    const std::shared_ptr<const View> v = Snapshot();
+    const int64_t total =
+        get.deadline_ms > 0 ? get.deadline_ms : options.node.default_deadline_ms;
+    const int64_t end_ms = NowMs() + total;
+
+    // Owners of every key, best first, with nodes that are down or unconnected moved last.
+    std::vector<std::vector<size_t>> owners(keys.size());
+    std::vector<int> rank(v->nodes.size());
+    for (size_t i = 0; i < v->nodes.size(); ++i) {
+      rank[i] = v->nodes[i].client == nullptr ? 2 : (IsDown(v->nodes[i]) ? 1 : 0);
+    }
+    for (size_t k = 0; k < keys.size(); ++k) {
+      owners[k] = v->ring->OwnersOfHash(RendezvousKeyHash(ns, keys[k]), v->replication);
+      std::stable_sort(owners[k].begin(), owners[k].end(),
+                       [&](size_t a, size_t b) { return rank[a] < rank[b]; });
+    }
+
+    std::vector<size_t> pending(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) pending[k] = k;
+    bool answered = false;
+    absl::Status last_unreachable = absl::DeadlineExceededError(
+        absl::StrCat("get deadline of ", total, " ms passed before any owner answered"));
+    for (size_t round = 0; round < v->replication && !pending.empty(); ++round) {
+      const int64_t remaining = end_ms - NowMs();
+      if (remaining <= 0) break;
+      std::vector<std::vector<size_t>> groups(v->nodes.size());
+      for (size_t k : pending) {
+        if (round < owners[k].size()) groups[owners[k][round]].push_back(k);
+      }
+      std::vector<size_t> work;
+      for (size_t n = 0; n < groups.size(); ++n) {
+        if (!groups[n].empty()) work.push_back(n);
+      }
+      if (work.empty()) break;
+      const int64_t deadline = options.per_owner_get_deadline_ms > 0
+                                   ? std::min(options.per_owner_get_deadline_ms, remaining)
+                                   : remaining;
+      std::vector<absl::StatusOr<std::vector<v1::GetBlockInfo>>> results(
+          v->nodes.size(), absl::UnknownError("not run"));
+      RunParallel(work, [&](size_t n) {
+        const Node& node = v->nodes[n];
+        if (node.client == nullptr) {
+          results[n] = absl::UnavailableError("not connected");
+          return;
+        }
+        results[n] = owner_get(*node.client, groups[n], deadline);
+      });
+      std::vector<size_t> next;
+      for (size_t n : work) {
+        const Node& node = v->nodes[n];
+        if (!results[n].ok()) {
+          const absl::Status err = NodeError(results[n].status(), node.id);
+          if (!IsUnreachable(results[n].status())) return err;
+          if (node.client != nullptr) MarkDown(node);
+          last_unreachable = err;
+          next.insert(next.end(), groups[n].begin(), groups[n].end());
+          continue;
+        }
+        MarkUp(node);
+        answered = true;
+        const std::vector<v1::GetBlockInfo>& got = *results[n];
+        for (size_t j = 0; j < groups[n].size(); ++j) {
+          const size_t k = groups[n][j];
+          if (j < got.size()) infos[k] = got[j];
+          if (j >= got.size() || !got[j].found()) next.push_back(k);
+        }
+      }
+      std::sort(next.begin(), next.end());
+      pending = std::move(next);
+    }
+    if (!answered) return last_unreachable;
+    return infos;
+  }
+};
+
+ClusterClient::ClusterClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ClusterClient::~ClusterClient() = default;
+
+const ClusterClientOptions& ClusterClient::options() const { return impl_->options; }
+
+absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
+    const ClusterClientOptions& options) {
+  if (options.node.server.empty()) return absl::InvalidArgumentError("node.server is empty");
+  if (options.per_owner_get_deadline_ms < 0) {
+    return absl::InvalidArgumentError("per_owner_get_deadline_ms is negative");
+  }
+  if (options.down_retry_ms < 0) return absl::InvalidArgumentError("down_retry_ms is negative");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  ASSIGN_OR_RETURN(std::unique_ptr<Client> seed_owned, Client::Connect(options.node));
+  std::shared_ptr<Client> seed(std::move(seed_owned));
+  auto status = seed->ClusterStatus();
+  if (!status.ok()) return NodeError(status.status(), options.node.server);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Impl::View> view,
+                   impl->BuildView(*status, nullptr, seed, options.node.server));
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->view = std::move(view);
+  }
+  return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
+}
+
+absl::Status ClusterClient::Refresh() {
+  absl::MutexLock refresh(&impl_->refresh_mu);
+  const std::shared_ptr<const Impl::View> old = impl_->Snapshot();
+  ASSIGN_OR_RETURN(v1::ClusterStatusResponse status,
+                   impl_->StatusFromAny(*old, CallOptions{}, impl_->options.node.server));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Impl::View> view,
+                   impl_->BuildView(status, old.get(), nullptr, ""));
+  absl::MutexLock lock(&impl_->mu);
+  impl_->view = std::move(view);
+  return absl::OkStatus();
+}
+
+std::vector<ClusterMember> ClusterClient::members() const {
+  const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
+  std::vector<ClusterMember> out;
+  for (const Impl::Node& n : v->nodes) {
+    out.push_back({n.id, n.address, n.client != nullptr, n.healthy_at_refresh});
+  }
+  return out;
+}
+
+std::shared_ptr<const RendezvousRing> ClusterClient::ring() const {
+  return impl_->Snapshot()->ring;
+}
+
+uint32_t ClusterClient::replication_factor() const { return impl_->Snapshot()->replication; }
+
+absl::StatusOr<PutResult> ClusterClient::PutBlocks(std::string_view ns,
+                                                   std::span<const PutBlock> blocks,
+                                                   const PutOptions& options) {
+  PutResult total;
+  if (blocks.empty()) return total;
+  const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size());
+  for (const PutBlock& b : blocks) keys.push_back(b.key);
+  const std::vector<std::vector<size_t>> groups = v->ring->GroupByOwner(ns, keys, v->replication);
+  std::vector<size_t> work;
+  for (size_t n = 0; n < groups.size(); ++n) {
+    if (!groups[n].empty()) work.push_back(n);
+  }
+  std::vector<absl::StatusOr<PutResult>> results(v->nodes.size(), PutResult{});
+  RunParallel(work, [&](size_t n) {
+    const Impl::Node& node = v->nodes[n];
+    if (node.client == nullptr) {
+      results[n] = absl::UnavailableError("not connected");
+      return;
+    }
+    std::vector<PutBlock> sub;
+    sub.reserve(groups[n].size());
+    for (size_t i : groups[n]) sub.push_back(blocks[i]);
+    results[n] = node.client->PutBlocks(ns, sub, options);
+  });
+  absl::Status first;
+  for (size_t n : work) {
+    const Impl::Node& node = v->nodes[n];
+    if (!results[n].ok()) {
+      if (IsUnreachable(results[n].status()) && node.client != nullptr) impl_->MarkDown(node);
+      if (first.ok()) first = NodeError(results[n].status(), node.id);
+      continue;
+    }
+    impl_->MarkUp(node);
+    total.blocks_stored += results[n]->blocks_stored;
+    total.bytes_stored += results[n]->bytes_stored;
+  }
+  if (!first.ok()) return first;
+  return total;
+}
+
+absl::StatusOr<std::vector<FetchedBlock>> ClusterClient::GetBlocks(
+    std::string_view ns, std::span<const std::string> keys, const GetOptions& options) {
+  std::vector<FetchedBlock> out(keys.size());
+  auto owner_get = [&](Client& client, const std::vector<size_t>& idx,
+                       int64_t deadline_ms) -> absl::StatusOr<std::vector<v1::GetBlockInfo>> {
+    std::vector<std::string> sub;
+    sub.reserve(idx.size());
+    for (size_t k : idx) sub.push_back(keys[k]);
+    GetOptions o = options;
+    o.deadline_ms = deadline_ms;
+    ASSIGN_OR_RETURN(std::vector<FetchedBlock> got, client.GetBlocks(ns, sub, o));
+    std::vector<v1::GetBlockInfo> infos(got.size());
+    for (size_t j = 0; j < got.size() && j < idx.size(); ++j) {
+      infos[j] = got[j].info;
+      if (got[j].info.found()) out[idx[j]].data = std::move(got[j].data);
+    }
+    return infos;
+  };
+  ASSIGN_OR_RETURN(std::vector<v1::GetBlockInfo> infos,
+                   impl_->RouteGets(ns, keys, options, owner_get));
+  for (size_t k = 0; k < keys.size(); ++k) {
+    out[k].info = std::move(infos[k]);
+    if (!out[k].info.found()) out[k].data.clear();
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::GetBlockInfo>> ClusterClient::GetBlocksInto(
+    std::string_view ns, std::span<const std::string> keys,
+    std::span<const std::span<uint8_t>> buffers, const GetOptions& options) {
+  if (buffers.size() != keys.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("buffers has ", buffers.size(),
+                                                   " entries but keys has ", keys.size()));
+  }
+  auto owner_get = [&](Client& client, const std::vector<size_t>& idx, int64_t deadline_ms) {
+    std::vector<std::string> sub;
+    std::vector<std::span<uint8_t>> bufs;
+    sub.reserve(idx.size());
+    bufs.reserve(idx.size());
+    for (size_t k : idx) {
+      sub.push_back(keys[k]);
+      bufs.push_back(buffers[k]);
+    }
+    GetOptions o = options;
+    o.deadline_ms = deadline_ms;
+    return client.GetBlocksInto(ns, sub, bufs, o);
+  };
+  return impl_->RouteGets(ns, keys, options, owner_get);
+}
+
+absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
+                                                         std::span<const std::string> keys,
+                                                         const CallOptions& call) {
+  const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
+  absl::Status last = absl::UnavailableError("no cluster member is connected");
+  for (size_t i : impl_->PreferenceOrder(*v)) {
+    const Impl::Node& n = v->nodes[i];
+    if (n.client == nullptr) continue;
+    auto r = n.client->Lookup(ns, keys, /*local_only=*/false, call);
+    if (r.ok()) {
+      impl_->MarkUp(n);
+      return r;
+    }
+    last = NodeError(r.status(), n.id);
+    if (!IsUnreachable(r.status())) return last;
+    impl_->MarkDown(n);
+  }
+  return last;
+}
+
+absl::StatusOr<v1::ClusterStatusResponse> ClusterClient::ClusterStatus(const CallOptions& call) {
+  const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
+  return impl_->StatusFromAny(*v, call, impl_->options.node.server);
+}
+
+}  // namespace kvtier::client
