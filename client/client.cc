@@ -614,6 +614,16 @@ absl::Status Client::ReportScores(std::string_view ns, std::span<const std::stri
                      });
 }
 
+absl::StatusOr<v1::CompactResponse> Client::Compact(const v1::CompactRequest& request,
+                                                    const CallOptions& call) {
+  v1::CompactResponse resp;
+  RETURN_IF_ERROR(impl_->Call("Compact", impl_->DeadlineMs(call.deadline_ms), false,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return ch.data->Compact(ctx, request, &resp);
+                              }));
+  return resp;
+}
+
 absl::StatusOr<uint64_t> Client::Delete(std::string_view ns, std::span<const std::string> keys,
                                         const CallOptions& call) {
   v1::DeleteRequest req;

@@ -194,6 +194,15 @@ class Client {
   absl::Status ReportScores(std::string_view ns, std::span<const std::string> keys,
                             std::span<const float> scores, const CallOptions& call = {});
 
+  // Compacts a stored sequence server-side (request.keys, block 0 first) with the policy
+  // and parameters in `request` and stores the compacted entry next to the blocks; fetch
+  // it with GetBlocks(response.entry_key). The same selection functions are in
+  // storage/kv/compaction.h for workers that compact before pushing. INVALID_ARGUMENT for
+  // bad parameters, NOT_FOUND for unknown keys or namespace. Not retried (the server
+  // stores an entry); repeating it is harmless, the entry key is deterministic.
+  absl::StatusOr<kvtier::v1::CompactResponse> Compact(const kvtier::v1::CompactRequest& request,
+                                                      const CallOptions& call = {});
+
   // Deletes `keys` from every tier; returns the number removed.
   absl::StatusOr<uint64_t> Delete(std::string_view ns, std::span<const std::string> keys,
                                   const CallOptions& call = {});

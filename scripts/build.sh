@@ -2,6 +2,6 @@
 # Configures and builds kvtier into ./build (Release). Extra arguments go to cmake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CCACHE_BASEDIR="$PWD" CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
+export CCACHE_BASEDIR="$PWD"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 ninja -C build -j "$(nproc)"

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)")
-export CCACHE_BASEDIR="$PWD" CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
+export CCACHE_BASEDIR="$PWD"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVTIER_SANITIZE=ON \
   -DKVTIER_BUILD_BENCHMARKS=OFF >/dev/null
 ninja -C build-asan -j "$(nproc)" kvtier_sanitized_tests

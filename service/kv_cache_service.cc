@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <span>
 #include <utility>
@@ -189,7 +190,8 @@ grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx,
 // Reads bytes across the slices of one received message.
 class SliceCursor {
  public:
-  explicit SliceCursor(std::vector<grpc::Slice> slices) : slices_(std::move(slices)) {
+  explicit SliceCursor(std::vector<std::span<const uint8_t>> slices)
+      : slices_(std::move(slices)) {
     for (const auto& s : slices_) remaining_ += s.size();
   }
   size_t remaining() const { return remaining_; }
@@ -197,7 +199,7 @@ class SliceCursor {
   bool ReadByte(uint8_t* b) {
     if (remaining_ == 0) return false;
     Skip();
-    *b = slices_[idx_].begin()[off_];
+    *b = slices_[idx_][off_];
     Advance(1);
     return true;
   }
@@ -216,7 +218,7 @@ class SliceCursor {
     if (remaining_ == 0) return {};
     Skip();
     const size_t n = std::min(max, slices_[idx_].size() - off_);
-    std::span<const uint8_t> out(slices_[idx_].begin() + off_, n);
+    std::span<const uint8_t> out = slices_[idx_].subspan(off_, n);
     Advance(n);
     return out;
   }
@@ -232,11 +234,35 @@ class SliceCursor {
     off_ += n;
     remaining_ -= n;
   }
-  std::vector<grpc::Slice> slices_;
+  std::vector<std::span<const uint8_t>> slices_;
   size_t idx_ = 0;
   size_t off_ = 0;
   size_t remaining_ = 0;
 };
+
+// The 40-byte codec header of a fp16/bf16 blob holding `raw_bytes` of raw payload for
+// `layout` (ENCODED FORMAT in storage/kv/codec.h): what kv::Encode puts in front of the
+// unchanged raw bytes for these codecs. REQUIRES: raw_bytes a multiple of BytesPerToken.
+std::string RawCodecHeader(kv::CodecId codec, const kv::Layout& layout, uint64_t raw_bytes) {
+  std::string h(kv::kEncodedHeaderBytes, '\0');
+  char* o = h.data();
+  auto put32 = [&o](size_t at, uint32_t v) { std::memcpy(o + at, &v, 4); };
+  const uint16_t version = 1;
+  const auto tokens = static_cast<uint32_t>(raw_bytes / layout.BytesPerToken());
+  const uint64_t body = raw_bytes;
+  std::memcpy(o, "KVTB", 4);
+  std::memcpy(o + 4, &version, 2);
+  o[6] = static_cast<char>(codec);
+  o[7] = static_cast<char>(layout.dtype);
+  put32(8, layout.num_layers);
+  put32(12, layout.num_kv_heads);
+  put32(16, layout.head_dim);
+  put32(20, tokens);
+  put32(24, tokens);
+  put32(28, 0);
+  std::memcpy(o + 32, &body, 8);
+  return h;
+}
 
 // Client-streaming Put: header, then payload chunks. One read in flight; header
 // validation and the final transcode + store run on the executor.
@@ -301,8 +327,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
  private:
   struct Block {
-    std::string data;     // payload bytes as received
-    std::string encoded;  // transcoded blob, when the payload had to be re-encoded
+    // Payload as received: views into held_ / owned_, no copy. `size` bytes in all.
+    std::vector<std::string_view> pieces;
+    uint64_t size = 0;
+    std::string data;     // the pieces joined, when the payload must be re-encoded
+    std::string encoded;  // transcoded blob, or the codec header put in front of raw pieces
   };
 
   // Checks the header against ns_ and reserves its bytes in the Put budget.
@@ -366,8 +395,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
-  // Appends payload bytes to the current block(s).
-  absl::Status Feed(std::span<const uint8_t> bytes) {
+  // Adds received payload bytes (which must stay valid: held_ / owned_ keep them) to the
+  // current block(s), without copying them.
+  absl::Status Feed(std::string_view bytes) {
     while (!bytes.empty()) {
       if (cur_ >= blocks_.size()) {
         return absl::InvalidArgumentError(absl::StrCat("chunk: the stream carries more than the ",
@@ -375,13 +405,13 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                                        " payload bytes its header declares"));
       }
       const uint64_t want = header_.blocks(static_cast<int>(cur_)).size();
-      std::string& data = blocks_[cur_].data;
-      if (data.capacity() < want) data.reserve(want);
-      const size_t take = std::min<uint64_t>(bytes.size(), want - data.size());
-      data.append(reinterpret_cast<const char*>(bytes.data()), take);
+      Block& blk = blocks_[cur_];
+      const size_t take = std::min<uint64_t>(bytes.size(), want - blk.size);
+      blk.pieces.push_back(bytes.substr(0, take));
+      blk.size += take;
       received_ += take;
-      bytes = bytes.subspan(take);
-      if (data.size() == want) ++cur_;
+      bytes.remove_prefix(take);
+      if (blk.size == want) ++cur_;
     }
     return absl::OkStatus();
   }
@@ -389,16 +419,30 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   absl::Status ConsumeChunkMessage() {
     std::vector<grpc::Slice> slices;
     if (!in_.Dump(&slices).ok()) return absl::InternalError("chunk: cannot read message");
-    SliceCursor cur(std::move(slices));
+    // Keep the slices (a reference each, no copy) for the blocks' pieces. A deque never
+    // moves its elements, so the bytes of an inlined slice stay where they are too.
+    const size_t first = held_.size();
+    std::vector<std::span<const uint8_t>> spans;
+    spans.reserve(slices.size());
+    for (grpc::Slice& s : slices) {
+      held_.push_back(std::move(s));
+      spans.emplace_back(held_.back().begin(), held_.back().size());
+    }
+    SliceCursor cur(std::move(spans));
     const size_t total = cur.remaining();
     uint8_t tag = 0;
     uint64_t len = 0;
     if (total > 0 && cur.ReadByte(&tag) && tag == 0x12 && cur.ReadVarint(&len) &&
         len == cur.remaining()) {
-      // Fast path: the message is exactly one `chunk` field; copy from the slices.
-      while (cur.remaining() > 0) RETURN_IF_ERROR(Feed(cur.Next(cur.remaining())));
+      // Fast path: the message is exactly one `chunk` field; its bytes stay in the slices.
+      while (cur.remaining() > 0) {
+        const std::span<const uint8_t> piece = cur.Next(cur.remaining());
+        RETURN_IF_ERROR(
+            Feed(std::string_view(reinterpret_cast<const char*>(piece.data()), piece.size())));
+      }
       return absl::OkStatus();
     }
+    held_.resize(first);
     // Anything else (empty message, header, unusual encodings): parse it properly.
     v1::PutRequest req;
     if (!grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req).ok()) {
@@ -407,7 +451,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (req.has_header()) {
       return absl::InvalidArgumentError("header: only the first message may carry a header");
     }
-    return Feed(kv::AsBytes(req.chunk()));
+    if (req.chunk().empty()) return absl::OkStatus();
+    owned_.push_back(std::move(*req.mutable_chunk()));
+    return Feed(owned_.back());
   }
 
   void EndOfStream() {
@@ -444,9 +490,18 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     for (int i = 0; i < n; ++i) {
       const v1::PutBlock& b = header_.blocks(i);
       Block& blk = blocks_[i];
-      std::string_view payload = blk.data;
+      std::string_view payload;  // contiguous payload; empty: the pieces are stored as is
       const std::string field = absl::StrCat("blocks[", i, "]");
-      if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+      const bool raw_codec = ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
+      if (header_.format() == v1::PAYLOAD_FORMAT_RAW && raw_codec) {
+        // fp16/bf16 store the raw bytes unchanged: put the codec header in front of them.
+        // (ValidateHeader checked the size; the layout is the registered one.)
+        blk.encoded = RawCodecHeader(ns_.codec, ns_.layout, blk.size);
+        blk.pieces.insert(blk.pieces.begin(), blk.encoded);
+        blk.size += blk.encoded.size();
+      } else if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+        blk.data = storage::JoinPieces(blk.pieces);
+        blk.pieces.clear();
         auto enc = kv::Encode(ns_.codec, ns_.layout, b.block_index(), kv::AsBytes(blk.data), copts);
         if (!enc.ok()) {
           return absl::InvalidArgumentError(
@@ -456,15 +511,15 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         blk.data = std::string();
         payload = blk.encoded;
       } else {
-        auto info = kv::ParseHeader(kv::AsBytes(blk.data));
+        auto info = storage::ParsePiecesHeader(blk.pieces);
         if (!info.ok()) {
           return absl::InvalidArgumentError(absl::StrCat(
               field, ".payload is not a valid encoded block: ", info.status().message()));
         }
-        if (info->encoded_bytes != blk.data.size()) {
+        if (info->encoded_bytes != blk.size) {
           return absl::InvalidArgumentError(absl::StrCat(field, ".payload header says ",
                                                          info->encoded_bytes, " bytes but size is ",
-                                                         blk.data.size()));
+                                                         blk.size));
         }
         RETURN_IF_ERROR(CompareLayouts(ns_.layout, info->layout, field + ".payload.layout",
                                        /*check_tokens=*/false));
@@ -482,6 +537,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                              " does not match namespace codec ", kv::CodecName(ns_.codec)));
           }
           // An unquantized blob for a quantized namespace: transcode it.
+          blk.data = storage::JoinPieces(blk.pieces);
+          blk.pieces.clear();
           auto raw = kv::DecodeToString(kv::AsBytes(blk.data));
           if (!raw.ok()) {
             return absl::InvalidArgumentError(
@@ -500,8 +557,13 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       puts[i].key = b.key();
       puts[i].parent_key = b.parent_key();
       puts[i].block_index = b.block_index();
-      puts[i].payload = payload;
-      bytes += payload.size();
+      if (!payload.empty()) {
+        puts[i].payload = payload;
+        bytes += payload.size();
+      } else {
+        puts[i].pieces = blk.pieces;
+        bytes += blk.size;
+      }
     }
     RETURN_IF_ERROR(store_->Put(ns_.name, puts));
     v1::PutResponse resp;
@@ -511,15 +573,21 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (!grpc::SerializationTraits<v1::PutResponse>::Serialize(resp, response_, &own).ok()) {
       return absl::InternalError("cannot serialize PutResponse");
     }
-    blocks_.clear();
+    ReleaseBuffers();
     return absl::OkStatus();
+  }
+
+  void ReleaseBuffers() {
+    blocks_.clear();
+    held_.clear();
+    owned_.clear();
   }
 
   void Fail(const absl::Status& s) { FinishAndRecord(ToGrpcStatus(s)); }
 
   void FinishAndRecord(const grpc::Status& s) {
     ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
-    blocks_.clear();
+    ReleaseBuffers();
     ctx_->put_bytes_in_flight.fetch_sub(reserved_);
     reserved_ = 0;
     Finish(s);
@@ -535,6 +603,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   v1::PutHeader header_;
   storage::NamespaceOptions ns_;
   std::vector<Block> blocks_;
+  std::deque<grpc::Slice> held_;   // received message slices the blocks' pieces view
+  std::deque<std::string> owned_;  // chunks of messages that took the parsing path
   size_t cur_ = 0;         // block receiving bytes
   uint64_t total_ = 0;     // payload bytes declared by the header
   uint64_t received_ = 0;  // payload bytes received

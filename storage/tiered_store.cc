@@ -1,5 +1,6 @@
 #include "storage/tiered_store.h"
 
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -34,6 +35,82 @@ const char* TierName(Tier tier) {
       return "cold";
   }
   return "none";
+}
+
+uint64_t PiecesSize(std::span<const std::string_view> pieces) {
+  uint64_t n = 0;
+  for (std::string_view p : pieces) n += p.size();
+  return n;
+}
+
+std::string JoinPieces(std::span<const std::string_view> pieces) {
+  std::string out;
+  out.reserve(PiecesSize(pieces));
+  for (std::string_view p : pieces) out.append(p);
+  return out;
+}
+
+namespace {
+
+// Address space for ParsePiecesHeader: kv::ParseHeader reads only the first
+// kEncodedHeaderBytes of a blob but checks them against the blob's size, so it is given
+// the copied header at the start of a range as long as the blob. The range is an
+// anonymous mapping of which only the first page is ever written (the rest is never
+// touched, so it costs no memory). One per thread, grown on demand.
+class HeaderProbe {
+ public:
+  ~HeaderProbe() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+  }
+  // Returns a writable range of at least `bytes` bytes, or nullptr if it cannot be mapped.
+  uint8_t* Get(size_t bytes) {
+    if (bytes <= bytes_) return base_;
+    if (base_ != nullptr) munmap(base_, bytes_);
+    const size_t want = std::max<size_t>(bytes, 4u << 20);
+    void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      base_ = nullptr;
+      bytes_ = 0;
+      return nullptr;
+    }
+    base_ = static_cast<uint8_t*>(p);
+    bytes_ = want;
+    return base_;
+  }
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Larger blobs given as pieces are joined to be parsed (rare: blocks are far smaller).
+constexpr uint64_t kMaxProbeBytes = 256ull << 20;
+
+}  // namespace
+
+absl::StatusOr<kv::EncodedInfo> ParsePiecesHeader(std::span<const std::string_view> pieces) {
+  const uint64_t total = PiecesSize(pieces);
+  for (std::string_view p : pieces) {
+    if (p.empty()) continue;
+    // The first non-empty piece holds the whole blob: parse it in place.
+    if (p.size() == total) return kv::ParseHeader(kv::AsBytes(p));
+    break;
+  }
+  thread_local HeaderProbe probe;
+  uint8_t* base = total <= kMaxProbeBytes ? probe.Get(total) : nullptr;
+  if (base == nullptr) {
+    const std::string joined = JoinPieces(pieces);
+    return kv::ParseHeader(kv::AsBytes(joined));
+  }
+  uint64_t copied = 0;
+  for (std::string_view p : pieces) {
+    if (copied >= kv::kEncodedHeaderBytes) break;
+    const size_t n = std::min<uint64_t>(p.size(), kv::kEncodedHeaderBytes - copied);
+    std::memcpy(base + copied, p.data(), n);
+    copied += n;
+  }
+  return kv::ParseHeader(std::span<const uint8_t>(base, total));
 }
 
 const char* EvictionPolicyName(EvictionPolicyKind kind) {
@@ -1141,7 +1218,16 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
   if (!block.standalone && block.parent_key == block.key) {
     return absl::InvalidArgumentError("parent_key must differ from key");
   }
-  const std::span<const uint8_t> payload = kv::AsBytes(block.payload);
+  // A payload given as pieces is copied once, straight into the hot slot (`payload` then
+  // views the slot); it is joined only when it must be contiguous without a hot copy.
+  std::string joined;
+  bool in_pieces = block.payload.empty() && !block.pieces.empty();
+  if (in_pieces && block.standalone) {
+    joined = JoinPieces(block.pieces);
+    in_pieces = false;
+  }
+  std::span<const uint8_t> payload = kv::AsBytes(joined.empty() ? block.payload : joined);
+  const uint64_t payload_size = in_pieces ? PiecesSize(block.pieces) : payload.size();
   // A standalone entry may be a compacted sequence: a compaction header (kept positions)
   // around an ordinary codec blob, which is what is checked against the namespace.
   std::span<const uint8_t> blob = payload;
@@ -1153,7 +1239,8 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
     }
     blob = entry->blob;
   }
-  absl::StatusOr<kv::EncodedInfo> info = kv::ParseHeader(blob);
+  absl::StatusOr<kv::EncodedInfo> info =
+      in_pieces ? ParsePiecesHeader(block.pieces) : kv::ParseHeader(blob);
   if (!info.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("payload is not a valid encoded block: ", info.status().message()));
@@ -1180,7 +1267,7 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
     return absl::FailedPreconditionError(
         "payload holds more tokens than layout.tokens_per_block");
   }
-  if (payload.size() > std::numeric_limits<uint32_t>::max()) {
+  if (payload_size > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("payload larger than 4 GiB");
   }
   const bool write_through = ns->opts.write_through || block.standalone;
@@ -1188,17 +1275,31 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
   // 1. Room in the hot tier (standalone entries are cold-only), copy outside the lock.
   std::optional<uint32_t> slot;
   if (!block.standalone) {
-    slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, payload.size()));
+    slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, payload_size));
   }
   if (slot) {
     uint8_t* dst;
     {
       absl::MutexLock lock(&mu_);
       HotSlot& s = slots_[*slot];
-      s.payload_bytes = static_cast<uint32_t>(payload.size());
+      s.payload_bytes = static_cast<uint32_t>(payload_size);
       dst = arena_->base() + s.offset;
     }
-    std::memcpy(dst, payload.data(), payload.size());
+    if (in_pieces) {
+      uint8_t* o = dst;
+      for (std::string_view p : block.pieces) {
+        if (p.empty()) continue;
+        std::memcpy(o, p.data(), p.size());
+        o += p.size();
+      }
+      // Our reader reference keeps the slot ours until it is published below.
+      payload = std::span<const uint8_t>(dst, payload_size);
+    } else {
+      std::memcpy(dst, payload.data(), payload.size());
+    }
+  } else if (in_pieces) {
+    joined = JoinPieces(block.pieces);  // no hot room: the cold write needs it contiguous
+    payload = kv::AsBytes(joined);
   }
 
   // 2. Cold write (write-through, or no hot room) and publish, serialized per key.

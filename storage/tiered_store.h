@@ -97,7 +97,22 @@ struct BlockPut {
   // A standalone entry (e.g. a compacted sequence) is not part of the prefix tree and may
   // be larger than a block; it is stored in the cold tier only.
   bool standalone = false;
+  // Alternative to `payload` for a blob received in pieces (e.g. network buffers): used
+  // only when `payload` is empty. The blob is the concatenation of the pieces; the views
+  // must stay valid until Put returns. The store copies them once, straight into the hot
+  // slot, and concatenates them only when the block must go to the cold tier without a
+  // hot copy (standalone, or no hot room).
+  std::span<const std::string_view> pieces;
 };
+
+// Total bytes of `pieces`.
+uint64_t PiecesSize(std::span<const std::string_view> pieces);
+// Returns the concatenation of `pieces` (one copy).
+std::string JoinPieces(std::span<const std::string_view> pieces);
+// kv::ParseHeader of the blob that `pieces` concatenate to (same checks, same errors),
+// without concatenating it: only the first kv::kEncodedHeaderBytes are copied when they
+// straddle pieces. Thread-safe.
+absl::StatusOr<kv::EncodedInfo> ParsePiecesHeader(std::span<const std::string_view> pieces);
 
 // A refcounted read handle: while any copy is alive the payload bytes stay valid and
 // the hot slot behind them is neither freed nor reused (a hot hit is zero-copy: the span

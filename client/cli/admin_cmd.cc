@@ -193,16 +193,39 @@ absl::Status RunStats(const Flags& flags) {
     std::printf("cluster seen from %s, replication factor %u\n", cluster.node_id().c_str(),
                 cluster.replication_factor());
     std::vector<std::vector<std::string>> rows = {
-        {"NODE", "ADDRESS", "HEALTHY", "SHARE", "LAST_SEEN", "HOT_USED", "COLD_USED", "BLOCKS"}};
+        {"NODE", "ADDRESS", "HEALTHY", "SHARE", "LAST_SEEN", "HOT_USED", "COLD_USED", "BLOCKS",
+         "LOOKUP_BLOCKS", "HIT_RATE", "PREFIX_HIT_RATE"}};
+    // Cluster totals sum the counts before dividing (never an average of ratios).
+    uint64_t total_blocks = 0, total_asked = 0, total_hit = 0, total_prefix = 0;
+    auto rate = [](uint64_t part, uint64_t whole) {
+      return whole == 0 ? std::string("-") : Pct(static_cast<double>(part) / whole);
+    };
     for (const auto& p : cluster.peers()) {
-      uint64_t blocks = 0;
-      for (const auto& ns : p.stats().namespaces()) blocks += ns.hot().blocks() + ns.cold().blocks();
+      uint64_t blocks = 0, asked = 0, hit = 0, prefix = 0;
+      for (const auto& ns : p.stats().namespaces()) {
+        blocks += ns.hot().blocks() + ns.cold().blocks();
+        asked += ns.lookup_blocks();
+        hit += ns.lookup_hit_blocks();
+        prefix += ns.lookup_prefix_hit_blocks();
+      }
+      total_blocks += blocks;
+      total_asked += asked;
+      total_hit += hit;
+      total_prefix += prefix;
+      const bool has = p.has_stats();
       rows.push_back({p.node_id(), p.address(), p.healthy() ? "yes" : "NO",
                       Pct(p.ownership_share()), absl::StrCat(p.last_seen_ms_ago(), "ms"),
-                      p.has_stats() ? HumanBytes(p.stats().hot_used_bytes()) : "-",
-                      p.has_stats() ? HumanBytes(p.stats().cold_used_bytes()) : "-",
-                      p.has_stats() ? absl::StrCat(blocks) : "-"});
+                      has ? HumanBytes(p.stats().hot_used_bytes()) : "-",
+                      has ? HumanBytes(p.stats().cold_used_bytes()) : "-",
+                      has ? absl::StrCat(blocks) : "-", has ? absl::StrCat(asked) : "-",
+                      has ? rate(hit, asked) : "-", has ? rate(prefix, asked) : "-"});
     }
+    rows.push_back({"cluster", "", "", "", "", "", "", absl::StrCat(total_blocks),
+                    absl::StrCat(total_asked), rate(total_hit, total_asked),
+                    rate(total_prefix, total_asked)});
+    PrintTable(rows);
+    std::printf("(a cluster-wide Lookup also counts on each peer it fans out to: compare the\n"
+                " answering node's rates with what workers see, per-node rates per key range)\n");
     PrintTable(rows);
     return absl::OkStatus();
   }

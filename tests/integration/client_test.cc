@@ -1,6 +1,7 @@
 // kvtier::client::Client and the `kvtier` CLI against a real kvtierd on 127.0.0.1:0.
 #include "client/client.h"
 
+#include <fstream>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +56,22 @@ std::string BinaryDir() {
   std::string exe(buf, n > 0 ? n : 0);
   for (int i = 0; i < 3; ++i) exe = exe.substr(0, exe.rfind('/'));
   return exe;
+}
+
+// SIGSTOP is delivered asynchronously: returns once /proc says `pid` is stopped (state
+// T), or false after 5 s.
+bool WaitUntilStopped(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  for (int i = 0; i < 5000; ++i) {
+    std::ifstream f(path);
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T') {
+      return true;
+    }
+    usleep(1000);
+  }
+  return false;
 }
 
 class ClientTest : public ::testing::Test {
@@ -296,6 +314,40 @@ TEST_F(ClientTest, PinScoresEvictDeleteFlush) {
   EXPECT_FALSE((*got)[1].info.found());
 }
 
+TEST_F(ClientTest, CompactStoresAnEntryFetchedLikeABlock) {
+  kv::Layout layout;
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 32;
+  auto client = MustConnect(Options(Spec("compact", layout, v1::CODEC_INT8)));
+  ASSERT_NE(client, nullptr);
+  Sequence s = MakeSequence("compact", layout, 4, 21);  // 64 tokens
+  ASSERT_TRUE(client->PutBlocks("compact", s.blocks).ok());
+
+  v1::CompactRequest req;
+  req.set_namespace_("compact");
+  for (const auto& k : s.keys) req.add_keys(k);
+  req.mutable_sink_window()->set_n_sink(4);
+  req.mutable_sink_window()->set_window(12);
+  auto resp = client->Compact(req);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->source_tokens(), 64u);
+  ASSERT_EQ(resp->kept_tokens(), 16u);
+
+  auto got = client->GetBlocks("compact", std::vector<std::string>{resp->entry_key()});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE((*got)[0].info.found());
+  const auto& pos = (*got)[0].info.positions();
+  ASSERT_EQ(pos.size(), 16);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(pos[i], static_cast<uint32_t>(i));   // sinks
+  for (int i = 4; i < 16; ++i) EXPECT_EQ(pos[i], static_cast<uint32_t>(48 + i));  // window
+
+  req.mutable_sink_window()->set_window(0);
+  req.mutable_sink_window()->set_n_sink(0);
+  req.clear_keys();
+  EXPECT_EQ(client->Compact(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ClientTest, FailedPutReportsTheServerErrorAndReleasesPayloads) {
   const kv::Layout layout = BigLayout();
   auto client = MustConnect(Options(Spec("failing", layout)));
@@ -355,6 +407,7 @@ TEST_F(ClientTest, SlowServerHitsTheCallDeadline) {
   ASSERT_NE(client, nullptr);
   // Freeze the server: calls must give up at their deadline, not hang.
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitUntilStopped(server_->pid()));
   const auto t0 = std::chrono::steady_clock::now();
   auto r = client->Lookup("slow", std::vector<std::string>{std::string(16, 'a')}, false,
                           CallOptions{.deadline_ms = 200});

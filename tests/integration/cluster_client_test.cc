@@ -1,0 +1,369 @@
+// ClusterClient (client/cluster_client.h) against three real kvtierd processes forming one
+// cluster (static peer list, ports chosen up front as in multi_node_cluster_test.cc).
+//
+// Puts must land only on the blocks' rendezvous owners (checked with each node's Stats),
+// gets must be answered by the owners and be bit-exact, and with R=2 a SIGKILLed node
+// must cost no block and no hang.
+//
+// Pending wiring: while kvtierd does not build its membership from the config,
+// ClusterStatus lists only the answering node and these tests GTEST_SKIP (run them with
+// KVTIER_KVTIERD pointing at a kvtierd that has the wiring).
+#include "client/cluster_client.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/rendezvous.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+using ::kvtier::testing::KvtierdPath;
+using ::kvtier::testing::ServerProcess;
+using ::kvtier::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kNs[] = "cc";
+constexpr size_t kBlockBytes = 1 * 2 * 1 * 4 * 8 * 2;  // layers*kv*heads*tokens*dim*fp16
+constexpr int kNodes = 3;
+constexpr int kChains = 10;
+constexpr int kChainLen = 30;  // 300 blocks
+
+// Returns a port that was free a moment ago (peers must know each other's ports up front).
+int PickFreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return 0;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+v1::NamespaceSpec Spec() {
+  v1::NamespaceSpec spec;
+  spec.set_name(kNs);
+  spec.mutable_layout()->set_num_layers(1);
+  spec.mutable_layout()->set_num_kv_heads(1);
+  spec.mutable_layout()->set_head_dim(8);
+  spec.mutable_layout()->set_tokens_per_block(4);
+  spec.mutable_layout()->set_dtype(v1::DTYPE_FP16);
+  spec.set_write_through(true);  // durable before the ack
+  return spec;
+}
+
+// 300 blocks in prefix chains, random keys and payloads from a seeded RNG.
+struct Blocks {
+  std::vector<std::string> keys;
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<client::PutBlock> puts;
+};
+
+Blocks MakeBlocks(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Blocks b;
+  for (int c = 0; c < kChains; ++c) {
+    for (int i = 0; i < kChainLen; ++i) {
+      std::string k(16, '\0');
+      for (char& ch : k) ch = static_cast<char>(rng());
+      std::vector<uint8_t> p(kBlockBytes);
+      for (uint8_t& x : p) x = static_cast<uint8_t>(rng());
+      b.keys.push_back(std::move(k));
+      b.payloads.push_back(std::move(p));
+    }
+  }
+  for (size_t i = 0; i < b.keys.size(); ++i) {
+    client::PutBlock pb;
+    pb.key = b.keys[i];
+    pb.block_index = static_cast<uint32_t>(i % kChainLen);
+    pb.parent_key = pb.block_index == 0 ? "" : b.keys[i - 1];
+    pb.payload = b.payloads[i];
+    b.puts.push_back(std::move(pb));
+  }
+  return b;
+}
+
+class ClusterClientTest : public ::testing::Test {
+ protected:
+  void StartCluster(uint32_t replication) {
+    replication_ = replication;
+    for (int i = 0; i < kNodes; ++i) {
+      ports_.push_back(PickFreePort());
+      ASSERT_NE(ports_.back(), 0);
+      ids_.push_back(absl::StrCat("127.0.0.1:", ports_.back()));
+    }
+    ring_ = client::RendezvousRing(ids_);
+    nodes_.resize(kNodes);
+    for (int i = 0; i < kNodes; ++i) {
+      std::string peers;
+      for (const std::string& id : ids_) absl::StrAppend(&peers, "  static_peers: \"", id, "\"\n");
+      const std::string config = absl::StrCat(
+          "listen_address: \"127.0.0.1\"\nport: ", ports_[i], "\ndata_dir: \"",
+          dir_.Sub(absl::StrCat("node", i)),
+          "\"\nhot_capacity_bytes: 67108864\ncold_capacity_bytes: 1073741824\n"
+          "executor_threads: 2\ncluster {\n  node_id: \"",
+          ids_[i], "\"\n", peers, "  replication_factor: ", replication_,
+          "\n  peer_deadline_ms: 300\n}\n");
+      const std::string path = dir_.Sub(absl::StrCat("node", i, ".textproto"));
+      std::ofstream(path) << config;
+      auto proc = ServerProcess::Start(KvtierdPath(), {"--config", path});
+      ASSERT_TRUE(proc.ok()) << proc.status();
+      nodes_[i].emplace(std::move(*proc));
+    }
+  }
+
+  // Connects a ClusterClient through node 0; false (after GTEST_SKIP) while kvtierd
+  // lacks the cluster wiring.
+  bool ConnectCluster(int64_t per_owner_get_deadline_ms = 0) {
+    auto c = NewClusterClient(per_owner_get_deadline_ms);
+    if (c == nullptr) return false;
+    cluster_ = std::move(c);
+    return cluster_->members().size() == kNodes;
+  }
+
+  std::unique_ptr<client::ClusterClient> NewClusterClient(int64_t per_owner_get_deadline_ms) {
+    client::ClusterClientOptions o;
+    o.per_owner_get_deadline_ms = per_owner_get_deadline_ms;
+    o.node.server = ids_[0];
+    o.node.num_channels = 1;
+    o.node.default_deadline_ms = 5000;
+    o.node.namespace_spec = Spec();
+    auto c = client::ClusterClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // One plain Client per node, for checking each node's own Stats.
+  std::unique_ptr<client::Client> NodeClient(int i) {
+    client::ClientOptions o;
+    o.server = ids_[i];
+    o.num_channels = 1;
+    auto c = client::Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  v1::NamespaceStats NsStats(int i) {
+    auto c = NodeClient(i);
+    if (c == nullptr) return {};
+    auto s = c->Stats(kNs);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) {
+      for (const v1::NamespaceStats& n : s->namespaces()) {
+        if (n.name() == kNs) return n;
+      }
+    }
+    ADD_FAILURE() << "node " << ids_[i] << " has no stats for namespace " << kNs;
+    return {};
+  }
+
+  void ExpectAllFoundBitExact(const std::vector<client::FetchedBlock>& got, const Blocks& b) {
+    ASSERT_EQ(got.size(), b.keys.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].info.found()) << "block " << i;
+      ASSERT_EQ(got[i].data.size(), kBlockBytes) << "block " << i;
+      EXPECT_TRUE(std::equal(got[i].data.begin(), got[i].data.end(),
+                             reinterpret_cast<const char*>(b.payloads[i].data())))
+          << "block " << i;
+    }
+  }
+
+  TempDir dir_;
+  uint32_t replication_ = 1;
+  std::vector<int> ports_;
+  std::vector<std::string> ids_;
+  client::RendezvousRing ring_;
+  std::vector<std::optional<ServerProcess>> nodes_;
+  std::unique_ptr<client::ClusterClient> cluster_;
+};
+
+constexpr char kSkip[] =
+    "cluster membership is not wired into kvtierd (ClusterStatus lists one peer); set "
+    "KVTIER_KVTIERD to a kvtierd with the wiring";
+
+TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  if (!ConnectCluster()) GTEST_SKIP() << kSkip;
+  ASSERT_EQ(cluster_->replication_factor(), 1u);
+  EXPECT_EQ(cluster_->ring()->nodes(), ring_.nodes());
+  for (const client::ClusterMember& m : cluster_->members()) EXPECT_TRUE(m.connected) << m.node_id;
+
+  const Blocks b = MakeBlocks(21);
+  client::PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  auto put = cluster_->PutBlocks(kNs, b.puts, po);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->blocks_stored, b.keys.size());
+
+  // Each node stored exactly the blocks it owns.
+  std::vector<uint64_t> owned(kNodes, 0);
+  for (const std::string& k : b.keys) {
+    const std::string owner = ring_.OwnerIds(kNs, k, 1)[0];
+    for (int n = 0; n < kNodes; ++n) owned[n] += owner == ids_[n] ? 1 : 0;
+  }
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_GT(owned[n], 0u) << ids_[n];
+    EXPECT_EQ(NsStats(n).puts(), owned[n]) << ids_[n];
+  }
+
+  auto got = cluster_->GetBlocks(kNs, b.keys, {.format = v1::PAYLOAD_FORMAT_RAW});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
+  // Each key was asked of its owner only.
+  for (int n = 0; n < kNodes; ++n) EXPECT_EQ(NsStats(n).gets(), owned[n]) << ids_[n];
+
+  // Into caller buffers, plus a key nobody holds (a miss, not an error).
+  std::vector<std::string> keys = b.keys;
+  keys.push_back(std::string(16, 'z'));
+  std::vector<std::vector<uint8_t>> storage(keys.size(), std::vector<uint8_t>(kBlockBytes));
+  std::vector<std::span<uint8_t>> bufs(storage.begin(), storage.end());
+  auto into = cluster_->GetBlocksInto(kNs, keys, bufs, {.format = v1::PAYLOAD_FORMAT_RAW});
+  ASSERT_TRUE(into.ok()) << into.status();
+  ASSERT_EQ(into->size(), keys.size());
+  for (size_t i = 0; i < b.keys.size(); ++i) {
+    ASSERT_TRUE((*into)[i].found()) << i;
+    EXPECT_EQ(storage[i], b.payloads[i]) << i;
+  }
+  EXPECT_FALSE(into->back().found());
+
+  // Lookup through any node sees every chain whole.
+  for (int c = 0; c < kChains; ++c) {
+    std::vector<std::string> chain(b.keys.begin() + c * kChainLen,
+                                   b.keys.begin() + (c + 1) * kChainLen);
+    auto l = cluster_->Lookup(kNs, chain);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen)) << c;
+  }
+
+  ASSERT_TRUE(cluster_->Refresh().ok());
+  EXPECT_EQ(cluster_->members().size(), static_cast<size_t>(kNodes));
+}
+
+TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+  if (!ConnectCluster()) GTEST_SKIP() << kSkip;
+  ASSERT_EQ(cluster_->replication_factor(), 2u);
+
+  const Blocks b = MakeBlocks(22);
+  client::PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  auto put = cluster_->PutBlocks(kNs, b.puts, po);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->blocks_stored, 2 * b.keys.size());  // two copies of each
+  uint64_t total = 0;
+  for (int n = 0; n < kNodes; ++n) {
+    uint64_t owned = 0;
+    for (const std::string& k : b.keys) owned += ring_.IsOwner(ids_[n], kNs, k, 2) ? 1 : 0;
+    EXPECT_EQ(NsStats(n).puts(), owned) << ids_[n];
+    total += owned;
+  }
+  EXPECT_EQ(total, 2 * b.keys.size());
+
+  nodes_[2]->Kill();  // SIGKILL
+  size_t primary_dead = 0;
+  for (const std::string& k : b.keys) primary_dead += ring_.OwnerIds(kNs, k, 2)[0] == ids_[2];
+  ASSERT_GT(primary_dead, 0u);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second with node 2 known down
+    const auto start = std::chrono::steady_clock::now();
+    auto got = cluster_->GetBlocks(kNs, b.keys,
+                                   {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 4000});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(4500));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
+  }
+
+  // A put that needs the dead node fails naming it (the live owner still stores it).
+  client::PutBlock one = b.puts[0];
+  for (size_t i = 0; i < b.keys.size(); ++i) {
+    if (ring_.IsOwner(ids_[2], kNs, b.keys[i], 2)) {
+      one = b.puts[i];
+      break;
+    }
+  }
+  auto bad = cluster_->PutBlocks(kNs, std::span<const client::PutBlock>(&one, 1), po);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr(ids_[2]));
+
+  auto l = cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen));
+  EXPECT_TRUE(cluster_->Refresh().ok());  // a live member answers ClusterStatus
+}
+
+TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+  if (!ConnectCluster()) GTEST_SKIP() << kSkip;
+  std::unique_ptr<client::ClusterClient> fast = NewClusterClient(/*per_owner=*/300);
+  ASSERT_NE(fast, nullptr);
+  const Blocks b = MakeBlocks(23);
+  client::PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  auto put = cluster_->PutBlocks(kNs, b.puts, po);
+  ASSERT_TRUE(put.ok()) << put.status();
+
+  // SIGSTOP: the node's sockets stay open but it never answers (unlike a killed node,
+  // whose connections are refused at once).
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
+  {
+    // Without a per-owner deadline the hung owner takes the whole call deadline: its
+    // primary keys are misses, everything else is served, and the call ends on time.
+    const auto start = std::chrono::steady_clock::now();
+    auto got = cluster_->GetBlocks(kNs, b.keys,
+                                   {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 800});
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, std::chrono::milliseconds(1500));
+    ASSERT_TRUE(got.ok()) << got.status();
+    size_t missed = 0;
+    for (size_t i = 0; i < b.keys.size(); ++i) {
+      const bool hung_primary = ring_.OwnerIds(kNs, b.keys[i], 2)[0] == ids_[2];
+      EXPECT_EQ((*got)[i].info.found(), !hung_primary) << i;
+      missed += hung_primary;
+    }
+    EXPECT_GT(missed, 0u);
+  }
+  {
+    // With a 300 ms per-owner deadline the replicas answer for it within the call.
+    const auto start = std::chrono::steady_clock::now();
+    auto got = fast->GetBlocks(kNs, b.keys,
+                               {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 3000});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
+  }
+  {
+    // Now known down, the hung node is asked last, so nothing waits on it.
+    const auto start = std::chrono::steady_clock::now();
+    auto got = cluster_->GetBlocks(kNs, b.keys,
+                                   {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 3000});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
+  }
+  kill(nodes_[2]->pid(), SIGCONT);
+}
+
+}  // namespace
+}  // namespace kvtier
