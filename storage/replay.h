@@ -44,8 +44,8 @@ struct ReplayOptions {
   kv::CodecId codec = kv::CodecId::kFp16;
   // Cold tier size in multiples of the hot size (the store's memory of evicted keys).
   double history_capacities = 8.0;
-  // Namespace sink_blocks: blocks with index < this are not evicted from hot while the
-  // store holds a descendant (in any tier, as the store implements it).
+  // Namespace sink_blocks: blocks with index < this are not demoted from hot while a
+  // descendant is hot, nor deleted from cold while any descendant is resident.
   uint32_t sink_blocks = 1;
   std::string data_dir;  // RocksDB directory; empty = a fresh temp dir, removed after
   size_t measure_begin = 0;  // counted requests [measure_begin, measure_end); 0 = end

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/cache_sim.h"
+#include "storage/kv/codec.h"
 #include "storage/eviction_policy_reuse.h"
 #include "storage/replay.h"
 #include "storage/trace.h"
@@ -299,15 +300,45 @@ TEST(ReplayTest, RealStoreMatchesSimulatorAndIsDeterministic) {
   EXPECT_EQ(a->store.prefix_hit_blocks, lru.prefix_hit_blocks);
   EXPECT_LE(a->store.hit_blocks, Sim(t, SimPolicy::kBelady, kCap).hit_blocks);
 
-  // prefix_lru without sink protection is exactly the simulator's prefix_lru. (With it,
-  // the store also keeps block 0 hot while a descendant is only in the cold tier.)
+  // prefix_lru (sink protection on: a sink is not demoted while a descendant is hot, which
+  // the leaves-only rule already implies) is exactly the simulator's prefix_lru.
   o.policy = EvictionPolicyKind::kPrefixLru;
-  o.sink_blocks = 0;
   absl::StatusOr<ReplayResult> p = ReplayTrace(t, o);
   ASSERT_TRUE(p.ok()) << p.status();
   SimResult plru = Sim(t, SimPolicy::kPrefixLru, kCap);
   EXPECT_EQ(p->store.hit_blocks, plru.hit_blocks);
   EXPECT_EQ(p->store.prefix_hit_blocks, plru.prefix_hit_blocks);
+}
+
+TEST(ReplayTest, CapacityBytesNeverExceedsTheBudgetForAnyCodec) {
+  Trace t = SyntheticTrace(7, 120);
+  kv::Layout layout;
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 64;
+  layout.tokens_per_block = 32;
+  const uint64_t kBudget = 1 << 20;
+  uint64_t fp16_blocks = 0;
+  for (kv::CodecId codec : kv::AllCodecs()) {
+    if (codec == kv::CodecId::kBf16) continue;  // needs a bf16 source layout
+    ReplayOptions o;
+    o.capacity_bytes = kBudget;
+    o.layout = layout;
+    o.codec = codec;
+    absl::StatusOr<ReplayResult> r = ReplayTrace(t, o);
+    ASSERT_TRUE(r.ok()) << kv::CodecName(codec) << ": " << r.status();
+    // Sized from the codec's real encoded size (block 0 with its unquantized sinks is the
+    // largest), and the hot tier never held more than the budget.
+    EXPECT_GE(r->block_bytes, kv::EncodedSize(codec, layout, layout.tokens_per_block, 0));
+    EXPECT_GE(r->slot_bytes, r->block_bytes);
+    EXPECT_EQ(r->capacity_blocks, kBudget / r->slot_bytes) << kv::CodecName(codec);
+    EXPECT_LE(r->max_hot_blocks * r->slot_bytes, kBudget) << kv::CodecName(codec);
+    EXPECT_GT(r->hot_evictions, 0u) << kv::CodecName(codec);
+    if (codec == kv::CodecId::kFp16) fp16_blocks = r->capacity_blocks;
+    if (codec == kv::CodecId::kKivi2) {
+      EXPECT_GT(r->capacity_blocks, 4 * fp16_blocks);
+    }
+  }
 }
 
 TEST(ReplayTest, RejectsZeroCapacity) {

@@ -187,7 +187,8 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, RandomOpsTest,
                          ::testing::Values(EvictionPolicyKind::kLru,
                                            EvictionPolicyKind::kPrefixLru,
                                            EvictionPolicyKind::kLfu,
-                                           EvictionPolicyKind::kHeavyHitter),
+                                           EvictionPolicyKind::kHeavyHitter,
+                                           EvictionPolicyKind::kReuseLru),
                          [](const auto& info) { return EvictionPolicyName(info.param); });
 
 }  // namespace

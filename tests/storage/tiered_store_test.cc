@@ -474,7 +474,8 @@ TEST_F(TieredStoreTest, RePutReplacesBytes) {
 
 TEST(EvictionPolicyNames, RoundTrip) {
   for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
-                    EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter}) {
+                    EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
+                    EvictionPolicyKind::kReuseLru}) {
     auto parsed = ParseEvictionPolicy(EvictionPolicyName(kind));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, kind);
