@@ -5,9 +5,12 @@
 // bounded executor (common::ThreadPool::TrySchedule; a full queue answers
 // RESOURCE_EXHAUSTED "server busy"). Streams keep one read and one write in flight.
 // Put and Get are raw (grpc::ByteBuffer) methods:
-//   - Put parses chunk frames itself and copies payload bytes straight from the received
-//     slices into the block buffers (no intermediate protobuf string); the whole Put is
-//     validated (and transcoded) before anything is stored.
+//   - Put parses chunk frames itself and keeps the received slices (a reference each, no
+//     copy); each block goes to the store as a list of pieces viewing them
+//     (storage::BlockPut::pieces), which the store copies once, into the hot tier. Only a
+//     block that must be transcoded is joined into one buffer first; raw fp16/bf16 blocks
+//     for an fp16/bf16 namespace just get the codec header as one more piece. The whole
+//     Put is validated (and transcoded) before anything is stored.
 //   - Get hand-serializes GetResponse frames whose payload slices point into the store's
 //     memory, kept alive by storage::BlockRef::owner() (zero payload copies in the server).
 //

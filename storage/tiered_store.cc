@@ -1,6 +1,5 @@
 #include "storage/tiered_store.h"
 
-#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -50,67 +49,17 @@ std::string JoinPieces(std::span<const std::string_view> pieces) {
   return out;
 }
 
-namespace {
-
-// Address space for ParsePiecesHeader: kv::ParseHeader reads only the first
-// kEncodedHeaderBytes of a blob but checks them against the blob's size, so it is given
-// the copied header at the start of a range as long as the blob. The range is an
-// anonymous mapping of which only the first page is ever written (the rest is never
-// touched, so it costs no memory). One per thread, grown on demand.
-class HeaderProbe {
- public:
-  ~HeaderProbe() {
-    if (base_ != nullptr) munmap(base_, bytes_);
-  }
-  // Returns a writable range of at least `bytes` bytes, or nullptr if it cannot be mapped.
-  uint8_t* Get(size_t bytes) {
-    if (bytes <= bytes_) return base_;
-    if (base_ != nullptr) munmap(base_, bytes_);
-    const size_t want = std::max<size_t>(bytes, 4u << 20);
-    void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      base_ = nullptr;
-      bytes_ = 0;
-      return nullptr;
-    }
-    base_ = static_cast<uint8_t*>(p);
-    bytes_ = want;
-    return base_;
-  }
-
- private:
-  uint8_t* base_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Larger blobs given as pieces are joined to be parsed (rare: blocks are far smaller).
-constexpr uint64_t kMaxProbeBytes = 256ull << 20;
-
-}  // namespace
-
 absl::StatusOr<kv::EncodedInfo> ParsePiecesHeader(std::span<const std::string_view> pieces) {
-  const uint64_t total = PiecesSize(pieces);
+  std::array<uint8_t, kv::kEncodedHeaderBytes> header;
+  size_t copied = 0;
   for (std::string_view p : pieces) {
-    if (p.empty()) continue;
-    // The first non-empty piece holds the whole blob: parse it in place.
-    if (p.size() == total) return kv::ParseHeader(kv::AsBytes(p));
-    break;
-  }
-  thread_local HeaderProbe probe;
-  uint8_t* base = total <= kMaxProbeBytes ? probe.Get(total) : nullptr;
-  if (base == nullptr) {
-    const std::string joined = JoinPieces(pieces);
-    return kv::ParseHeader(kv::AsBytes(joined));
-  }
-  uint64_t copied = 0;
-  for (std::string_view p : pieces) {
-    if (copied >= kv::kEncodedHeaderBytes) break;
-    const size_t n = std::min<uint64_t>(p.size(), kv::kEncodedHeaderBytes - copied);
-    std::memcpy(base + copied, p.data(), n);
+    if (copied == header.size()) break;
+    const size_t n = std::min(p.size(), header.size() - copied);
+    std::memcpy(header.data() + copied, p.data(), n);
     copied += n;
   }
-  return kv::ParseHeader(std::span<const uint8_t>(base, total));
+  return kv::ParseHeaderPrefix(std::span<const uint8_t>(header.data(), copied),
+                               PiecesSize(pieces));
 }
 
 const char* EvictionPolicyName(EvictionPolicyKind kind) {
@@ -440,9 +389,12 @@ class TieredStoreImpl final : public TieredStore {
   // Demotion. DemoteOne picks the policy's victim; returns false if there is none.
   bool DemoteOne() ABSL_LOCKS_EXCLUDED(mu_);
   uint32_t PickVictimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes block `id` to cold (if not there) and, for kDemote, frees its hot slot. REQUIRES:
-  // the entry is marked kBusy by the caller. Returns true if the block moved/copied.
-  bool DemoteMarked(uint32_t id, DemoteMode mode) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes block `id` to cold (if not there) and, for kDemote, frees its hot slot, then
+  // enforces the cold capacity. REQUIRES: the entry is marked kBusy by the caller.
+  // kGone: a concurrent Delete / re-Put took the block out of the hot tier first.
+  enum class DemoteResult { kMoved, kGone, kFailed };
+  DemoteResult DemoteMarked(uint32_t id, DemoteMode mode) ABSL_LOCKS_EXCLUDED(mu_);
+  DemoteResult DemoteMarkedOnly(uint32_t id, DemoteMode mode) ABSL_LOCKS_EXCLUDED(mu_);
   void DemoteUntilBelow(uint64_t target_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void EnforceColdCapacity() ABSL_LOCKS_EXCLUDED(mu_);
   void ExpirePinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -1042,7 +994,15 @@ bool TieredStoreImpl::DemoteOne() {
   return true;
 }
 
-bool TieredStoreImpl::DemoteMarked(uint32_t id, DemoteMode mode) {
+TieredStoreImpl::DemoteResult TieredStoreImpl::DemoteMarked(uint32_t id, DemoteMode mode) {
+  const DemoteResult result = DemoteMarkedOnly(id, mode);
+  // Also after kGone: entries skipped as busy by another thread's enforcement are
+  // candidates again now.
+  EnforceColdCapacity();
+  return result;
+}
+
+TieredStoreImpl::DemoteResult TieredStoreImpl::DemoteMarkedOnly(uint32_t id, DemoteMode mode) {
   uint16_t ns_id;
   std::string key;
   {
@@ -1050,7 +1010,7 @@ bool TieredStoreImpl::DemoteMarked(uint32_t id, DemoteMode mode) {
     ns_id = E(id).ns;
     key.assign(E(id).key_view());
   }
-  bool moved = false;
+  DemoteResult result = DemoteResult::kFailed;
   {
     absl::MutexLock stripe(&Stripe(ns_id, key));
     uint32_t slot;
@@ -1068,7 +1028,7 @@ bool TieredStoreImpl::DemoteMarked(uint32_t id, DemoteMode mode) {
       if (!(e.flags & kHot)) {
         e.flags &= ~kBusy;
         MaybeFreeEntry(id);
-        return false;
+        return DemoteResult::kGone;
       }
       slot = e.slot;
       const HotSlot& s = slots_[slot];
@@ -1124,11 +1084,10 @@ bool TieredStoreImpl::DemoteMarked(uint32_t id, DemoteMode mode) {
       } else {
         UpdateEligibility(id);
       }
-      moved = true;
+      result = DemoteResult::kMoved;
     }
   }
-  EnforceColdCapacity();
-  return moved;
+  return result;
 }
 
 void TieredStoreImpl::DemoteUntilBelow(uint64_t target_bytes) {
@@ -1720,7 +1679,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
       e.flags |= kBusy;
       UpdateEligibility(id);
     }
-    if (DemoteMarked(id, DemoteMode::kAdmin)) ++moved;
+    if (DemoteMarked(id, DemoteMode::kAdmin) == DemoteResult::kMoved) ++moved;
   }
   return moved;
 }
@@ -1745,7 +1704,8 @@ absl::Status TieredStoreImpl::Flush(std::string_view ns_name) {
   }
   bool failed = false;
   for (uint32_t id : ids) {
-    if (!DemoteMarked(id, DemoteMode::kCopyOnly)) failed = true;
+    // kGone is fine: the block was deleted or replaced after Flush picked it.
+    if (DemoteMarked(id, DemoteMode::kCopyOnly) == DemoteResult::kFailed) failed = true;
   }
   RETURN_IF_ERROR(cold_->SyncWal());
   if (failed) return absl::UnavailableError("flush: some blocks could not be written to cold");

@@ -102,7 +102,7 @@ struct BlockPut {
   // must stay valid until Put returns. The store copies them once, straight into the hot
   // slot, and concatenates them only when the block must go to the cold tier without a
   // hot copy (standalone, or no hot room).
-  std::span<const std::string_view> pieces;
+  std::span<const std::string_view> pieces = {};
 };
 
 // Total bytes of `pieces`.

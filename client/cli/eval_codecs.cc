@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/eval_commands.h"
+#include "client/cli/eval_common.h"
 #include "client/cli/flags.h"
 #include "common/status_macros.h"
 #include "storage/kv/attention.h"
@@ -296,9 +298,7 @@ Summary Summarize(const std::string& name, const std::vector<Sample>& samples) {
   Summary out;
   out.name = name;
   auto add = [&](const char* key, double Sample::*field) {
-    std::vector<double> v;
-    for (const Sample& s : samples) v.push_back(s.*field);
-    out.m[key] = kv::ComputeMeanStd(v);
+    out.m[key] = MeanStdOf(samples, field);
   };
   add("bits_per_element", &Sample::bits);
   add("bits_per_element_block0", &Sample::bits_block0);
@@ -321,9 +321,7 @@ Summary SummarizeStats(const std::string& name, const std::vector<kv::SyntheticS
   Summary out;
   out.name = name;
   auto add = [&](const char* key, double kv::SyntheticStats::*field) {
-    std::vector<double> v;
-    for (const auto& s : st) v.push_back(s.*field);
-    out.m[key] = kv::ComputeMeanStd(v);
+    out.m[key] = MeanStdOf(st, field);
   };
   add("first_token_share", &kv::SyntheticStats::first_token_share);
   add("sparsity_1pct", &kv::SyntheticStats::sparsity_1pct);
@@ -367,10 +365,7 @@ absl::StatusOr<Section> RunSection(const Options& opt, const kv::SyntheticParams
   return sec;
 }
 
-std::string Num(double v) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.6g", v);
-}
+std::string Num(double v) { return JsonNumber(v, 6); }
 
 std::string JsonObject(const Summary& s, bool with_name) {
   std::string out = "{";
@@ -636,17 +631,12 @@ int Run(const Options& opt) {
 
 int RunEvalCodecs(int argc, char** argv) {
   const Flags flags = Flags::Parse(argc, argv, 1, {"json", "help"});
-  if (flags.Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (absl::Status s = flags.CheckKnown({"json", "help", "seed", "seeds", "layers",
-                                         "seq-len", "queries", "outlier-ratio",
-                                         "query-outlier-scale"});
-      !s.ok() || !flags.positional().empty()) {
-    std::fprintf(stderr, "kvtier eval codecs: %s\n%s",
-                 s.ok() ? "unexpected argument" : s.ToString().c_str(), kUsage);
-    return 2;
+  if (std::optional<int> rc = CheckEvalArgs(flags, "codecs",
+                                             {"json", "help", "seed", "seeds", "layers",
+                                              "seq-len", "queries", "outlier-ratio",
+                                              "query-outlier-scale"},
+                                             kUsage)) {
+    return *rc;
   }
   Options opt;
   opt.json = flags.Has("json");
@@ -657,13 +647,10 @@ int RunEvalCodecs(int argc, char** argv) {
   auto queries = flags.GetInt("queries", 8);
   auto ratio = flags.GetDouble("outlier-ratio", 10.0);
   auto q_scale = flags.GetDouble("query-outlier-scale", 3.0);
-  for (const absl::Status& s : {seed.status(), seeds.status(), layers.status(),
-                                seq_len.status(), queries.status(), ratio.status(),
-                                q_scale.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "kvtier eval codecs: %s\n", s.ToString().c_str());
-      return 2;
-    }
+  if (!EvalFlagsParsed("codecs", {seed.status(), seeds.status(), layers.status(),
+                                   seq_len.status(), queries.status(), ratio.status(),
+                                   q_scale.status()})) {
+    return 2;
   }
   if (*seeds < 1 || *seeds > 100 || *layers < 1 || *layers > 128 || *seq_len < 1 ||
       *seq_len > (1 << 20) || *queries < 1 || *queries > 4096 || *seed < 0) {

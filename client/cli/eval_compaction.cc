@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/eval_commands.h"
+#include "client/cli/eval_common.h"
 #include "client/cli/flags.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -557,15 +559,10 @@ absl::StatusOr<Section> RunSection(const Options& opt, const std::string& name,
   return sec;
 }
 
-std::string Num(double v) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.4g", v);
-}
+std::string Num(double v) { return JsonNumber(v, 4); }
 
 double MeanOf(const std::vector<kv::SyntheticStats>& s, double kv::SyntheticStats::*f) {
-  double sum = 0;
-  for (const auto& x : s) sum += x.*f;
-  return s.empty() ? 0 : sum / static_cast<double>(s.size());
+  return MeanStdOf(s, f).mean;
 }
 
 std::string StatsJson(const Section& sec) {
@@ -704,15 +701,9 @@ int Run(const Options& opt) {
 
 int RunEvalCompaction(int argc, char** argv) {
   const Flags flags = Flags::Parse(argc, argv, 1, {"json", "help"});
-  if (flags.Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (absl::Status s = flags.CheckKnown({"json", "help", "seed", "seeds", "layers", "seq-len"});
-      !s.ok() || !flags.positional().empty()) {
-    std::fprintf(stderr, "kvtier eval compaction: %s\n%s",
-                 s.ok() ? "unexpected argument" : s.ToString().c_str(), kUsage);
-    return 2;
+  if (std::optional<int> rc = CheckEvalArgs(
+          flags, "compaction", {"json", "help", "seed", "seeds", "layers", "seq-len"}, kUsage)) {
+    return *rc;
   }
   Options opt;
   opt.json = flags.Has("json");
@@ -720,12 +711,9 @@ int RunEvalCompaction(int argc, char** argv) {
   auto seeds = flags.GetInt("seeds", 3);
   auto layers = flags.GetInt("layers", 2);
   auto seq_len = flags.GetInt("seq-len", 1024);
-  for (const absl::Status& s : {seed.status(), seeds.status(), layers.status(),
-                                seq_len.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "kvtier eval compaction: %s\n", s.ToString().c_str());
-      return 2;
-    }
+  if (!EvalFlagsParsed("compaction",
+                       {seed.status(), seeds.status(), layers.status(), seq_len.status()})) {
+    return 2;
   }
   if (*seeds < 1 || *seeds > 100 || *layers < 1 || *layers > 64 || *seq_len < 512 ||
       *seq_len > (1 << 16) || *seed < 0) {

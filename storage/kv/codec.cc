@@ -417,12 +417,18 @@ absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
 }
 
 absl::StatusOr<EncodedInfo> ParseHeader(std::span<const uint8_t> encoded) {
-  if (encoded.size() < kEncodedHeaderBytes) {
-    return absl::DataLossError(absl::StrCat("encoded block is ", encoded.size(),
+  return ParseHeaderPrefix(encoded.first(std::min<size_t>(encoded.size(), kEncodedHeaderBytes)),
+                           encoded.size());
+}
+
+absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
+                                              uint64_t encoded_size) {
+  if (encoded_size < kEncodedHeaderBytes || header.size() < kEncodedHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("encoded block is ", encoded_size,
                                             " bytes, shorter than its ", kEncodedHeaderBytes,
                                             "-byte header"));
   }
-  const uint8_t* h = encoded.data();
+  const uint8_t* h = header.data();
   if (std::memcmp(h, kMagic, 4) != 0) {
     return absl::InvalidArgumentError("encoded block has a bad magic (want \"KVTB\")");
   }
@@ -473,14 +479,14 @@ absl::StatusOr<EncodedInfo> ParseHeader(std::span<const uint8_t> encoded) {
                                                    info.num_tokens));
   }
   const uint64_t body = Get<uint64_t>(h + 32);
-  if (body != encoded.size() - kEncodedHeaderBytes) {
+  if (body != encoded_size - kEncodedHeaderBytes) {
     return absl::DataLossError(absl::StrCat("encoded block body_bytes ", body, " but ",
-                                            encoded.size() - kEncodedHeaderBytes,
+                                            encoded_size - kEncodedHeaderBytes,
                                             " bytes follow the header"));
   }
   info.encoded_bytes = EncodedSize(info.codec, info.layout, info.num_tokens, info.raw_tokens);
-  if (info.encoded_bytes != encoded.size()) {
-    return absl::DataLossError(absl::StrCat("encoded block is ", encoded.size(),
+  if (info.encoded_bytes != encoded_size) {
+    return absl::DataLossError(absl::StrCat("encoded block is ", encoded_size,
                                             " bytes; its header implies ", info.encoded_bytes));
   }
   info.raw_bytes = uint64_t{info.num_tokens} * info.layout.BytesPerToken();

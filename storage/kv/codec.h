@@ -142,6 +142,12 @@ absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
 // reads out of bounds.
 absl::StatusOr<EncodedInfo> ParseHeader(std::span<const uint8_t> encoded);
 
+// Like ParseHeader, for a blob of `encoded_size` bytes of which only the first
+// kEncodedHeaderBytes (`header`, at least that long) are at hand, e.g. a payload that
+// arrived in pieces. Checks everything ParseHeader checks except the body bytes.
+absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
+                                              uint64_t encoded_size);
+
 // Decodes `encoded` into `raw_out`, which must be exactly info.raw_bytes long. Any
 // malformed input returns an error (never crashes or reads out of bounds).
 absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out);

@@ -134,6 +134,20 @@ double ProcessCpuSeconds() {
   return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
+// Sets the counter process_cpu_us_per_op: process CPU time since `cpu0` per iteration.
+void SetProcessCpuPerOp(benchmark::State& state, double cpu0) {
+  state.counters["process_cpu_us_per_op"] =
+      1e6 * (ProcessCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
+}
+
+// Puts every block of the fixture's pool once (untimed setup; aborts on failure).
+void PutPool(Fixture& f) {
+  for (size_t i = 0; i < f.keys.size(); ++i) {
+    BlockPut put{f.keys[i], "", 1, f.payloads[i]};
+    if (!f.store->Put("bench", {&put, 1}).ok()) abort();
+  }
+}
+
 uint64_t SlotFor(int64_t kib) {
   kv::Layout l = LayoutFor(kib);
   return HotArena::RoundUp(kv::EncodedSize(kv::CodecId::kFp16, l, l.tokens_per_block, l.sink_tokens));
@@ -154,6 +168,11 @@ void BM_PutHot(benchmark::State& state) {
 }
 BENCHMARK(BM_PutHot)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
 
+// Args {KiB, blob}: 2 MiB and 64 KiB blocks, each without and with RocksDB blob files.
+void KiBAndBlobArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"KiB", "blob"})->Args({2048, 0})->Args({2048, 1})->Args({64, 0})->Args({64, 1});
+}
+
 void BM_PutWriteThrough(benchmark::State& state) {
   const size_t n = PoolBlocks(state.range(0));
   auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, true,
@@ -165,25 +184,15 @@ void BM_PutWriteThrough(benchmark::State& state) {
     if (!f->store->Put("bench", {&put, 1}).ok()) state.SkipWithError("put failed");
     i = (i + 1) % n;
   }
-  state.counters["process_cpu_us_per_op"] =
-      1e6 * (ProcessCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
+  SetProcessCpuPerOp(state, cpu0);
   state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
 }
-BENCHMARK(BM_PutWriteThrough)
-    ->ArgNames({"KiB", "blob"})
-    ->Args({2048, 0})
-    ->Args({2048, 1})
-    ->Args({64, 0})
-    ->Args({64, 1})
-    ->UseRealTime();
+BENCHMARK(BM_PutWriteThrough)->Apply(KiBAndBlobArgs)->UseRealTime();
 
 void GetHot(benchmark::State& state, bool copy_out) {
   const size_t n = PoolBlocks(state.range(0));
   auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, false);
-  for (size_t i = 0; i < n; ++i) {
-    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
-    if (!f->store->Put("bench", {&put, 1}).ok()) abort();
-  }
+  PutPool(*f);
   std::vector<std::string> out(copy_out ? n : 0, std::string(f->payloads[0].size(), 'z'));
   size_t i = 0;
   for (auto _ : state) {
@@ -208,10 +217,7 @@ void BM_GetCold(benchmark::State& state) {
   const bool blob = state.range(1) != 0;
   // A hot tier of 8 blocks: every Get of the rotating pool is a cold hit + promotion.
   auto f = MakeFixture(state.range(0), n, 8 * SlotFor(state.range(0)), false, blob);
-  for (size_t i = 0; i < n; ++i) {
-    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
-    if (!f->store->Put("bench", {&put, 1}).ok()) abort();
-  }
+  PutPool(*f);
   if (!f->store->Evict("bench", {}, false).ok()) abort();
   size_t i = 0;
   const double cpu0 = ProcessCpuSeconds();
@@ -224,17 +230,10 @@ void BM_GetCold(benchmark::State& state) {
     benchmark::DoNotOptimize(ref->payload().data());
     i = (i + 1) % n;
   }
-  state.counters["process_cpu_us_per_op"] =
-      1e6 * (ProcessCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
+  SetProcessCpuPerOp(state, cpu0);
   state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
 }
-BENCHMARK(BM_GetCold)
-    ->ArgNames({"KiB", "blob"})
-    ->Args({2048, 0})
-    ->Args({2048, 1})
-    ->Args({64, 0})
-    ->Args({64, 1})
-    ->UseRealTime();
+BENCHMARK(BM_GetCold)->Apply(KiBAndBlobArgs)->UseRealTime();
 
 kv::Layout TinyLayout(uint32_t head_dim, uint32_t tokens) {
   kv::Layout l;

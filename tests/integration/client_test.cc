@@ -1,7 +1,6 @@
 // kvtier::client::Client and the `kvtier` CLI against a real kvtierd on 127.0.0.1:0.
 #include "client/client.h"
 
-#include <fstream>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +26,9 @@ namespace kvtier::client {
 namespace {
 
 namespace v1 = ::kvtier::v1;
+using testing::BinaryDir;
 using testing::ServerProcess;
+using testing::WaitUntilStopped;
 using testing::TempDir;
 
 // 24 layers x 8 heads x 128 x 16 tokens fp16 = 1.5 MiB per block: larger than a chunk.
@@ -48,41 +48,11 @@ v1::NamespaceSpec Spec(const std::string& name, const kv::Layout& layout,
   return spec;
 }
 
-std::string BinaryDir() {
-  if (const char* d = std::getenv("KVTIER_BINARY_DIR"); d && *d) return d;
-  // Run by hand: <build>/tests/integration/client_test.
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  std::string exe(buf, n > 0 ? n : 0);
-  for (int i = 0; i < 3; ++i) exe = exe.substr(0, exe.rfind('/'));
-  return exe;
-}
-
-// SIGSTOP is delivered asynchronously: returns once /proc says `pid` is stopped (state
-// T), or false after 5 s.
-bool WaitUntilStopped(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  for (int i = 0; i < 5000; ++i) {
-    std::ifstream f(path);
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const size_t paren = stat.rfind(')');
-    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T') {
-      return true;
-    }
-    usleep(1000);
-  }
-  return false;
-}
-
 class ClientTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    if (!std::getenv("KVTIER_BINARY_DIR") && !std::getenv("KVTIER_KVTIERD")) {
-      setenv("KVTIER_BINARY_DIR", BinaryDir().c_str(), 1);
-    }
-    auto server = ServerProcess::Start(testing::KvtierdPath(),
-                                       {"--port", "0", "--data-dir", dir_->Sub("data")});
+    auto server = ServerProcess::StartKvtierd(dir_->Sub("data"));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = new ServerProcess(std::move(*server));
   }

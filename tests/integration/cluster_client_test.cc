@@ -10,33 +10,27 @@
 // KVTIER_KVTIERD pointing at a kvtierd that has the wiring).
 #include "client/cluster_client.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/rendezvous.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/server_process.h"
+#include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
 namespace {
 
-using ::kvtier::testing::KvtierdPath;
-using ::kvtier::testing::ServerProcess;
+using ::kvtier::testing::StaticPeerCluster;
 using ::kvtier::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -45,23 +39,6 @@ constexpr size_t kBlockBytes = 1 * 2 * 1 * 4 * 8 * 2;  // layers*kv*heads*tokens
 constexpr int kNodes = 3;
 constexpr int kChains = 10;
 constexpr int kChainLen = 30;  // 300 blocks
-
-// Returns a port that was free a moment ago (peers must know each other's ports up front).
-int PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return 0;
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 v1::NamespaceSpec Spec() {
   v1::NamespaceSpec spec;
@@ -110,29 +87,17 @@ class ClusterClientTest : public ::testing::Test {
  protected:
   void StartCluster(uint32_t replication) {
     replication_ = replication;
-    for (int i = 0; i < kNodes; ++i) {
-      ports_.push_back(PickFreePort());
-      ASSERT_NE(ports_.back(), 0);
-      ids_.push_back(absl::StrCat("127.0.0.1:", ports_.back()));
-    }
+    StaticPeerCluster::Options o;
+    o.num_nodes = kNodes;
+    o.replication_factor = replication;
+    o.root_dir = dir_.path();
+    auto nodes = StaticPeerCluster::Create(o);
+    ASSERT_TRUE(nodes.ok()) << nodes.status();
+    nodes_.emplace(std::move(*nodes));
+    ids_ = nodes_->ids();
     ring_ = client::RendezvousRing(ids_);
-    nodes_.resize(kNodes);
-    for (int i = 0; i < kNodes; ++i) {
-      std::string peers;
-      for (const std::string& id : ids_) absl::StrAppend(&peers, "  static_peers: \"", id, "\"\n");
-      const std::string config = absl::StrCat(
-          "listen_address: \"127.0.0.1\"\nport: ", ports_[i], "\ndata_dir: \"",
-          dir_.Sub(absl::StrCat("node", i)),
-          "\"\nhot_capacity_bytes: 67108864\ncold_capacity_bytes: 1073741824\n"
-          "executor_threads: 2\ncluster {\n  node_id: \"",
-          ids_[i], "\"\n", peers, "  replication_factor: ", replication_,
-          "\n  peer_deadline_ms: 300\n}\n");
-      const std::string path = dir_.Sub(absl::StrCat("node", i, ".textproto"));
-      std::ofstream(path) << config;
-      auto proc = ServerProcess::Start(KvtierdPath(), {"--config", path});
-      ASSERT_TRUE(proc.ok()) << proc.status();
-      nodes_[i].emplace(std::move(*proc));
-    }
+    const absl::Status started = nodes_->StartAll();
+    ASSERT_TRUE(started.ok()) << started;
   }
 
   // Connects a ClusterClient through node 0; false (after GTEST_SKIP) while kvtierd
@@ -193,10 +158,9 @@ class ClusterClientTest : public ::testing::Test {
 
   TempDir dir_;
   uint32_t replication_ = 1;
-  std::vector<int> ports_;
   std::vector<std::string> ids_;
   client::RendezvousRing ring_;
-  std::vector<std::optional<ServerProcess>> nodes_;
+  std::optional<StaticPeerCluster> nodes_;
   std::unique_ptr<client::ClusterClient> cluster_;
 };
 
@@ -282,7 +246,7 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
   }
   EXPECT_EQ(total, 2 * b.keys.size());
 
-  nodes_[2]->Kill();  // SIGKILL
+  nodes_->node(2).Kill();  // SIGKILL
   size_t primary_dead = 0;
   for (const std::string& k : b.keys) primary_dead += ring_.OwnerIds(kNs, k, 2)[0] == ids_[2];
   ASSERT_GT(primary_dead, 0u);
@@ -326,7 +290,7 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
 
   // SIGSTOP: the node's sockets stay open but it never answers (unlike a killed node,
   // whose connections are refused at once).
-  ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
+  ASSERT_EQ(kill(nodes_->node(2).pid(), SIGSTOP), 0);
   {
     // Without a per-owner deadline the hung owner takes the whole call deadline: its
     // primary keys are misses, everything else is served, and the call ends on time.
@@ -362,7 +326,7 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   }
-  kill(nodes_[2]->pid(), SIGCONT);
+  kill(nodes_->node(2).pid(), SIGCONT);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -17,6 +18,7 @@
 #include "storage/kv/codec.h"
 #include "storage/kv/compaction.h"
 #include "storage/kv/layout.h"
+#include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -28,31 +30,13 @@ using testing::ServerProcess;
 using testing::TempDir;
 
 constexpr uint32_t kBlocks = 4;
-constexpr uint32_t kTokensPerBlock = 32;
+constexpr uint32_t kTokensPerBlock = testing::SmallLayout().tokens_per_block;
 constexpr uint32_t kTokens = kBlocks * kTokensPerBlock;
 
 // L2 H2 D64 T32 fp16 sinks4.
-kv::Layout KvLayout() {
-  kv::Layout l;
-  l.num_layers = 2;
-  l.num_kv_heads = 2;
-  l.head_dim = 64;
-  l.tokens_per_block = kTokensPerBlock;
-  l.sink_tokens = 4;
-  return l;
-}
+constexpr kv::Layout KvLayout() { return testing::SmallLayout(); }
 
-v1::Layout ProtoLayout() {
-  const kv::Layout k = KvLayout();
-  v1::Layout l;
-  l.set_num_layers(k.num_layers);
-  l.set_num_kv_heads(k.num_kv_heads);
-  l.set_head_dim(k.head_dim);
-  l.set_tokens_per_block(k.tokens_per_block);
-  l.set_dtype(v1::DTYPE_FP16);
-  l.set_sink_tokens(k.sink_tokens);
-  return l;
-}
+v1::Layout ProtoLayout() { return client::ToProto(KvLayout()); }
 
 // A sequence of kTokens tokens: random N(0, 1) K/V with RoPE (theta 10000) on the keys.
 kv::KvSequence MakeSequence(uint64_t seed) {
@@ -98,9 +82,7 @@ struct GetResult {
 class CompactTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = ServerProcess::Start(testing::KvtierdPath(),
-                                  {"--port", "0", "--data-dir", dir_.Sub("data"),
-                                   "--hot-capacity", "32MiB"});
+    auto p = ServerProcess::StartKvtierd(dir_.Sub("data"), {"--hot-capacity", "32MiB"});
     ASSERT_TRUE(p.ok()) << p.status();
     server_ = std::make_unique<ServerProcess>(std::move(*p));
     grpc::ChannelArguments args;

@@ -8,12 +8,7 @@
 // Pending wiring: until kvtierd builds its Membership/PeerFanout from the config
 // (service/cluster.h), ClusterStatus lists only the answering node and these tests
 // GTEST_SKIP with that message instead of failing.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,44 +17,24 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/rendezvous.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
-#include "tests/testing/server_process.h"
+#include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
 namespace {
 
-using ::kvtier::testing::KvtierdPath;
-using ::kvtier::testing::ServerProcess;
+using ::kvtier::testing::StaticPeerCluster;
 using ::kvtier::testing::TempDir;
 
 constexpr char kNs[] = "ns";
 constexpr size_t kBlockBytes = 1 * 2 * 1 * 4 * 8 * 2;  // layers*kv*heads*tokens*dim*fp16
 constexpr int kPeerDeadlineMs = 300;
-
-// Returns a port that was free a moment ago (the kernel picks it). Peers must know each
-// other's ports before they start, so port 0 cannot be used directly.
-int PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return 0;
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 struct Chain {
   std::vector<std::string> keys;
@@ -88,43 +63,31 @@ class ClusterTest : public ::testing::Test {
 
   void StartCluster(uint32_t replication) {
     replication_ = replication;
-    for (int i = 0; i < kNodes; ++i) {
-      ports_.push_back(PickFreePort());
-      ASSERT_NE(ports_.back(), 0);
-      ids_.push_back(absl::StrCat("127.0.0.1:", ports_.back()));
-    }
+    StaticPeerCluster::Options o;
+    o.num_nodes = kNodes;
+    o.replication_factor = replication;
+    o.peer_deadline_ms = kPeerDeadlineMs;
+    o.root_dir = dir_.path();
+    o.extra_config =
+        "namespaces {\n"
+        "  name: \"ns\"\n"
+        "  layout { num_layers: 1 num_kv_heads: 1 head_dim: 8 tokens_per_block: 4 "
+        "dtype: DTYPE_FP16 }\n"
+        "  write_through: true\n"
+        "}\n";
+    auto nodes = StaticPeerCluster::Create(o);
+    ASSERT_TRUE(nodes.ok()) << nodes.status();
+    nodes_.emplace(std::move(*nodes));
+    ids_ = nodes_->ids();
     ring_ = client::RendezvousRing(ids_);
-    nodes_.resize(kNodes);
     clients_.resize(kNodes);
     for (int i = 0; i < kNodes; ++i) ASSERT_NO_FATAL_FAILURE(StartNode(i));
   }
 
-  std::string ConfigFor(int i) const {
-    std::string peers;
-    for (const std::string& id : ids_) absl::StrAppend(&peers, "  static_peers: \"", id, "\"\n");
-    return absl::StrCat("listen_address: \"127.0.0.1\"\n", "port: ", ports_[i], "\n",
-                        "data_dir: \"", dir_.Sub(absl::StrCat("node", i)), "\"\n",
-                        "hot_capacity_bytes: 67108864\n"
-                        "cold_capacity_bytes: 1073741824\n"
-                        "executor_threads: 2\n"
-                        "namespaces {\n"
-                        "  name: \"ns\"\n"
-                        "  layout { num_layers: 1 num_kv_heads: 1 head_dim: 8 tokens_per_block: 4 "
-                        "dtype: DTYPE_FP16 }\n"
-                        "  write_through: true\n"
-                        "}\n"
-                        "cluster {\n"
-                        "  node_id: \"",
-                        ids_[i], "\"\n", peers, "  replication_factor: ", replication_, "\n",
-                        "  peer_deadline_ms: ", kPeerDeadlineMs, "\n}\n");
-  }
-
+  // (Re)starts node i (same port and data dir) and connects clients_[i] to it.
   void StartNode(int i) {
-    const std::string path = dir_.Sub(absl::StrCat("node", i, ".textproto"));
-    std::ofstream(path) << ConfigFor(i);
-    auto proc = ServerProcess::Start(KvtierdPath(), {"--config", path});
-    ASSERT_TRUE(proc.ok()) << proc.status();
-    nodes_[i].emplace(std::move(*proc));
+    const absl::Status started = nodes_->StartNode(i);
+    ASSERT_TRUE(started.ok()) << started;
     client::ClientOptions o;
     o.server = ids_[i];
     o.num_channels = 1;
@@ -185,10 +148,9 @@ class ClusterTest : public ::testing::Test {
 
   TempDir dir_;
   uint32_t replication_ = 1;
-  std::vector<int> ports_;
   std::vector<std::string> ids_;
   client::RendezvousRing ring_;
-  std::vector<std::optional<ServerProcess>> nodes_;
+  std::optional<StaticPeerCluster> nodes_;
   std::vector<std::unique_ptr<client::Client>> clients_;
 };
 
@@ -246,7 +208,7 @@ TEST_F(ClusterTest, KilledNodesBlocksAreMissesWithinTheDeadline) {
   if (!ClusterWired()) GTEST_SKIP() << "cluster membership is not wired into kvtierd yet";
   const std::vector<Chain> chains = MakeChains(10, 30, 11);
   ASSERT_NO_FATAL_FAILURE(PutChains(chains));
-  nodes_[2]->Kill();  // SIGKILL
+  nodes_->node(2).Kill();  // SIGKILL
   for (const Chain& c : chains) {
     for (int n = 0; n < 2; ++n) {
       const auto start = std::chrono::steady_clock::now();
@@ -280,7 +242,7 @@ TEST_F(ClusterTest, WithTwoReplicasNoBlockIsLostAndARestartedNodeServesItsBlocks
   if (!ClusterWired()) GTEST_SKIP() << "cluster membership is not wired into kvtierd yet";
   const std::vector<Chain> chains = MakeChains(10, 30, 13);
   ASSERT_NO_FATAL_FAILURE(PutChains(chains));  // write_through: durable before the ack
-  nodes_[2]->Kill();
+  nodes_->node(2).Kill();
   for (const Chain& c : chains) {
     for (int n = 0; n < 2; ++n) {
       auto r = clients_[n]->Lookup(kNs, c.keys);

@@ -177,6 +177,41 @@ class KvtierdTest : public ::testing::Test {
     return writer->Finish();
   }
 
+  // Like Put, but cuts the concatenated payloads at the given stream offsets (ascending;
+  // a repeated offset sends an empty chunk message).
+  grpc::Status PutAtCuts(const std::string& ns, v1::PayloadFormat format,
+                         const std::vector<Block>& blocks, const std::vector<size_t>& cuts,
+                         v1::PutResponse* resp) {
+    grpc::ClientContext ctx;
+    auto writer = kv_->Put(&ctx, resp);
+    v1::PutRequest req;
+    v1::PutHeader* h = req.mutable_header();
+    h->set_namespace_(ns);
+    h->set_format(format);
+    std::string all;
+    for (const Block& b : blocks) {
+      v1::PutBlock* pb = h->add_blocks();
+      pb->set_key(b.key);
+      pb->set_parent_key(b.parent);
+      pb->set_block_index(b.index);
+      pb->set_size(b.payload.size());
+      all += b.payload;
+    }
+    bool ok = writer->Write(req);
+    size_t at = 0;
+    std::vector<size_t> ends = cuts;
+    ends.push_back(all.size());
+    for (size_t end : ends) {
+      if (!ok) break;
+      v1::PutRequest c;
+      c.set_chunk(all.substr(at, end - at));
+      ok = writer->Write(c);
+      at = end;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
   GetResult Get(const std::string& ns, const std::vector<std::string>& keys,
                 v1::PayloadFormat format = v1::PAYLOAD_FORMAT_ENCODED) {
     GetResult r;
@@ -363,6 +398,56 @@ TEST_F(KvtierdTest, PrefixLookupAndBitExactGet) {
     if (keys[i] == "missing-key") continue;
     EXPECT_EQ(dec.payloads[i], raw[keys[i]]) << keys[i];
   }
+}
+
+TEST_F(KvtierdTest, PayloadSplitAtOddOffsetsRoundTripsBitExactly) {
+  // The server keeps the received buffers and stores each block from them (one copy into
+  // the hot tier): every split, also through the 40-byte codec header, must be invisible.
+  ASSERT_TRUE(Register("fp16", v1::CODEC_FP16).ok());
+  ASSERT_TRUE(Register("fp16-raw", v1::CODEC_FP16).ok());
+  std::map<std::string, std::string> raw;
+  std::vector<Block> enc_seq = MakeSequences(1, 3, kv::CodecId::kFp16, /*raw=*/false, &raw)[0];
+  std::vector<Block> raw_seq = MakeSequences(1, 3, kv::CodecId::kFp16, /*raw=*/true, &raw)[0];
+  const size_t b = enc_seq[0].payload.size();
+  // Through the first header (1, 7, 39), at its end (40), an empty message (41, 41), odd
+  // offsets in the body, through the second block's header (b + 13, b + 27); the third
+  // block arrives whole in one message with the tail of the second.
+  const std::vector<size_t> cuts = {1, 7, 39, 40, 41, 41, 333, b - 1, b + 13, b + 27, 2 * b - 5};
+  v1::PutResponse resp;
+  grpc::Status st = PutAtCuts("fp16", v1::PAYLOAD_FORMAT_ENCODED, enc_seq, cuts, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.blocks_stored(), 3u);
+  EXPECT_EQ(resp.bytes_stored(), 3 * b);
+  // Raw fp16 payloads for an fp16 namespace get the codec header in front of the
+  // received bytes; cut them at odd offsets too.
+  const size_t r = kBlockBytes;
+  const std::vector<size_t> raw_cuts = {3, 3, 41, r - 7, r + 1, 2 * r + 39};
+  st = PutAtCuts("fp16-raw", v1::PAYLOAD_FORMAT_RAW, raw_seq, raw_cuts, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.bytes_stored(), 3 * b);
+  for (const std::string ns : {"fp16", "fp16-raw"}) {
+    const std::vector<std::string> keys = KeysOf(enc_seq);
+    EXPECT_EQ(Lookup(ns, keys).prefix_blocks(), 3u) << ns;
+    GetResult enc = Get(ns, keys);
+    ASSERT_TRUE(enc.status.ok()) << enc.status.error_message();
+    ASSERT_EQ(enc.payloads.size(), 3u);
+    GetResult dec = Get(ns, keys, v1::PAYLOAD_FORMAT_RAW);
+    ASSERT_TRUE(dec.status.ok()) << dec.status.error_message();
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(enc.infos[i].found()) << ns << " " << i;
+      EXPECT_EQ(enc.payloads[i], enc_seq[i].payload) << ns << " " << i;
+      EXPECT_EQ(dec.payloads[i], raw_seq[i].payload) << ns << " " << i;
+    }
+  }
+  // After demotion the cold copies (checksummed from the hot copies) read back the same.
+  v1::EvictRequest ev;
+  ev.set_namespace_("fp16");
+  v1::EvictResponse ev_resp;
+  grpc::ClientContext ev_ctx;
+  ASSERT_TRUE(admin_->Evict(&ev_ctx, ev, &ev_resp).ok());
+  GetResult cold = Get("fp16", KeysOf(enc_seq));
+  ASSERT_TRUE(cold.status.ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cold.payloads[i], enc_seq[i].payload) << i;
 }
 
 TEST_F(KvtierdTest, RawPutToQuantizedNamespaceIsTranscoded) {

@@ -8,6 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
@@ -50,7 +53,13 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
     for (int i = 0; i < kChainLen; ++i) payloads[s].push_back(MakePayload(layout, i, s));
   }
   std::atomic<int> published{0};  // chains fully put by anyone (approximate)
-  std::atomic<uint64_t> hits{0}, mismatches{0}, errors{0};
+  std::atomic<uint64_t> hits{0}, mismatches{0};
+  absl::Mutex errors_mu;
+  std::vector<std::string> errors;  // "op: status" of every failed call
+  auto fail = [&](const char* op, const absl::Status& status) {
+    absl::MutexLock lock(&errors_mu);
+    errors.push_back(absl::StrCat(op, ": ", status.ToString()));
+  };
 
   auto worker = [&](int t) {
     std::mt19937_64 rng(99 + t);
@@ -64,7 +73,7 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
         puts.push_back(BlockPut{keys[i], i == 0 ? std::string_view() : keys[i - 1],
                                 static_cast<uint32_t>(i), payloads[seq][i]});
       }
-      if (!store->Put("ns", puts).ok()) errors++;
+      if (auto st = store->Put("ns", puts); !st.ok()) fail("put", st);
       published++;
       for (int g = 0; g < 6; ++g) {
         const uint64_t s = rng() % payloads.size();
@@ -75,7 +84,7 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
           if (RefBytes(*ref) != payloads[s][i]) mismatches++;
           if (rng() % 4 == 0) held.emplace_back(*ref, payloads[s][i]);
         } else if (!absl::IsNotFound(ref.status())) {
-          errors++;
+          fail("get", ref.status());
         }
       }
       // Handles held across other threads' evictions still show their bytes.
@@ -88,24 +97,28 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
       const uint64_t s = rng() % payloads.size();
       std::vector<std::string> chain;
       for (int i = 0; i < kChainLen; ++i) chain.push_back(KeyOf(s, i));
-      if (!store->Lookup("ns", chain).ok()) errors++;
+      if (auto r = store->Lookup("ns", chain); !r.ok()) fail("lookup", r.status());
       switch (rng() % 8) {
         case 0:
-          if (!store->Pin("ns", {chain.data(), 1}, 5).ok()) errors++;
+          if (auto r = store->Pin("ns", {chain.data(), 1}, 5); !r.ok()) fail("pin", r.status());
           break;
         case 1:
-          if (!store->Unpin("ns", {chain.data(), 1}).ok()) errors++;
+          if (auto r = store->Unpin("ns", {chain.data(), 1}); !r.ok()) fail("unpin", r.status());
           break;
         case 2:
-          if (!store->Delete("ns", {chain.data() + kChainLen - 1, 1}).ok()) errors++;
+          if (auto r = store->Delete("ns", {chain.data() + kChainLen - 1, 1}); !r.ok()) {
+            fail("delete", r.status());
+          }
           break;
         case 3: {
           std::vector<float> scores(chain.size(), 0.5f);
-          if (!store->ReportScores("ns", chain, scores).ok()) errors++;
+          if (auto st = store->ReportScores("ns", chain, scores); !st.ok()) fail("scores", st);
           break;
         }
         case 4:
-          if (t == 0 && !store->Flush("ns").ok()) errors++;
+          if (t == 0) {
+            if (auto st = store->Flush("ns"); !st.ok()) fail("flush", st);
+          }
           break;
         default:
           break;
@@ -121,7 +134,7 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
   for (auto& th : threads) th.join();
 
   EXPECT_EQ(mismatches.load(), 0u);
-  EXPECT_EQ(errors.load(), 0u);
+  EXPECT_THAT(errors, ::testing::IsEmpty());
   EXPECT_GT(hits.load(), 0u);
   StoreStats stats = store->Stats();
   EXPECT_LE(stats.hot_used_bytes, stats.hot_capacity_bytes);

@@ -9,6 +9,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -27,10 +30,39 @@ int64_t NowMs() {
 
 }  // namespace
 
+std::string BinaryDir() {
+  if (const char* d = std::getenv("KVTIER_BINARY_DIR"); d && *d) return d;
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string exe(buf, n > 0 ? n : 0);
+  for (int i = 0; i < 3; ++i) exe = exe.substr(0, exe.rfind('/'));
+  return exe;
+}
+
+bool WaitUntilStopped(pid_t pid, int timeout_ms) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  for (int i = 0; i < timeout_ms; ++i) {
+    std::ifstream f(path);
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T') {
+      return true;
+    }
+    usleep(1000);  // polling a process state, not synchronizing test logic
+  }
+  return false;
+}
+
 std::string KvtierdPath() {
   if (const char* p = std::getenv("KVTIER_KVTIERD"); p && *p) return p;
-  const char* dir = std::getenv("KVTIER_BINARY_DIR");
-  return std::string(dir && *dir ? dir : ".") + "/service/kvtierd";
+  return BinaryDir() + "/service/kvtierd";
+}
+
+absl::StatusOr<ServerProcess> ServerProcess::StartKvtierd(
+    const std::string& data_dir, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {"--port", "0", "--data-dir", data_dir};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return Start(KvtierdPath(), args);
 }
 
 absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary,

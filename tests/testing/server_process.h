@@ -16,9 +16,16 @@
 
 namespace kvtier::testing {
 
-// Returns $KVTIER_BINARY_DIR/service/kvtierd (set by CTest), or the path in
-// $KVTIER_KVTIERD when given.
+// Returns the build directory: $KVTIER_BINARY_DIR (set by CTest), or, for a test binary
+// run by hand, three levels above /proc/self/exe (<build>/tests/<folder>/<test>).
+std::string BinaryDir();
+
+// Returns the path in $KVTIER_KVTIERD when given, else BinaryDir()/service/kvtierd.
 std::string KvtierdPath();
+
+// SIGSTOP is delivered asynchronously: returns once /proc/<pid>/stat says `pid` is
+// stopped (state T), or false after about `timeout_ms` (polled every millisecond).
+bool WaitUntilStopped(pid_t pid, int timeout_ms = 5000);
 
 // One kvtierd child process. Thread-compatible. The destructor SIGKILLs a running child.
 class ServerProcess {
@@ -29,6 +36,9 @@ class ServerProcess {
   static absl::StatusOr<ServerProcess> Start(const std::string& binary,
                                              const std::vector<std::string>& args,
                                              int timeout_ms = 20000);
+  // Start(KvtierdPath(), {"--port", "0", "--data-dir", data_dir, extra_args...}).
+  static absl::StatusOr<ServerProcess> StartKvtierd(
+      const std::string& data_dir, const std::vector<std::string>& extra_args = {});
 
   ServerProcess(ServerProcess&& other) noexcept;
   ServerProcess& operator=(ServerProcess&& other) noexcept;

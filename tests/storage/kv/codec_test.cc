@@ -445,30 +445,24 @@ TEST(CodecTest, EncodeValidationErrorsNameTheField) {
     const char* field;
   };
   std::vector<Bad> bads;
-  Layout b = layout;
-  b.num_layers = 0;
-  bads.push_back({b, "num_layers"});
-  b = layout;
-  b.num_kv_heads = 0;
-  bads.push_back({b, "num_kv_heads"});
-  b = layout;
-  b.head_dim = 7;
-  bads.push_back({b, "head_dim"});
-  b = layout;
-  b.tokens_per_block = 0;
-  bads.push_back({b, "tokens_per_block"});
-  b = layout;
-  b.sink_tokens = 3;
-  bads.push_back({b, "sink_tokens"});
-  b = layout;
-  b.dtype = static_cast<Dtype>(9);
-  bads.push_back({b, "dtype"});
-  b = layout;
-  b.num_layers = 1u << 31;  // would wrap a naive 64-bit size product
-  b.num_kv_heads = 1u << 31;
-  b.head_dim = 1u << 30;
-  b.tokens_per_block = 1u << 20;
-  bads.push_back({b, "1 GiB"});
+  // `layout` with one change that Encode must reject naming `field`.
+  auto add_bad = [&](const char* field, auto change) {
+    Layout b = layout;
+    change(b);
+    bads.push_back({b, field});
+  };
+  add_bad("num_layers", [](Layout& b) { b.num_layers = 0; });
+  add_bad("num_kv_heads", [](Layout& b) { b.num_kv_heads = 0; });
+  add_bad("head_dim", [](Layout& b) { b.head_dim = 7; });
+  add_bad("tokens_per_block", [](Layout& b) { b.tokens_per_block = 0; });
+  add_bad("sink_tokens", [](Layout& b) { b.sink_tokens = 3; });
+  add_bad("dtype", [](Layout& b) { b.dtype = static_cast<Dtype>(9); });
+  add_bad("1 GiB", [](Layout& b) {
+    b.num_layers = 1u << 31;  // would wrap a naive 64-bit size product
+    b.num_kv_heads = 1u << 31;
+    b.head_dim = 1u << 30;
+    b.tokens_per_block = 1u << 20;
+  });
   for (const Bad& bad : bads) {
     auto enc = Encode(CodecId::kInt8, bad.layout, 0, AsBytes(raw));
     ASSERT_FALSE(enc.ok()) << bad.field;

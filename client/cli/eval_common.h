@@ -1,0 +1,46 @@
+// Pieces shared by the `kvtier eval` subcommands (client/cli/eval_codecs.cc,
+// client/cli/eval_compaction.cc): argument checks with the common exit codes, mean +- std
+// of one metric over seeds, and JSON number formatting. Stateless; thread-safe.
+#ifndef KVTIER_CLIENT_CLI_EVAL_COMMON_H_
+#define KVTIER_CLIENT_CLI_EVAL_COMMON_H_
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/cli/flags.h"
+#include "storage/kv/attention.h"
+
+namespace kvtier::cli {
+
+// The checks every `kvtier eval <name>` makes before reading its flags: --help prints
+// `usage` to stdout (returns 0); a flag not in `known` or any positional argument prints
+// "kvtier eval <name>: <why>" and `usage` to stderr (returns 2). Returns nullopt when the
+// command should go on.
+std::optional<int> CheckEvalArgs(const Flags& flags, const char* name,
+                                 std::initializer_list<std::string_view> known, const char* usage);
+
+// Prints "kvtier eval <name>: <status>" to stderr for the first non-OK status (a flag
+// value that did not parse) and returns false; true when all are OK.
+bool EvalFlagsParsed(const char* name, std::initializer_list<absl::Status> statuses);
+
+// Mean and sample std (kv::ComputeMeanStd) of `field` over `items` (e.g. one metric of
+// every seed's sample).
+template <typename T>
+kv::MeanStd MeanStdOf(const std::vector<T>& items, double T::*field) {
+  std::vector<double> v;
+  v.reserve(items.size());
+  for (const T& x : items) v.push_back(x.*field);
+  return kv::ComputeMeanStd(v);
+}
+
+// `v` with `significant_digits` significant digits (printf %g), or "null" when not finite
+// (JSON has no NaN or infinity).
+std::string JsonNumber(double v, int significant_digits);
+
+}  // namespace kvtier::cli
+
+#endif  // KVTIER_CLIENT_CLI_EVAL_COMMON_H_
