@@ -163,9 +163,8 @@ grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerCont
 // Like RunUnary, but `work(store, finish)` may complete later (after peer calls): it
 // must call finish(status) exactly once, from any thread, and never block.
 template <typename Work>
-grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx,
-                                        grpc::CallbackServerContext* context, Op op,
-                                        Work work) {
+grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                        Op op, Work work) {
   (void)context;
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
   const int64_t start = NowMicros();
@@ -178,8 +177,7 @@ grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx,
     ctx->metrics.Record(op, NowMicros() - start, s.ok());
     reactor->Finish(ToGrpcStatus(s));
   };
-  const bool queued =
-      ctx->executor->TrySchedule([store, work, finish] { work(*store, finish); });
+  const bool queued = ctx->executor->TrySchedule([store, work, finish] { work(*store, finish); });
   if (!queued) {
     ctx->metrics.Record(op, NowMicros() - start, false);
     reactor->Finish(BusyStatus());
@@ -187,11 +185,27 @@ grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx,
   return reactor;
 }
 
+// RunUnary for the calls shaped (namespace, keys) -> a block count: Pin, Unpin, Delete,
+// Evict. `op_on_store(store, ns_name, keys)` returns the count.
+template <typename Request, typename Response, typename StoreOp>
+grpc::ServerUnaryReactor* RunKeyedCount(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                        Op op, const Request* request, Response* response,
+                                        bool allow_empty_keys, StoreOp op_on_store) {
+  return RunUnary(ctx, context, op, [=](storage::TieredStore& store) -> absl::Status {
+    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                     FindNamespace(*ctx, store, request->namespace_()));
+    ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                     CheckKeys(request->keys(), *ctx, allow_empty_keys));
+    ASSIGN_OR_RETURN(uint64_t n, op_on_store(store, ns.name, keys));
+    response->set_blocks(n);
+    return absl::OkStatus();
+  });
+}
+
 // Reads bytes across the slices of one received message.
 class SliceCursor {
  public:
-  explicit SliceCursor(std::vector<std::span<const uint8_t>> slices)
-      : slices_(std::move(slices)) {
+  explicit SliceCursor(std::vector<std::span<const uint8_t>> slices) : slices_(std::move(slices)) {
     for (const auto& s : slices_) remaining_ += s.size();
   }
   size_t remaining() const { return remaining_; }
@@ -605,10 +619,10 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::vector<Block> blocks_;
   std::deque<grpc::Slice> held_;   // received message slices the blocks' pieces view
   std::deque<std::string> owned_;  // chunks of messages that took the parsing path
-  size_t cur_ = 0;         // block receiving bytes
-  uint64_t total_ = 0;     // payload bytes declared by the header
-  uint64_t received_ = 0;  // payload bytes received
-  uint64_t reserved_ = 0;  // bytes held in ServiceContext::put_bytes_in_flight
+  size_t cur_ = 0;                 // block receiving bytes
+  uint64_t total_ = 0;             // payload bytes declared by the header
+  uint64_t received_ = 0;          // payload bytes received
+  uint64_t reserved_ = 0;          // bytes held in ServiceContext::put_bytes_in_flight
 };
 
 // Deleter for slices that point into memory owned by a shared_ptr.
@@ -906,33 +920,19 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Pin(grpc::CallbackServerContext* context,
                                                   const v1::PinRequest* request,
                                                   v1::PinResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kPin,
-                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
-                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                                     FindNamespace(*ctx, store, request->namespace_()));
-                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                                     CheckKeys(request->keys(), *ctx, false));
-                    ASSIGN_OR_RETURN(uint64_t n, store.Pin(ns.name, keys, request->ttl_ms()));
-                    response->set_blocks(n);
-                    return absl::OkStatus();
-                  });
+  return RunKeyedCount(ctx_, context, Op::kPin, request, response, false,
+                       [request](storage::TieredStore& store, const std::string& ns,
+                                 const std::vector<std::string>& keys) {
+                         return store.Pin(ns, keys, request->ttl_ms());
+                       });
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Unpin(grpc::CallbackServerContext* context,
                                                     const v1::UnpinRequest* request,
                                                     v1::UnpinResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kUnpin,
-                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
-                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                                     FindNamespace(*ctx, store, request->namespace_()));
-                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                                     CheckKeys(request->keys(), *ctx, false));
-                    ASSIGN_OR_RETURN(uint64_t n, store.Unpin(ns.name, keys));
-                    response->set_blocks(n);
-                    return absl::OkStatus();
-                  });
+  return RunKeyedCount(ctx_, context, Op::kUnpin, request, response, false,
+                       [](storage::TieredStore& store, const std::string& ns,
+                          const std::vector<std::string>& keys) { return store.Unpin(ns, keys); });
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::ReportScores(grpc::CallbackServerContext* context,
@@ -958,17 +958,9 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::ReportScores(grpc::CallbackServerC
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Delete(grpc::CallbackServerContext* context,
                                                      const v1::DeleteRequest* request,
                                                      v1::DeleteResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kDelete,
-                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
-                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                                     FindNamespace(*ctx, store, request->namespace_()));
-                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                                     CheckKeys(request->keys(), *ctx, false));
-                    ASSIGN_OR_RETURN(uint64_t n, store.Delete(ns.name, keys));
-                    response->set_blocks(n);
-                    return absl::OkStatus();
-                  });
+  return RunKeyedCount(ctx_, context, Op::kDelete, request, response, false,
+                       [](storage::TieredStore& store, const std::string& ns,
+                          const std::vector<std::string>& keys) { return store.Delete(ns, keys); });
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Compact(grpc::CallbackServerContext* context,
@@ -1030,17 +1022,11 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::ListNamespaces(
 grpc::ServerUnaryReactor* KvCacheAdminImpl::Evict(grpc::CallbackServerContext* context,
                                                   const v1::EvictRequest* request,
                                                   v1::EvictResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kEvict,
-                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
-                    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                                     FindNamespace(*ctx, store, request->namespace_()));
-                    ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                                     CheckKeys(request->keys(), *ctx, true));
-                    ASSIGN_OR_RETURN(uint64_t n, store.Evict(ns.name, keys, request->drop()));
-                    response->set_blocks(n);
-                    return absl::OkStatus();
-                  });
+  return RunKeyedCount(ctx_, context, Op::kEvict, request, response, true,
+                       [request](storage::TieredStore& store, const std::string& ns,
+                                 const std::vector<std::string>& keys) {
+                         return store.Evict(ns, keys, request->drop());
+                       });
 }
 
 grpc::ServerUnaryReactor* KvCacheAdminImpl::Flush(grpc::CallbackServerContext* context,
