@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU (never part of CI):
+#   scripts/gpu_check.sh pack   here: build, then copy hot_tier_h2d, kvtierd and kvtier with
+#                               their shared libraries (not libc's) into build-gpu/
+#   scripts/gpu_check.sh run    on the GPU machine (with build-gpu/ carried over): print the
+#                               hot tier's allocator (cuda = cudaHostAlloc) and host-to-device
+#                               bandwidth from hot-tier memory vs pageable memory, then start
+#                               kvtierd and show the allocator its stats report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-run}" in
+  pack)
+    scripts/build.sh >/dev/null
+    rm -rf build-gpu
+    mkdir -p build-gpu/lib
+    cp build/tests/bench/hot_tier_h2d build/service/kvtierd build/client/cli/kvtier build-gpu/
+    for bin in build-gpu/hot_tier_h2d build-gpu/kvtierd build-gpu/kvtier; do
+      ldd "$bin" | awk '/=> \// {print $3}' |
+        grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+        xargs -r cp -n -L -t build-gpu/lib
+    done
+    du -sh build-gpu
+    ;;
+  run)
+    export LD_LIBRARY_PATH="$PWD/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    build-gpu/hot_tier_h2d 1024 2048 5
+    dir=$(mktemp -d)
+    build-gpu/kvtierd --port 0 --data-dir "$dir/data" --hot-capacity 1GiB >"$dir/out" 2>"$dir/err" &
+    pid=$!
+    for _ in $(seq 300); do grep -q listening "$dir/out" && break; sleep 0.1; done
+    addr=$(sed -n 's/^kvtierd listening on //p' "$dir/out")
+    build-gpu/kvtier stats --server "$addr" | head -n 1
+    kill "$pid"
+    wait "$pid" || true
+    rm -rf "$dir"
+    ;;
+  *) echo "usage: scripts/gpu_check.sh pack|run" >&2; exit 2 ;;
+esac
