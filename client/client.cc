@@ -109,9 +109,7 @@ struct Client::Impl {
     return channels[next_channel.fetch_add(1, std::memory_order_relaxed) % channels.size()];
   }
 
-  int64_t DeadlineMs(int64_t ms) const {
-    return ms > 0 ? ms : options.default_deadline_ms;
-  }
+  int64_t DeadlineMs(int64_t ms) const { return ms > 0 ? ms : options.default_deadline_ms; }
 
   // Runs `attempt(ctx, channel)` with one overall deadline; retries UNAVAILABLE when
   // `idempotent`. `wait_for_ready` makes the call wait for a connection instead of failing
@@ -136,6 +134,29 @@ struct Client::Impl {
       backoff_ms *= 2;
     }
     return FromGrpc(rpc, status);
+  }
+
+  // One unary RPC through a generated stub method, on the data-plane or the admin stub,
+  // with Call's deadline and retry rules.
+  template <typename Req, typename Resp>
+  absl::Status Unary(const char* rpc, const CallOptions& call, bool idempotent,
+                     grpc::Status (v1::KvCache::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                               Resp*),
+                     const Req& req, Resp* resp) {
+    return Call(rpc, DeadlineMs(call.deadline_ms), idempotent,
+                [&](grpc::ClientContext* ctx, Channel& ch) {
+                  return ((*ch.data).*method)(ctx, req, resp);
+                });
+  }
+  template <typename Req, typename Resp>
+  absl::Status Unary(const char* rpc, const CallOptions& call, bool idempotent,
+                     grpc::Status (v1::KvCacheAdmin::Stub::*method)(grpc::ClientContext*,
+                                                                    const Req&, Resp*),
+                     const Req& req, Resp* resp) {
+    return Call(rpc, DeadlineMs(call.deadline_ms), idempotent,
+                [&](grpc::ClientContext* ctx, Channel& ch) {
+                  return ((*ch.admin).*method)(ctx, req, resp);
+                });
   }
 
   // Counts the gRPC slices that still reference caller memory, so PutRun returns only
@@ -164,9 +185,8 @@ struct Client::Impl {
   // One Put stream carrying `blocks`: the header message, then chunk messages whose
   // payload slices point into the callers' buffers.
   absl::Status PutStream(std::string_view ns, std::span<const PutBlock> blocks,
-                         v1::PayloadFormat format,
-                         std::chrono::system_clock::time_point deadline, SliceRefs* refs,
-                         PutResult* result) {
+                         v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
+                         SliceRefs* refs, PutResult* result) {
     Channel& ch = PickChannel();
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
@@ -212,8 +232,8 @@ struct Client::Impl {
             ++refs->live;
           }
           slices.emplace_back(
-              const_cast<uint8_t*>(blocks[piece.block].payload.data() + piece.offset),
-              piece.bytes, &SliceRefs::Release, refs);
+              const_cast<uint8_t*>(blocks[piece.block].payload.data() + piece.offset), piece.bytes,
+              &SliceRefs::Release, refs);
         }
         grpc::ByteBuffer bb(slices.data(), slices.size());
         if (!writer->Write(bb)) {
@@ -276,8 +296,8 @@ struct Client::Impl {
         RETURN_IF_ERROR(parser.Finish());
         if (parser.header().blocks_size() != static_cast<int>(keys.size())) {
           return absl::InternalError(absl::StrCat("Get: header lists ",
-                                                  parser.header().blocks_size(),
-                                                  " blocks for ", keys.size(), " keys"));
+                                                  parser.header().blocks_size(), " blocks for ",
+                                                  keys.size(), " keys"));
         }
         infos->assign(parser.header().blocks().begin(), parser.header().blocks().end());
         return absl::OkStatus();
@@ -291,18 +311,17 @@ struct Client::Impl {
     return FromGrpc("Get", status);
   }
 
-  absl::Status GetParallel(std::string_view ns, std::span<const std::string> keys,
-                           const GetOptions& opts,
-                           const std::function<GetStreamParser::DestinationFn(size_t base)>&
-                               make_destination,
-                           std::vector<v1::GetBlockInfo>* infos) {
+  absl::Status GetParallel(
+      std::string_view ns, std::span<const std::string> keys, const GetOptions& opts,
+      const std::function<GetStreamParser::DestinationFn(size_t base)>& make_destination,
+      std::vector<v1::GetBlockInfo>* infos) {
     const auto deadline = DeadlineAfter(DeadlineMs(opts.deadline_ms));
     const auto ranges = SplitRanges(keys.size(), options.max_streams_per_call);
     std::vector<std::vector<v1::GetBlockInfo>> parts(ranges.size());
     RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
       const auto [begin, end] = ranges[r];
-      return GetRun(ns, keys.subspan(begin, end - begin), opts, deadline,
-                    make_destination(begin), &parts[r]);
+      return GetRun(ns, keys.subspan(begin, end - begin), opts, deadline, make_destination(begin),
+                    &parts[r]);
     }));
     infos->clear();
     infos->reserve(keys.size());
@@ -331,9 +350,14 @@ absl::StatusOr<kv::Layout> FromProto(const kvtier::v1::Layout& p) {
   layout.head_dim = p.head_dim();
   layout.tokens_per_block = p.tokens_per_block();
   switch (p.dtype()) {
-    case v1::DTYPE_FP16: layout.dtype = kv::Dtype::kFp16; break;
-    case v1::DTYPE_BF16: layout.dtype = kv::Dtype::kBf16; break;
-    default: return absl::InvalidArgumentError("layout.dtype must be fp16 or bf16");
+    case v1::DTYPE_FP16:
+      layout.dtype = kv::Dtype::kFp16;
+      break;
+    case v1::DTYPE_BF16:
+      layout.dtype = kv::Dtype::kBf16;
+      break;
+    default:
+      return absl::InvalidArgumentError("layout.dtype must be fp16 or bf16");
   }
   layout.sink_tokens = p.sink_tokens();
   RETURN_IF_ERROR(layout.Validate());
@@ -345,9 +369,9 @@ absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
   const auto& a = requested.layout();
   const auto& b = stored.layout();
   auto mismatch = [&](const char* field, auto want, auto have) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "namespace '", stored.name(), "': ", field, " mismatch: client has ", want,
-        ", server has ", have));
+    return absl::FailedPreconditionError(absl::StrCat("namespace '", stored.name(), "': ", field,
+                                                      " mismatch: client has ", want,
+                                                      ", server has ", have));
   };
   if (a.num_layers() != b.num_layers()) {
     return mismatch("layout.num_layers", a.num_layers(), b.num_layers());
@@ -370,6 +394,16 @@ absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
     return mismatch("codec", v1::Codec_Name(requested.codec()), v1::Codec_Name(stored.codec()));
   }
   return absl::OkStatus();
+}
+
+// A request naming a namespace and its keys (Lookup, Pin, Unpin, ReportScores, Delete,
+// Evict all carry these two fields).
+template <typename Request>
+Request KeyedRequest(std::string_view ns, std::span<const std::string> keys) {
+  Request req;
+  req.set_namespace_(std::string(ns));
+  for (const auto& k : keys) req.add_keys(k);
+  return req;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
@@ -431,9 +465,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     im.info.namespace_created = resp.created();
     im.info.stored_spec = resp.spec();
     if (!resp.hash_scheme().empty() && resp.hash_scheme() != im.options.hash_scheme) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
-          im.options.server, "' uses '", resp.hash_scheme(), "'"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
+                       im.options.server, "' uses '", resp.hash_scheme(), "'"));
     }
     if (resp.has_spec()) {
       RETURN_IF_ERROR(CheckSpecMatches(*im.options.namespace_spec, resp.spec()));
@@ -449,9 +483,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     im.info.node_id = resp.node_id();
     im.info.server_hash_scheme = resp.hash_scheme();
     if (!resp.hash_scheme().empty() && resp.hash_scheme() != im.options.hash_scheme) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
-          im.options.server, "' uses '", resp.hash_scheme(), "'"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
+                       im.options.server, "' uses '", resp.hash_scheme(), "'"));
     }
   }
   return client;
@@ -469,14 +503,12 @@ absl::StatusOr<v1::RegisterNamespaceResponse> Client::RegisterNamespace(
   *req.mutable_spec() = spec;
   req.set_hash_scheme(impl_->options.hash_scheme);
   v1::RegisterNamespaceResponse resp;
-  RETURN_IF_ERROR(impl_->Call("RegisterNamespace", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.data->RegisterNamespace(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("RegisterNamespace", call, true,
+                               &v1::KvCache::Stub::RegisterNamespace, req, &resp));
   if (!resp.hash_scheme().empty() && resp.hash_scheme() != impl_->options.hash_scheme) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("hash_scheme mismatch: client uses '", impl_->options.hash_scheme,
-                     "', server uses '", resp.hash_scheme(), "'"));
+    return absl::FailedPreconditionError(absl::StrCat("hash_scheme mismatch: client uses '",
+                                                      impl_->options.hash_scheme,
+                                                      "', server uses '", resp.hash_scheme(), "'"));
   }
   if (resp.has_spec()) {
     RETURN_IF_ERROR(CheckSpecMatches(spec, resp.spec()));
@@ -485,8 +517,7 @@ absl::StatusOr<v1::RegisterNamespaceResponse> Client::RegisterNamespace(
   return resp;
 }
 
-absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns,
-                                            std::span<const PutBlock> blocks,
+absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns, std::span<const PutBlock> blocks,
                                             const PutOptions& options) {
   PutResult total;
   if (blocks.empty()) return total;
@@ -509,20 +540,20 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
     std::string_view ns, std::span<const std::string> keys,
     std::span<const std::span<uint8_t>> buffers, const GetOptions& options) {
   if (buffers.size() != keys.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("buffers: ", buffers.size(),
-                                                   " buffers for ", keys.size(), " keys"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffers: ", buffers.size(), " buffers for ", keys.size(), " keys"));
   }
   std::vector<v1::GetBlockInfo> infos;
   RETURN_IF_ERROR(impl_->GetParallel(
       ns, keys, options,
       [&](size_t base) -> GetStreamParser::DestinationFn {
-        return [&, base](size_t i, const v1::GetBlockInfo& info)
-                   -> absl::StatusOr<std::span<uint8_t>> {
+        return [&, base](size_t i,
+                         const v1::GetBlockInfo& info) -> absl::StatusOr<std::span<uint8_t>> {
           std::span<uint8_t> buf = buffers[base + i];
           if (buf.size() < info.size()) {
-            return absl::OutOfRangeError(absl::StrCat(
-                "Get: buffers[", base + i, "] holds ", buf.size(), " bytes, block needs ",
-                info.size()));
+            return absl::OutOfRangeError(absl::StrCat("Get: buffers[", base + i, "] holds ",
+                                                      buf.size(), " bytes, block needs ",
+                                                      info.size()));
           }
           return buf;
         };
@@ -539,8 +570,8 @@ absl::StatusOr<std::vector<FetchedBlock>> Client::GetBlocks(std::string_view ns,
   RETURN_IF_ERROR(impl_->GetParallel(
       ns, keys, options,
       [&](size_t base) -> GetStreamParser::DestinationFn {
-        return [&, base](size_t i, const v1::GetBlockInfo& info)
-                   -> absl::StatusOr<std::span<uint8_t>> {
+        return [&, base](size_t i,
+                         const v1::GetBlockInfo& info) -> absl::StatusOr<std::span<uint8_t>> {
           std::string& data = out[base + i].data;
           data.resize(info.size());
           return std::span<uint8_t>(reinterpret_cast<uint8_t*>(data.data()), data.size());
@@ -557,83 +588,56 @@ absl::StatusOr<std::vector<FetchedBlock>> Client::GetBlocks(std::string_view ns,
 absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
                                                   std::span<const std::string> keys,
                                                   bool local_only, const CallOptions& call) {
-  v1::LookupRequest req;
-  req.set_namespace_(std::string(ns));
-  for (const auto& k : keys) req.add_keys(k);
+  auto req = KeyedRequest<v1::LookupRequest>(ns, keys);
   req.set_local_only(local_only);
   v1::LookupResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Lookup", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.data->Lookup(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("Lookup", call, true, &v1::KvCache::Stub::Lookup, req, &resp));
   return resp;
 }
 
 absl::StatusOr<uint64_t> Client::Pin(std::string_view ns, std::span<const std::string> keys,
                                      uint64_t ttl_ms, const CallOptions& call) {
-  v1::PinRequest req;
-  req.set_namespace_(std::string(ns));
-  for (const auto& k : keys) req.add_keys(k);
+  auto req = KeyedRequest<v1::PinRequest>(ns, keys);
   req.set_ttl_ms(ttl_ms);
   v1::PinResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Pin", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.data->Pin(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("Pin", call, true, &v1::KvCache::Stub::Pin, req, &resp));
   return resp.blocks();
 }
 
 absl::StatusOr<uint64_t> Client::Unpin(std::string_view ns, std::span<const std::string> keys,
                                        const CallOptions& call) {
-  v1::UnpinRequest req;
-  req.set_namespace_(std::string(ns));
-  for (const auto& k : keys) req.add_keys(k);
   v1::UnpinResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Unpin", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.data->Unpin(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("Unpin", call, true, &v1::KvCache::Stub::Unpin,
+                               KeyedRequest<v1::UnpinRequest>(ns, keys), &resp));
   return resp.blocks();
 }
 
 absl::Status Client::ReportScores(std::string_view ns, std::span<const std::string> keys,
                                   std::span<const float> scores, const CallOptions& call) {
   if (keys.size() != scores.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("scores: ", scores.size(),
-                                                   " scores for ", keys.size(), " keys"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scores: ", scores.size(), " scores for ", keys.size(), " keys"));
   }
-  v1::ReportScoresRequest req;
-  req.set_namespace_(std::string(ns));
-  for (const auto& k : keys) req.add_keys(k);
+  auto req = KeyedRequest<v1::ReportScoresRequest>(ns, keys);
   for (float s : scores) req.add_scores(s);
   v1::ReportScoresResponse resp;
   // Not retried: scores accumulate on the server.
-  return impl_->Call("ReportScores", impl_->DeadlineMs(call.deadline_ms), false,
-                     [&](grpc::ClientContext* ctx, Channel& ch) {
-                       return ch.data->ReportScores(ctx, req, &resp);
-                     });
+  return impl_->Unary("ReportScores", call, false, &v1::KvCache::Stub::ReportScores, req, &resp);
 }
 
 absl::StatusOr<v1::CompactResponse> Client::Compact(const v1::CompactRequest& request,
                                                     const CallOptions& call) {
   v1::CompactResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Compact", impl_->DeadlineMs(call.deadline_ms), false,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.data->Compact(ctx, request, &resp);
-                              }));
+  RETURN_IF_ERROR(
+      impl_->Unary("Compact", call, false, &v1::KvCache::Stub::Compact, request, &resp));
   return resp;
 }
 
 absl::StatusOr<uint64_t> Client::Delete(std::string_view ns, std::span<const std::string> keys,
                                         const CallOptions& call) {
-  v1::DeleteRequest req;
-  req.set_namespace_(std::string(ns));
-  for (const auto& k : keys) req.add_keys(k);
   v1::DeleteResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Delete", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.data->Delete(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("Delete", call, true, &v1::KvCache::Stub::Delete,
+                               KeyedRequest<v1::DeleteRequest>(ns, keys), &resp));
   return resp.blocks();
 }
 
@@ -641,34 +645,24 @@ absl::StatusOr<v1::StatsResponse> Client::Stats(std::string_view ns, const CallO
   v1::StatsRequest req;
   req.set_namespace_(std::string(ns));
   v1::StatsResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Stats", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.admin->Stats(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("Stats", call, true, &v1::KvCacheAdmin::Stub::Stats, req, &resp));
   return resp;
 }
 
 absl::StatusOr<v1::ListNamespacesResponse> Client::ListNamespaces(const CallOptions& call) {
   v1::ListNamespacesResponse resp;
-  RETURN_IF_ERROR(impl_->Call("ListNamespaces", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.admin->ListNamespaces(
-                                    ctx, v1::ListNamespacesRequest(), &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("ListNamespaces", call, true,
+                               &v1::KvCacheAdmin::Stub::ListNamespaces, v1::ListNamespacesRequest(),
+                               &resp));
   return resp;
 }
 
 absl::StatusOr<uint64_t> Client::Evict(std::string_view ns, std::span<const std::string> keys,
                                        bool drop, const CallOptions& call) {
-  v1::EvictRequest req;
-  req.set_namespace_(std::string(ns));
-  for (const auto& k : keys) req.add_keys(k);
+  auto req = KeyedRequest<v1::EvictRequest>(ns, keys);
   req.set_drop(drop);
   v1::EvictResponse resp;
-  RETURN_IF_ERROR(impl_->Call("Evict", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.admin->Evict(ctx, req, &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("Evict", call, true, &v1::KvCacheAdmin::Stub::Evict, req, &resp));
   return resp.blocks();
 }
 
@@ -676,19 +670,13 @@ absl::Status Client::Flush(std::string_view ns, const CallOptions& call) {
   v1::FlushRequest req;
   req.set_namespace_(std::string(ns));
   v1::FlushResponse resp;
-  return impl_->Call("Flush", impl_->DeadlineMs(call.deadline_ms), true,
-                     [&](grpc::ClientContext* ctx, Channel& ch) {
-                       return ch.admin->Flush(ctx, req, &resp);
-                     });
+  return impl_->Unary("Flush", call, true, &v1::KvCacheAdmin::Stub::Flush, req, &resp);
 }
 
 absl::StatusOr<v1::ClusterStatusResponse> Client::ClusterStatus(const CallOptions& call) {
   v1::ClusterStatusResponse resp;
-  RETURN_IF_ERROR(impl_->Call("ClusterStatus", impl_->DeadlineMs(call.deadline_ms), true,
-                              [&](grpc::ClientContext* ctx, Channel& ch) {
-                                return ch.admin->ClusterStatus(
-                                    ctx, v1::ClusterStatusRequest(), &resp);
-                              }));
+  RETURN_IF_ERROR(impl_->Unary("ClusterStatus", call, true, &v1::KvCacheAdmin::Stub::ClusterStatus,
+                               v1::ClusterStatusRequest(), &resp));
   return resp;
 }
 
