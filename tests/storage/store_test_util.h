@@ -66,6 +66,21 @@ inline std::string RefBytes(const BlockRef& ref) {
   return std::string(reinterpret_cast<const char*>(ref.payload().data()), ref.payload().size());
 }
 
+// Returns the stats of namespace `name` (empty stats if it is unknown).
+inline NamespaceStats NsStats(const TieredStore& store, const std::string& name = "ns") {
+  for (const auto& ns : store.Stats().namespaces) {
+    if (ns.name == name) return ns;
+  }
+  return {};
+}
+
+// Returns the tier Lookup reports for one key (kNone when absent or on error).
+inline Tier TierOf(TieredStore* store, const std::string& key, const std::string& ns = "ns") {
+  std::vector<std::string> keys = {key};
+  auto r = store->Lookup(ns, keys);
+  return r.ok() ? r->tiers[0] : Tier::kNone;
+}
+
 // A clock tests move by hand. Thread-safe.
 class ManualClock final : public common::Clock {
  public:

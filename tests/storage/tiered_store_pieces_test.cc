@@ -19,9 +19,11 @@ namespace {
 using ::kvtier::storage::testing::KeyOf;
 using ::kvtier::storage::testing::MakePayload;
 using ::kvtier::storage::testing::ManualClock;
+using ::kvtier::storage::testing::NsStats;
 using ::kvtier::storage::testing::RefBytes;
 using ::kvtier::storage::testing::SmallLayout;
 using ::kvtier::storage::testing::SmallNamespace;
+using ::kvtier::storage::testing::TierOf;
 using ::testing::HasSubstr;
 
 uint64_t SlotBytes() {
@@ -82,17 +84,6 @@ class TieredStorePiecesTest : public ::testing::Test {
     put.pieces = pieces;
     put.standalone = standalone;
     return store->Put(ns, {&put, 1});
-  }
-  static NamespaceStats NsStats(const TieredStore& store, const std::string& name = "ns") {
-    for (const auto& ns : store.Stats().namespaces) {
-      if (ns.name == name) return ns;
-    }
-    return {};
-  }
-  Tier TierOf(TieredStore* store, const std::string& key, const std::string& ns = "ns") {
-    std::vector<std::string> keys = {key};
-    auto r = store->Lookup(ns, keys);
-    return r.ok() ? r->tiers[0] : Tier::kNone;
   }
 
   kvtier::testing::TempDir dir_;
