@@ -149,32 +149,13 @@ class KvtierdTest : public ::testing::Test {
                    const std::vector<Block>& blocks, size_t chunk = 1 << 20, size_t drop_tail = 0,
                    v1::PutResponse* resp = nullptr,
                    const v1::PutHeader* header_override = nullptr) {
-    grpc::ClientContext ctx;
+    size_t total = 0;
+    for (const Block& b : blocks) total += b.payload.size();
+    total -= std::min(drop_tail, total);
+    std::vector<size_t> ends;
+    for (size_t off = 0; off < total; off += chunk) ends.push_back(std::min(off + chunk, total));
     v1::PutResponse local;
-    auto writer = kv_->Put(&ctx, resp ? resp : &local);
-    v1::PutRequest req;
-    v1::PutHeader* h = req.mutable_header();
-    h->set_namespace_(ns);
-    h->set_format(format);
-    std::string all;
-    for (const Block& b : blocks) {
-      v1::PutBlock* pb = h->add_blocks();
-      pb->set_key(b.key);
-      pb->set_parent_key(b.parent);
-      pb->set_block_index(b.index);
-      pb->set_size(b.payload.size());
-      all += b.payload;
-    }
-    if (header_override) *h = *header_override;
-    all.resize(all.size() - std::min(drop_tail, all.size()));
-    bool ok = writer->Write(req);
-    for (size_t off = 0; ok && off < all.size(); off += chunk) {
-      v1::PutRequest c;
-      c.set_chunk(all.substr(off, chunk));
-      ok = writer->Write(c);
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return PutSegments(ns, format, blocks, ends, resp ? resp : &local, header_override);
   }
 
   // Like Put, but cuts the concatenated payloads at the given stream offsets (ascending;
@@ -182,6 +163,18 @@ class KvtierdTest : public ::testing::Test {
   grpc::Status PutAtCuts(const std::string& ns, v1::PayloadFormat format,
                          const std::vector<Block>& blocks, const std::vector<size_t>& cuts,
                          v1::PutResponse* resp) {
+    size_t total = 0;
+    for (const Block& b : blocks) total += b.payload.size();
+    std::vector<size_t> ends = cuts;
+    ends.push_back(total);
+    return PutSegments(ns, format, blocks, ends, resp, nullptr);
+  }
+
+  // Writes the Put header for `blocks` (or `header_override`), then one chunk message per
+  // segment of the concatenated payloads, segment i ending at stream offset ends[i].
+  grpc::Status PutSegments(const std::string& ns, v1::PayloadFormat format,
+                           const std::vector<Block>& blocks, const std::vector<size_t>& ends,
+                           v1::PutResponse* resp, const v1::PutHeader* header_override) {
     grpc::ClientContext ctx;
     auto writer = kv_->Put(&ctx, resp);
     v1::PutRequest req;
@@ -197,10 +190,9 @@ class KvtierdTest : public ::testing::Test {
       pb->set_size(b.payload.size());
       all += b.payload;
     }
+    if (header_override) *h = *header_override;
     bool ok = writer->Write(req);
     size_t at = 0;
-    std::vector<size_t> ends = cuts;
-    ends.push_back(all.size());
     for (size_t end : ends) {
       if (!ok) break;
       v1::PutRequest c;
