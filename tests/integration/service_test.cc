@@ -23,12 +23,15 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "gtest/gtest.h"
+#include "client/client.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/half.h"
 #include "storage/kv/layout.h"
 #include "storage/kv/prefix_key.h"
+#include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -40,29 +43,10 @@ using testing::TempDir;
 
 constexpr uint32_t kMaxKeys = 64;
 
-// L2 H2 D64 T32 fp16 sinks4: 32 KiB raw blocks, KIVI groups of 32 tokens fit a block.
-v1::Layout SmallLayout() {
-  v1::Layout l;
-  l.set_num_layers(2);
-  l.set_num_kv_heads(2);
-  l.set_head_dim(64);
-  l.set_tokens_per_block(32);
-  l.set_dtype(v1::DTYPE_FP16);
-  l.set_sink_tokens(4);
-  return l;
-}
+// testing::SmallLayout() (L2 H2 D64 T32 fp16 sinks4) as the wire message.
+v1::Layout SmallLayout() { return client::ToProto(testing::SmallLayout()); }
 
-kv::Layout SmallKvLayout() {
-  kv::Layout l;
-  l.num_layers = 2;
-  l.num_kv_heads = 2;
-  l.head_dim = 64;
-  l.tokens_per_block = 32;
-  l.sink_tokens = 4;
-  return l;
-}
-
-const uint64_t kBlockBytes = SmallKvLayout().BytesPerBlock();
+const uint64_t kBlockBytes = testing::SmallLayout().BytesPerBlock();
 
 std::string RandomRawBlock(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -76,7 +60,7 @@ std::string RandomRawBlock(uint64_t seed) {
 }
 
 std::string Encode(kv::CodecId codec, uint32_t index, const std::string& raw) {
-  auto enc = kv::Encode(codec, SmallKvLayout(), index, kv::AsBytes(raw));
+  auto enc = kv::Encode(codec, testing::SmallLayout(), index, kv::AsBytes(raw));
   EXPECT_TRUE(enc.ok()) << enc.status();
   return enc.ok() ? *enc : std::string();
 }
@@ -519,7 +503,7 @@ TEST_F(KvtierdTest, BadInputGetsItsStatusAndChangesNothing) {
                  grpc::StatusCode::FAILED_PRECONDITION, "header.layout.head_dim");
   }
   {
-    kv::Layout big = SmallKvLayout();
+    kv::Layout big = testing::SmallLayout();
     big.num_layers = 1;
     std::string blob_raw(big.BytesPerBlock(), '\0');
     auto blob = kv::Encode(kv::CodecId::kFp16, big, 0, kv::AsBytes(blob_raw));
@@ -788,19 +772,6 @@ TEST_F(KvtierdTest, ConcurrentStreamsStayIsolated) {
   EXPECT_EQ(s.namespaces(0).puts(), static_cast<uint64_t>(kThreads * 5 * 3));
 }
 
-// Returns a port that was free a moment ago (the kernel picks it).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // GET http://127.0.0.1:port/metrics; returns the whole response ("" on failure).
 std::string HttpGetMetrics(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -826,7 +797,7 @@ std::string HttpGetMetrics(int port) {
 }
 
 TEST_F(KvtierdTest, PrometheusMetricsReflectTheTraffic) {
-  const int metrics_port = FreePort();
+  const int metrics_port = testing::PickFreePort();
   auto code = server_->Terminate();
   ASSERT_TRUE(code.ok());
   auto p = ServerProcess::Start(testing::KvtierdPath(),
