@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -261,6 +262,47 @@ absl::StatusOr<Trace> ParseTrace(std::string_view text) {
   if (trace.requests.empty()) return absl::InvalidArgumentError("trace has no requests");
   Recount(&trace);
   return trace;
+}
+
+ReuseStats ComputeReuseStats(const Trace& trace) {
+  struct Seen {
+    uint64_t refs = 0;
+    size_t last_request = 0;
+  };
+  absl::flat_hash_map<uint64_t, Seen> seen;
+  std::vector<uint64_t> first_gaps, repeat_gaps;
+  for (size_t r = 0; r < trace.requests.size(); ++r) {
+    for (uint64_t id : trace.requests[r].hash_ids) {
+      Seen& s = seen[id];
+      if (s.refs == 1) first_gaps.push_back(r - s.last_request);
+      if (s.refs >= 2) repeat_gaps.push_back(r - s.last_request);
+      ++s.refs;
+      s.last_request = r;
+    }
+  }
+  auto median = [](std::vector<uint64_t>& v) -> uint64_t {
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  ReuseStats stats;
+  stats.unique_blocks = seen.size();
+  uint64_t once = 0, later_refs = 0;
+  for (const auto& [id, s] : seen) {
+    if (s.refs == 1) ++once;
+    if (s.refs >= 2) later_refs += s.refs - 1;  // 2nd..last references
+  }
+  if (!seen.empty()) {
+    stats.referenced_once = static_cast<double>(once) / seen.size();
+    stats.reused_after_first = static_cast<double>(seen.size() - once) / seen.size();
+  }
+  // A 2nd-or-later reference is followed by another one exactly repeat_gaps.size() times.
+  if (later_refs > 0) {
+    stats.reused_after_repeat = static_cast<double>(repeat_gaps.size()) / later_refs;
+  }
+  stats.median_first_gap = median(first_gaps);
+  stats.median_repeat_gap = median(repeat_gaps);
+  return stats;
 }
 
 absl::StatusOr<Trace> ReadTrace(const std::string& path) {

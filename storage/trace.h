@@ -43,6 +43,20 @@ absl::StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 // found.
 absl::StatusOr<Trace> ParseTrace(std::string_view text);
 
+// What the trace says about reuse, the signal reuse_lru (eviction_policy_reuse.h) bets on.
+struct ReuseStats {
+  uint64_t unique_blocks = 0;
+  double referenced_once = 0;          // fraction of distinct blocks referenced exactly once
+  double reused_after_first = 0;       // P(a block is referenced again | its 1st reference)
+  double reused_after_repeat = 0;      // P(referenced again | its 2nd or later reference)
+  uint64_t median_first_gap = 0;       // requests between 1st and 2nd reference (median)
+  uint64_t median_repeat_gap = 0;      // requests between later consecutive references
+};
+
+// Computes ReuseStats over the whole trace (a block referenced twice in one request counts
+// once; ParseTrace rejects that anyway).
+ReuseStats ComputeReuseStats(const Trace& trace);
+
 // Reads and parses a trace file. NOT_FOUND if it cannot be opened; otherwise as
 // ParseTrace with the path prefixed to errors.
 absl::StatusOr<Trace> ReadTrace(const std::string& path);

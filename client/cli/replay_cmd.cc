@@ -47,6 +47,7 @@ constexpr char kReplayUsage[] =
     "Flags:\n"
     "  --sweep            every policy at several capacities, plus each trace half\n"
     "                     ([0,n/2) and [n/2,n), warm cache) for hold-out evaluation\n"
+    "  --trace-stats      only print the trace's reuse statistics (what reuse_lru bets on)\n"
     "  --sweep-codecs     hit rate per codec at equal bytes (--capacity-bytes, default the\n"
     "                     fp16 size of 5859 trace blocks)\n"
     "  --capacity-bytes   hot bytes; blocks = SIZE / encoded bytes of one 512-token trace\n"
@@ -235,7 +236,8 @@ void PrintTableRow(const Row& r, const Row& belady, bool with_halves) {
 }  // namespace
 
 int RunReplay(int argc, char** argv) {
-  Flags flags = Flags::Parse(argc, argv, 1, {"json", "sweep", "sweep-codecs", "sim", "help"});
+  Flags flags = Flags::Parse(argc, argv, 1,
+                             {"json", "sweep", "sweep-codecs", "sim", "trace-stats", "help"});
   if (flags.Has("help")) {
     std::fputs(kReplayUsage, stdout);
     return 0;
@@ -247,13 +249,33 @@ int RunReplay(int argc, char** argv) {
   if (absl::Status s = flags.CheckKnown(
           {"trace", "capacity-blocks", "capacity-bytes", "codec", "layout", "policy",
            "policies", "json", "sweep", "sweep-codecs", "sim", "history", "sink-blocks",
-           "data-dir", "capacities", "help"});
+           "data-dir", "capacities", "trace-stats", "help"});
       !s.ok()) {
     return usage_error(std::string(s.message()));
   }
   const std::string path = flags.GetString("trace", "");
   if (path.empty()) return usage_error("--trace is required");
   const bool json = flags.Has("json");
+  if (flags.Has("trace-stats")) {
+    absl::StatusOr<st::Trace> trace = st::ReadTrace(path);
+    if (!trace.ok()) {
+      std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
+      return 1;
+    }
+    const st::ReuseStats r = st::ComputeReuseStats(*trace);
+    std::printf(json ? "{\"unique_blocks\": %llu, \"referenced_once\": %.4f, "
+                       "\"reused_after_first\": %.4f, \"reused_after_repeat\": %.4f, "
+                       "\"median_first_gap\": %llu, \"median_repeat_gap\": %llu}\n"
+                     : "unique blocks %llu; referenced once %.4f\n"
+                       "P(referenced again | 1st reference) %.4f, "
+                       "P(referenced again | 2nd+ reference) %.4f\n"
+                       "median gap in requests: 1st->2nd reference %llu, later references %llu\n",
+                static_cast<unsigned long long>(r.unique_blocks), r.referenced_once,
+                r.reused_after_first, r.reused_after_repeat,
+                static_cast<unsigned long long>(r.median_first_gap),
+                static_cast<unsigned long long>(r.median_repeat_gap));
+    return 0;
+  }
   const bool sweep = flags.Has("sweep");
   const bool sweep_codecs = flags.Has("sweep-codecs");
   if (sweep && sweep_codecs) return usage_error("--sweep and --sweep-codecs are exclusive");

@@ -131,5 +131,22 @@ TEST(ReadTraceTest, ReadsFileAndReportsMissingFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(ReuseStatsTest, CountsOnceReferencedBlocksAndReuseGaps) {
+  // Requests: 0:[1,2] 1:[1,3] 2:[4] 3:[1,2]. Block 1 is referenced at 0,1,3; block 2 at
+  // 0,3; blocks 3 and 4 once.
+  absl::StatusOr<Trace> t = ParseTrace(
+      "{\"hash_ids\": [1, 2]}\n{\"hash_ids\": [1, 3]}\n{\"hash_ids\": [4]}\n"
+      "{\"hash_ids\": [1, 2]}\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const ReuseStats r = ComputeReuseStats(*t);
+  EXPECT_EQ(r.unique_blocks, 4u);
+  EXPECT_DOUBLE_EQ(r.referenced_once, 0.5);
+  EXPECT_DOUBLE_EQ(r.reused_after_first, 0.5);
+  // 2nd+ references: block 1 at 1 (followed by 3) and 3 (last), block 2 at 3 (last).
+  EXPECT_DOUBLE_EQ(r.reused_after_repeat, 1.0 / 3.0);
+  EXPECT_EQ(r.median_first_gap, 3u);   // gaps {1 (block 1), 3 (block 2)}
+  EXPECT_EQ(r.median_repeat_gap, 2u);  // block 1: 1 -> 3
+}
+
 }  // namespace
 }  // namespace kvtier::storage
