@@ -22,8 +22,15 @@ case "${1:-run}" in
     du -sh build-gpu
     ;;
   run)
-    export LD_LIBRARY_PATH="$PWD/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # libcudart is dlopen'ed: add wherever the machine keeps it (CUDA toolkit or a
+    # Python nvidia-cuda-runtime wheel) to the search path.
+    cudart=$(find /usr/local/cuda*/lib64 /usr/local/lib/python3*/dist-packages/nvidia \
+      /opt/*/.venv/lib/python3*/site-packages/nvidia -name 'libcudart.so*' 2>/dev/null |
+      xargs -r -n1 dirname | sort -u | paste -sd: || true)
+    export LD_LIBRARY_PATH="$PWD/build-gpu/lib${cudart:+:$cudart}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     build-gpu/hot_tier_h2d 1024 2048 5
+    build-gpu/hot_tier_h2d 1024 256 5 | tail -n 4
     dir=$(mktemp -d)
     build-gpu/kvtierd --port 0 --data-dir "$dir/data" --hot-capacity 1GiB >"$dir/out" 2>"$dir/err" &
     pid=$!

@@ -24,6 +24,7 @@ using GetDeviceCountFn = int (*)(int*);
 using MallocFn = int (*)(void**, size_t);
 using MemcpyFn = int (*)(void*, const void*, size_t, int);
 using FreeFn = int (*)(void*);
+using HostGetFlagsFn = int (*)(unsigned int*, void*);
 constexpr int kHostToDevice = 1;  // cudaMemcpyHostToDevice
 
 struct Cuda {
@@ -31,6 +32,7 @@ struct Cuda {
   MallocFn malloc = nullptr;
   MemcpyFn memcpy = nullptr;
   FreeFn free = nullptr;
+  HostGetFlagsFn host_get_flags = nullptr;
 };
 
 bool LoadCuda(Cuda* cuda) {
@@ -42,7 +44,11 @@ bool LoadCuda(Cuda* cuda) {
     cuda->malloc = reinterpret_cast<MallocFn>(dlsym(lib, "cudaMalloc"));
     cuda->memcpy = reinterpret_cast<MemcpyFn>(dlsym(lib, "cudaMemcpy"));
     cuda->free = reinterpret_cast<FreeFn>(dlsym(lib, "cudaFree"));
-    if (cuda->get_device_count && cuda->malloc && cuda->memcpy && cuda->free) return true;
+    cuda->host_get_flags = reinterpret_cast<HostGetFlagsFn>(dlsym(lib, "cudaHostGetFlags"));
+    if (cuda->get_device_count && cuda->malloc && cuda->memcpy && cuda->free &&
+        cuda->host_get_flags) {
+      return true;
+    }
   }
   return false;
 }
@@ -89,6 +95,12 @@ int main(int argc, char** argv) {
     std::printf("no CUDA runtime/driver/device: host-to-device copy not measured\n");
     return 0;
   }
+  // cudaHostGetFlags succeeds only for memory that cudaHostAlloc allocated (or that was
+  // registered with CUDA): the proof that the hot tier really is pinned by CUDA.
+  unsigned int flags = 0;
+  const int flags_err = cuda.host_get_flags(&flags, (*arena)->base());
+  std::printf("cudaHostGetFlags(hot tier base): %s\n",
+              flags_err == 0 ? "ok, CUDA pinned host memory" : "error, not CUDA pinned");
   const size_t device_bytes = std::min<size_t>(arena_bytes, 256u << 20);
   void* device = nullptr;
   if (cuda.malloc(&device, device_bytes) != 0) {
