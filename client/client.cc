@@ -13,11 +13,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/prefix_keys.h"
+#include "client/shared_region.h"
 #include "client/wire.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -105,6 +107,39 @@ struct Client::Impl {
     return it->second;
   }
 
+  // The shared region while the shared-memory path is in use, else null.
+  absl::Mutex region_mu;
+  std::shared_ptr<SharedRegion> region ABSL_GUARDED_BY(region_mu);
+
+  std::shared_ptr<SharedRegion> Region() {
+    absl::MutexLock lock(&region_mu);
+    return region;
+  }
+  // The server no longer knows `r`'s session (it restarted): use TCP from now on.
+  void DropRegion(const std::shared_ptr<SharedRegion>& r) {
+    absl::MutexLock lock(&region_mu);
+    if (region == r) region.reset();
+  }
+  static bool IsLostSession(const absl::Status& s) {
+    return s.code() == absl::StatusCode::kFailedPrecondition &&
+           absl::StrContains(s.message(), "shm_session");
+  }
+
+  // Opens the shared region `offer` describes, or records why not.
+  void OpenSharedMemory(const v1::SharedMemoryOffer& offer) {
+    if (!options.shared_memory || offer.socket_path().empty()) return;
+    const std::string& path = options.shared_memory_socket.empty() ? offer.socket_path()
+                                                                   : options.shared_memory_socket;
+    auto r = SharedRegion::Open(
+        path, std::min(options.shared_memory_bytes, offer.max_region_bytes()), offer.instance_id());
+    if (!r.ok()) {
+      info.shared_memory_error = std::string(r.status().message());
+      return;
+    }
+    absl::MutexLock lock(&region_mu);
+    region = *std::move(r);
+  }
+
   Channel& PickChannel() {
     return channels[next_channel.fetch_add(1, std::memory_order_relaxed) % channels.size()];
   }
@@ -114,10 +149,12 @@ struct Client::Impl {
   // Runs `attempt(ctx, channel)` with one overall deadline; retries UNAVAILABLE when
   // `idempotent`. `wait_for_ready` makes the call wait for a connection instead of failing
   // fast (used by Connect).
+  // `at`, when set, is the deadline (deadline_ms is then ignored).
   template <typename Fn>
   absl::Status Call(const char* rpc, int64_t deadline_ms, bool idempotent, Fn attempt,
-                    bool wait_for_ready = false) {
-    const auto deadline = DeadlineAfter(deadline_ms);
+                    bool wait_for_ready = false,
+                    std::optional<std::chrono::system_clock::time_point> at = std::nullopt) {
+    const auto deadline = at.value_or(DeadlineAfter(deadline_ms));
     int64_t backoff_ms = options.retry_backoff_ms;
     const int max_attempts = idempotent ? std::max(1, options.max_attempts) : 1;
     grpc::Status status;
@@ -171,9 +208,40 @@ struct Client::Impl {
     }
   };
 
+  // Puts `blocks` through the shared region when there is one and it has room for the
+  // payloads that are not in it already; else (or if the server lost the session) over
+  // the stream.
   absl::Status PutRun(std::string_view ns, std::span<const PutBlock> blocks,
                       v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
                       PutResult* result) {
+    if (std::shared_ptr<SharedRegion> r = Region()) {
+      std::vector<uint64_t> offsets, staged;
+      bool staged_all = true;
+      for (const PutBlock& b : blocks) {
+        if (auto at = r->OffsetOf(b.payload.data(), b.payload.size())) {
+          offsets.push_back(*at);  // a SharedBuffer: no copy
+          continue;
+        }
+        auto at = b.payload.empty() ? std::optional<uint64_t>(0) : r->Allocate(b.payload.size());
+        if (!at) {
+          staged_all = false;
+          break;
+        }
+        if (!b.payload.empty()) {
+          staged.push_back(*at);
+          std::memcpy(r->base() + *at, b.payload.data(), b.payload.size());
+        }
+        offsets.push_back(*at);
+      }
+      absl::Status status;
+      if (staged_all) {
+        SliceRefs unused;
+        status = PutStream(ns, blocks, format, deadline, &unused, result, r->session(), offsets);
+      }
+      for (uint64_t at : staged) r->Free(at);
+      if (staged_all && !IsLostSession(status)) return status;
+      if (staged_all) DropRegion(r);
+    }
     SliceRefs refs;
     absl::Status status = PutStream(ns, blocks, format, deadline, &refs, result);
     absl::MutexLock lock(&refs.mu);
@@ -183,10 +251,12 @@ struct Client::Impl {
   }
 
   // One Put stream carrying `blocks`: the header message, then chunk messages whose
-  // payload slices point into the callers' buffers.
+  // payload slices point into the callers' buffers; or, with `shm_session`, the header
+  // alone, naming each payload's offset in the shared region.
   absl::Status PutStream(std::string_view ns, std::span<const PutBlock> blocks,
                          v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
-                         SliceRefs* refs, PutResult* result) {
+                         SliceRefs* refs, PutResult* result, std::string_view shm_session = {},
+                         std::span<const uint64_t> shm_offsets = {}) {
     Channel& ch = PickChannel();
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
@@ -200,14 +270,17 @@ struct Client::Impl {
     header->set_namespace_(std::string(ns));
     header->set_format(format);
     if (auto layout = KnownLayout(ns)) *header->mutable_layout() = *layout;
+    if (!shm_session.empty()) header->set_shm_session(std::string(shm_session));
     std::vector<uint64_t> sizes;
     sizes.reserve(blocks.size());
-    for (const PutBlock& b : blocks) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const PutBlock& b = blocks[i];
       auto* pb = header->add_blocks();
       pb->set_key(b.key);
       pb->set_parent_key(b.parent_key);
       pb->set_block_index(b.block_index);
       pb->set_size(b.payload.size());
+      if (!shm_session.empty()) pb->set_shm_offset(shm_offsets[i]);
       sizes.push_back(b.payload.size());
     }
     bool stream_ok = true;
@@ -216,7 +289,7 @@ struct Client::Impl {
       grpc::ByteBuffer bb(&slice, 1);
       stream_ok = writer->Write(bb);
     }
-    if (stream_ok) {
+    if (stream_ok && shm_session.empty()) {
       std::vector<grpc::Slice> slices;
       for (const auto& chunk : PlanChunks(sizes, options.chunk_bytes)) {
         uint64_t len = 0;
@@ -250,78 +323,144 @@ struct Client::Impl {
     return absl::OkStatus();
   }
 
-  // One Get stream for keys[0, n) into buffers / allocated strings.
+  // One Get stream for keys[0, n) into buffers / allocated strings. With `buffers` (one
+  // per key) and a shared region with room, the server writes the payloads into the
+  // region (straight into buffers that are SharedBuffers, else into staging copied out
+  // here); otherwise they arrive in the stream.
   absl::Status GetRun(std::string_view ns, std::span<const std::string> keys,
                       const GetOptions& opts, std::chrono::system_clock::time_point deadline,
                       const GetStreamParser::DestinationFn& destination,
+                      std::span<const std::span<uint8_t>> buffers,
                       std::vector<v1::GetBlockInfo>* infos) {
     v1::GetRequest request;
     request.set_namespace_(std::string(ns));
     for (const auto& k : keys) request.add_keys(k);
     request.set_format(opts.format);
-
-    int64_t backoff_ms = options.retry_backoff_ms;
-    const int max_attempts = std::max(1, options.max_attempts);
-    grpc::Status status;
-    for (int a = 0; a < max_attempts; ++a) {
-      Channel& ch = PickChannel();
-      grpc::ClientContext ctx;
-      ctx.set_deadline(deadline);
-      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-              ch.channel.get(), *ch.get_method, &ctx, request));
-      GetStreamParser parser(destination);
-      grpc::ByteBuffer bb;
-      std::vector<grpc::Slice> slices;
-      std::vector<std::span<const uint8_t>> spans;
-      absl::Status parse_status;
-      while (reader->Read(&bb)) {
-        slices.clear();
-        if (!bb.Dump(&slices).ok()) {
-          parse_status = absl::InternalError("Get: cannot read response slices");
-          break;
+    if (std::shared_ptr<SharedRegion> r = buffers.empty() ? nullptr : Region()) {
+      std::vector<std::pair<size_t, uint64_t>> staged;  // key index, region offset
+      bool staged_all = true;
+      for (size_t i = 0; i < buffers.size() && staged_all; ++i) {
+        std::optional<uint64_t> at = r->OffsetOf(buffers[i].data(), buffers[i].size());
+        if (!at && !buffers[i].empty()) {
+          at = r->Allocate(buffers[i].size());
+          if (at) staged.emplace_back(i, *at);
         }
-        spans.clear();
-        for (const auto& s : slices) spans.emplace_back(s.begin(), s.size());
-        parse_status = parser.Consume(spans);
-        if (!parse_status.ok()) break;
+        if (!at && !buffers[i].empty()) staged_all = false;
+        v1::ShmRange* d = request.add_shm_destinations();
+        d->set_offset(at.value_or(0));
+        d->set_capacity(at ? buffers[i].size() : 0);
       }
-      if (!parse_status.ok()) {
-        ctx.TryCancel();
-        reader->Finish();
-        return parse_status;
-      }
-      status = reader->Finish();
-      if (status.ok()) {
-        RETURN_IF_ERROR(parser.Finish());
-        if (parser.header().blocks_size() != static_cast<int>(keys.size())) {
-          return absl::InternalError(absl::StrCat("Get: header lists ",
-                                                  parser.header().blocks_size(), " blocks for ",
-                                                  keys.size(), " keys"));
+      absl::Status status;
+      if (staged_all) {
+        request.set_shm_session(r->session());
+        status = Call("Get", 0, true, [&](grpc::ClientContext* ctx, Channel& ch) {
+          return GetShmAttempt(ctx, ch, request, infos);
+        }, false, deadline);
+        if (status.ok() && infos->size() != keys.size()) {
+          status = absl::InternalError(absl::StrCat("Get: header lists ", infos->size(),
+                                                    " blocks for ", keys.size(), " keys"));
         }
-        infos->assign(parser.header().blocks().begin(), parser.header().blocks().end());
-        return absl::OkStatus();
+        for (const auto& [i, at] : staged) {
+          if (status.ok() && (*infos)[i].found()) {
+            std::memcpy(buffers[i].data(), r->base() + at, (*infos)[i].size());
+          }
+        }
       }
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || a + 1 == max_attempts) break;
-      const auto wake = std::chrono::system_clock::now() + std::chrono::milliseconds(backoff_ms);
-      if (wake >= deadline) break;
-      std::this_thread::sleep_until(wake);
-      backoff_ms *= 2;
+      for (const auto& [i, at] : staged) r->Free(at);
+      if (staged_all && !IsLostSession(status)) return status;
+      if (staged_all) DropRegion(r);
+      request.clear_shm_session();
+      request.clear_shm_destinations();
     }
-    return FromGrpc("Get", status);
+    return Call("Get", 0, true, [&](grpc::ClientContext* ctx, Channel& ch) {
+      return GetStreamAttempt(ctx, ch, request, destination, keys.size(), infos);
+    }, false, deadline);
+  }
+
+  // One attempt of a Get whose payloads come in the stream.
+  grpc::Status GetStreamAttempt(grpc::ClientContext* ctx, Channel& ch,
+                                const v1::GetRequest& request,
+                                const GetStreamParser::DestinationFn& destination, size_t n,
+                                std::vector<v1::GetBlockInfo>* infos) {
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            ch.channel.get(), *ch.get_method, ctx, request));
+    GetStreamParser parser(destination);
+    grpc::ByteBuffer bb;
+    std::vector<grpc::Slice> slices;
+    std::vector<std::span<const uint8_t>> spans;
+    absl::Status parse_status;
+    while (reader->Read(&bb)) {
+      slices.clear();
+      if (!bb.Dump(&slices).ok()) {
+        parse_status = absl::InternalError("cannot read response slices");
+        break;
+      }
+      spans.clear();
+      for (const auto& sl : slices) spans.emplace_back(sl.begin(), sl.size());
+      parse_status = parser.Consume(spans);
+      if (!parse_status.ok()) break;
+    }
+    if (parse_status.ok()) {
+      grpc::Status status = reader->Finish();
+      if (!status.ok()) return status;
+      parse_status = parser.Finish();
+      if (parse_status.ok() && parser.header().blocks_size() != static_cast<int>(n)) {
+        parse_status = absl::InternalError(absl::StrCat(
+            "header lists ", parser.header().blocks_size(), " blocks for ", n, " keys"));
+      }
+      if (parse_status.ok()) {
+        infos->assign(parser.header().blocks().begin(), parser.header().blocks().end());
+        return grpc::Status::OK;
+      }
+    } else {
+      ctx->TryCancel();
+      reader->Finish();
+    }
+    // Not retried: a malformed stream is not UNAVAILABLE.
+    return grpc::Status(static_cast<grpc::StatusCode>(parse_status.code()),
+                        std::string(parse_status.message()));
+  }
+
+  // One attempt of a Get whose payloads the server writes into the shared region: the
+  // stream is the header alone.
+  grpc::Status GetShmAttempt(grpc::ClientContext* ctx, Channel& ch, const v1::GetRequest& request,
+                             std::vector<v1::GetBlockInfo>* infos) {
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            ch.channel.get(), *ch.get_method, ctx, request));
+    grpc::ByteBuffer bb;
+    v1::GetResponse msg;
+    bool have_header = false, extra = false;
+    while (reader->Read(&bb)) {
+      if (have_header || !grpc::SerializationTraits<v1::GetResponse>::Deserialize(&bb, &msg).ok() ||
+          !msg.has_header()) {
+        extra = true;
+        continue;
+      }
+      have_header = true;
+    }
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) return status;
+    if (!have_header || extra) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "a shared-memory Get must answer with exactly one header message");
+    }
+    infos->assign(msg.header().blocks().begin(), msg.header().blocks().end());
+    return grpc::Status::OK;
   }
 
   absl::Status GetParallel(
       std::string_view ns, std::span<const std::string> keys, const GetOptions& opts,
       const std::function<GetStreamParser::DestinationFn(size_t base)>& make_destination,
-      std::vector<v1::GetBlockInfo>* infos) {
+      std::span<const std::span<uint8_t>> buffers, std::vector<v1::GetBlockInfo>* infos) {
     const auto deadline = DeadlineAfter(DeadlineMs(opts.deadline_ms));
     const auto ranges = SplitRanges(keys.size(), options.max_streams_per_call);
     std::vector<std::vector<v1::GetBlockInfo>> parts(ranges.size());
     RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
       const auto [begin, end] = ranges[r];
       return GetRun(ns, keys.subspan(begin, end - begin), opts, deadline, make_destination(begin),
-                    &parts[r]);
+                    buffers.empty() ? buffers : buffers.subspan(begin, end - begin), &parts[r]);
     }));
     infos->clear();
     infos->reserve(keys.size());
@@ -473,6 +612,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       RETURN_IF_ERROR(CheckSpecMatches(*im.options.namespace_spec, resp.spec()));
       im.RememberLayout(resp.spec());
     }
+    im.OpenSharedMemory(resp.shared_memory());
   } else {
     v1::StatsRequest req;
     v1::StatsResponse resp;
@@ -487,6 +627,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
           absl::StrCat("hash_scheme mismatch: client uses '", im.options.hash_scheme, "', server '",
                        im.options.server, "' uses '", resp.hash_scheme(), "'"));
     }
+    im.OpenSharedMemory(resp.shared_memory());
   }
   return client;
 }
@@ -496,6 +637,51 @@ Client::~Client() = default;
 
 const ClientOptions& Client::options() const { return impl_->options; }
 const ConnectInfo& Client::connect_info() const { return impl_->info; }
+
+bool Client::uses_shared_memory() const { return impl_->Region() != nullptr; }
+
+absl::StatusOr<SharedBuffer> Client::AllocateSharedBuffer(uint64_t bytes) {
+  std::shared_ptr<SharedRegion> r = impl_->Region();
+  if (r == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AllocateSharedBuffer: no shared-memory path to the server",
+        impl_->info.shared_memory_error.empty() ? "" : ": ", impl_->info.shared_memory_error));
+  }
+  if (bytes == 0) return absl::InvalidArgumentError("AllocateSharedBuffer: bytes is 0");
+  std::optional<uint64_t> at = r->Allocate(bytes);
+  if (!at) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "AllocateSharedBuffer: no free range of ", bytes, " bytes in the ", r->size(),
+        "-byte shared region (ClientOptions::shared_memory_bytes)"));
+  }
+  SharedBuffer b;
+  b.region_ = std::move(r);
+  b.offset_ = *at;
+  b.data_ = b.region_->base() + *at;
+  b.size_ = bytes;
+  return b;
+}
+
+SharedBuffer::~SharedBuffer() {
+  if (region_ != nullptr) region_->Free(offset_);
+}
+
+SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept
+    : region_(std::move(other.region_)),
+      offset_(other.offset_),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (region_ != nullptr) region_->Free(offset_);
+    region_ = std::move(other.region_);
+    offset_ = other.offset_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
 
 absl::StatusOr<v1::RegisterNamespaceResponse> Client::RegisterNamespace(
     const v1::NamespaceSpec& spec, const CallOptions& call) {
@@ -551,14 +737,14 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
                          const v1::GetBlockInfo& info) -> absl::StatusOr<std::span<uint8_t>> {
           std::span<uint8_t> buf = buffers[base + i];
           if (buf.size() < info.size()) {
-            return absl::OutOfRangeError(absl::StrCat("Get: buffers[", base + i, "] holds ",
+            return absl::OutOfRangeError(absl::StrCat("buffers[", base + i, "] holds ",
                                                       buf.size(), " bytes, block needs ",
                                                       info.size()));
           }
           return buf;
         };
       },
-      &infos));
+      buffers, &infos));
   return infos;
 }
 
@@ -577,7 +763,7 @@ absl::StatusOr<std::vector<FetchedBlock>> Client::GetBlocks(std::string_view ns,
           return std::span<uint8_t>(reinterpret_cast<uint8_t*>(data.data()), data.size());
         };
       },
-      &infos));
+      /*buffers=*/{}, &infos));
   for (size_t i = 0; i < infos.size(); ++i) {
     if (!infos[i].found()) out[i].data.clear();
     out[i].info = std::move(infos[i]);

@@ -9,7 +9,13 @@
 //   ... client->PutBlocks("llama3", blocks); client->GetBlocksInto("llama3", keys, bufs);
 //
 // Transport: the client opens `num_channels` separate HTTP/2 connections and spreads calls
-// over them round-robin. Put and Get payloads never pass through protobuf `bytes` fields:
+// over them round-robin. When the server is on the same host and offers its shared-memory
+// socket (service/shm_server.h), Connect also opens a shared region and Put / GetBlocksInto
+// payloads then travel through it: the gRPC stream carries only the header, the server
+// copies once between the region and its hot tier, and payloads that already live in a
+// SharedBuffer (AllocateSharedBuffer) are not copied on the client at all; other payloads
+// are staged through the region with one memcpy. Otherwise (another host, option off,
+// region full) payloads travel over TCP as below. Put and Get payloads never pass through protobuf `bytes` fields:
 // Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
 // messages are parsed straight out of the received slices into the destination buffers
 // (client/wire.h). A batch larger than one block is split over up to
@@ -51,6 +57,8 @@
 
 namespace kvtier::client {
 
+class SharedRegion;  // client/shared_region.h
+
 struct ClientOptions {
   // "host:port" of a kvtierd.
   std::string server = "127.0.0.1:50051";
@@ -83,6 +91,15 @@ struct ClientOptions {
   // The client's prefix-key hash scheme; Connect fails if the server's differs.
   // Default: the canonical scheme of client/prefix_keys.h.
   std::string hash_scheme;
+  // Use the server's same-node shared-memory data path when it offers one and it is
+  // reachable from here. Default: true.
+  bool shared_memory = true;
+  // Size of this client's shared region (staging for payloads in private memory, plus
+  // SharedBuffers); pages cost memory only once touched. Default: 256 MiB.
+  uint64_t shared_memory_bytes = 256ull << 20;
+  // The server's socket as seen from this host, when it differs from the path the server
+  // reports (e.g. a hostPath volume mounted elsewhere). Default: the reported path.
+  std::string shared_memory_socket;
 };
 
 // Per-call options.
@@ -126,6 +143,32 @@ struct ConnectInfo {
   std::string server_hash_scheme;
   bool namespace_created = false;
   kvtier::v1::NamespaceSpec stored_spec;  // as stored on the server (if one was registered)
+  // Why the shared-memory path is not used (empty when it is, or when the server offers
+  // none), e.g. "cannot connect to /var/run/kvtier/kvtierd.sock: No such file...".
+  std::string shared_memory_error;
+};
+
+// Memory inside the client's shared region (Client::AllocateSharedBuffer). Payloads put
+// from a SharedBuffer and GetBlocksInto buffers that are SharedBuffers skip the client-side
+// copy. Freed on destruction; keeps the region mapped while it lives, so it may outlive
+// the Client (it is then plain memory). Move-only; not thread-safe.
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  ~SharedBuffer();
+  SharedBuffer(SharedBuffer&& other) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<uint8_t> span() const { return {data_, size_}; }
+
+ private:
+  friend class Client;
+  std::shared_ptr<SharedRegion> region_;
+  uint64_t offset_ = 0;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 class Client {
@@ -147,6 +190,16 @@ class Client {
 
   const ClientOptions& options() const;
   const ConnectInfo& connect_info() const;
+
+  // True while Put / GetBlocksInto payloads use the same-node shared-memory path. It
+  // turns false for good if the server forgets the session (it restarted); calls then
+  // use TCP (a new Client gets shared memory again).
+  bool uses_shared_memory() const;
+
+  // `bytes` of memory in the shared region, for payloads a caller writes (e.g. a
+  // device-to-host copy of KV) or reads in place. FAILED_PRECONDITION without the
+  // shared-memory path; RESOURCE_EXHAUSTED when the region has no room.
+  absl::StatusOr<SharedBuffer> AllocateSharedBuffer(uint64_t bytes);
 
   // Registers `spec` (or checks it against the stored one). FAILED_PRECONDITION on a
   // hash-scheme, layout or codec mismatch, like Connect. Later PutBlocks calls to this

@@ -98,6 +98,8 @@ void ApplyDefaults(v1::ServerConfig& c) {
   if (c.max_put_bytes() == 0) c.set_max_put_bytes(1ull << 30);
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
+  if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);
+  if (c.shm_max_sessions() == 0) c.set_shm_max_sessions(64);
   auto* cl = c.mutable_cluster();
   if (cl->dns_refresh_ms() == 0) cl->set_dns_refresh_ms(5000);
   if (cl->replication_factor() == 0) cl->set_replication_factor(1);
@@ -134,6 +136,11 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   if (a != "auto" && a != "cuda" && a != "mlock" && a != "malloc") {
     return absl::InvalidArgumentError(
         absl::StrCat("hot_allocator \"", a, "\" is not one of auto, cuda, mlock, malloc"));
+  }
+  if (c.shm_socket().size() > kMaxShmSocketPath) {
+    return absl::InvalidArgumentError(absl::StrCat("shm_socket is ", c.shm_socket().size(),
+                                                   " characters; a Unix socket path holds at most ",
+                                                   kMaxShmSocketPath));
   }
   if (c.executor_threads() > 1024) {
     return absl::InvalidArgumentError("executor_threads must be at most 1024");
@@ -202,6 +209,7 @@ std::string UsageText() {
          "               [--policy lru|prefix_lru|lfu|heavy_hitter] [--hot-allocator A]\n"
          "               [--metrics-port N] [--node-id ID] [--executor-threads N]\n"
          "               [--max-message-bytes SIZE] [--warm-from-cold]\n"
+         "               [--shm-socket PATH|off]\n"
          "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. With no arguments:\n"
          "127.0.0.1:50051, RocksDB under ./kvtier-data, a 256 MiB hot tier. --port 0 binds a\n"
          "free port. Once ready it prints `kvtierd listening on HOST:PORT` on stdout.\n";
@@ -281,6 +289,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     } else if (flag == "--max-message-bytes") {
       ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
       c.set_max_message_bytes(v);
+    } else if (flag == "--shm-socket") {
+      c.set_shm_socket(value);
     } else if (flag == "--warm-from-cold") {
       c.set_warm_from_cold(true);
     } else {

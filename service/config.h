@@ -23,6 +23,8 @@ namespace kvtier::service {
 
 inline constexpr uint32_t kDefaultPort = 50051;
 inline constexpr uint32_t kMaxKeyBytes = 32;
+// Longest Unix socket path (sockaddr_un.sun_path less the terminating NUL).
+inline constexpr size_t kMaxShmSocketPath = 107;
 
 // Parses a textproto ServerConfig (no defaults applied). INVALID_ARGUMENT with the
 // parser's line:column message on a syntax error.
@@ -49,7 +51,7 @@ struct CommandLine {
 // Parses argv[1..] (`--flag value` or `--flag=value`): --config FILE, --check-config
 // FILE, --port, --listen, --data-dir, --hot-capacity, --cold-capacity (bytes; K/M/G/T
 // and KiB/MiB/GiB/TiB suffixes), --policy, --hot-allocator, --metrics-port, --node-id,
-// --executor-threads, --max-message-bytes, --warm-from-cold, --help. Loads the file,
+// --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --help. Loads the file,
 // applies defaults, then the flags, then validates. INVALID_ARGUMENT naming the flag or
 // field; NOT_FOUND for an unreadable config file.
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args);

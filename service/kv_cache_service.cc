@@ -366,6 +366,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                                      " blocks exceed max_keys_per_request (",
                                                      ctx_->max_keys_per_request, ")"));
     }
+    if (!header_.shm_session().empty()) {
+      region_ = ctx_->shm == nullptr ? nullptr : ctx_->shm->Find(header_.shm_session());
+      if (region_ == nullptr) {
+        return absl::FailedPreconditionError(
+            "header.shm_session names no open shared-memory session of this server (closed, "
+            "or the server restarted): reconnect or send the payloads in the stream");
+      }
+    }
     const uint64_t raw_size = ns_.layout.BytesPerBlock();
     // Generous bound for an encoded blob: the raw size plus header and codec metadata.
     const uint64_t max_encoded = raw_size + raw_size / 4 + 4096;
@@ -388,12 +396,30 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                                        " is not in 1..", max_encoded,
                                                        " for this layout"));
       }
+      if (region_ != nullptr && !region_->Contains(b.shm_offset(), b.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "header.blocks[", i, "].shm_offset ", b.shm_offset(), " + size ", b.size(),
+            " lies outside the shared-memory region of ", region_->size(), " bytes"));
+      }
       total_ += b.size();
     }
     if (total_ > ctx_->max_put_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat("header.blocks: ", total_,
                                                        " payload bytes exceed max_put_bytes (",
                                                        ctx_->max_put_bytes, ")"));
+    }
+    blocks_.resize(n);
+    if (region_ != nullptr) {
+      // The payloads are in the client's region already: the blocks view it, and the
+      // server buffers nothing (no Put budget to reserve).
+      for (int i = 0; i < n; ++i) {
+        const v1::PutBlock& b = header_.blocks(i);
+        blocks_[i].pieces.emplace_back(
+            reinterpret_cast<const char*>(region_->base() + b.shm_offset()), b.size());
+        blocks_[i].size = b.size();
+      }
+      received_ = total_;
+      return absl::OkStatus();
     }
     // Reserve the stream's buffers against the server-wide budget.
     uint64_t cur = ctx_->put_bytes_in_flight.load();
@@ -405,7 +431,6 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       }
     } while (!ctx_->put_bytes_in_flight.compare_exchange_weak(cur, cur + total_));
     reserved_ = total_;
-    blocks_.resize(n);
     return absl::OkStatus();
   }
 
@@ -431,6 +456,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   absl::Status ConsumeChunkMessage() {
+    if (region_ != nullptr) {
+      return absl::InvalidArgumentError(
+          "chunk: a Put with header.shm_session carries its payloads in shared memory, not "
+          "in chunk messages");
+    }
     std::vector<grpc::Slice> slices;
     if (!in_.Dump(&slices).ok()) return absl::InternalError("chunk: cannot read message");
     // Keep the slices (a reference each, no copy) for the blocks' pieces. A deque never
@@ -595,6 +625,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     blocks_.clear();
     held_.clear();
     owned_.clear();
+    region_.reset();
   }
 
   void Fail(const absl::Status& s) { FinishAndRecord(ToGrpcStatus(s)); }
@@ -619,6 +650,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::vector<Block> blocks_;
   std::deque<grpc::Slice> held_;   // received message slices the blocks' pieces view
   std::deque<std::string> owned_;  // chunks of messages that took the parsing path
+  std::shared_ptr<ShmRegion> region_;  // header.shm_session's region: the blocks view it
   size_t cur_ = 0;                 // block receiving bytes
   uint64_t total_ = 0;             // payload bytes declared by the header
   uint64_t received_ = 0;          // payload bytes received
@@ -687,6 +719,28 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           absl::StrCat("format ", static_cast<int>(req_.format()), " is unknown"));
     }
     ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(req_.keys(), *ctx_, false));
+    std::shared_ptr<ShmRegion> region;
+    if (!req_.shm_session().empty()) {
+      region = ctx_->shm == nullptr ? nullptr : ctx_->shm->Find(req_.shm_session());
+      if (region == nullptr) {
+        return absl::FailedPreconditionError(
+            "shm_session names no open shared-memory session of this server (closed, or the "
+            "server restarted): reconnect or fetch without shared memory");
+      }
+      if (req_.shm_destinations_size() != static_cast<int>(keys.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("shm_destinations: ",
+                                                       req_.shm_destinations_size(),
+                                                       " ranges for ", keys.size(), " keys"));
+      }
+      for (int i = 0; i < req_.shm_destinations_size(); ++i) {
+        const v1::ShmRange& d = req_.shm_destinations(i);
+        if (!region->Contains(d.offset(), d.capacity())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "shm_destinations[", i, "] (offset ", d.offset(), ", capacity ", d.capacity(),
+              ") lies outside the shared-memory region of ", region->size(), " bytes"));
+        }
+      }
+    }
     const bool raw = req_.format() == v1::PAYLOAD_FORMAT_RAW;
     v1::GetResponse header_msg;
     v1::GetHeader* header = header_msg.mutable_header();
@@ -741,6 +795,18 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       info->set_tier(TierToProto(ref->tier()));
       info->set_block_index(ref->block_index());
       info->set_codec(CodecToProto(parsed->codec));
+      if (region != nullptr) {
+        // Same-node client: one copy into its region, nothing in the stream.
+        const int i = header->blocks_size() - 1;
+        const v1::ShmRange& d = req_.shm_destinations(i);
+        if (item.bytes.size() > d.capacity()) {
+          return absl::OutOfRangeError(absl::StrCat(
+              "shm_destinations[", i, "] holds ", d.capacity(), " bytes, block ",
+              KeyForMessage(key), " needs ", item.bytes.size()));
+        }
+        std::memcpy(region->base() + d.offset(), item.bytes.data(), item.bytes.size());
+        continue;
+      }
       remaining_ += item.bytes.size();
       items_.push_back(std::move(item));
     }
@@ -832,6 +898,13 @@ void NamespaceCache::Insert(const storage::NamespaceOptions& ns) {
   map_.try_emplace(ns.name, std::move(entry));
 }
 
+void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer) {
+  if (ctx.shm == nullptr) return;
+  offer->set_socket_path(ctx.shm->socket_path());
+  offer->set_instance_id(ctx.shm->instance_id());
+  offer->set_max_region_bytes(ctx.shm->max_region_bytes());
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
@@ -860,6 +933,7 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
         response->set_created(!existed);
         response->set_hash_scheme(HashSchemeVersion());
         response->set_node_id(ctx->node_id);
+        FillShmOffer(*ctx, response->mutable_shared_memory());
         return absl::OkStatus();
       });
 }
@@ -1002,6 +1076,7 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::Stats(grpc::CallbackServerContext* c
                     response->set_node_id(ctx->node_id);
                     response->set_hash_scheme(HashSchemeVersion());
                     response->set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
+                    FillShmOffer(*ctx, response->mutable_shared_memory());
                     ctx->metrics.AppendLatencies(response);
                     return absl::OkStatus();
                   });

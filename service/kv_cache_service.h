@@ -31,6 +31,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "service/cluster.h"
 #include "service/metrics.h"
+#include "service/shm_server.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::service {
@@ -71,7 +72,12 @@ struct ServiceContext {
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // calls admitted and not yet done
   PeerFanout* fanout = nullptr;       // cluster mode only (not owned); null = single node
+  // Same-node shared-memory data path (not owned); null = off. Set before `store`.
+  ShmServer* shm = nullptr;
 };
+
+// Fills `offer` with the shared-memory data path of ctx (left empty when there is none).
+void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
 
 // Converts at the gRPC edge (codes are numerically identical).
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -1,6 +1,7 @@
 #include "service/server.h"
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -109,6 +110,7 @@ absl::Status KvtierServer::OpenStore() {
                      MetricsExporter::Start(config_.listen_address(), config_.metrics_port(),
                                             store_.get(), &ctx_.metrics, ctx_.node_id));
   }
+  RETURN_IF_ERROR(StartShm());
   ctx_.open_micros = common::RealClock()->NowMicros();
   ctx_.store.store(store_.get(), std::memory_order_release);
   server_->GetHealthCheckService()->SetServingStatus(true);
@@ -117,6 +119,31 @@ absl::Status KvtierServer::OpenStore() {
                    << " ms: " << config_.data_dir() << ", hot " << st.hot_capacity_bytes
                    << " bytes (" << st.hot_allocator << "), " << st.namespaces.size()
                    << " namespaces";
+  return absl::OkStatus();
+}
+
+absl::Status KvtierServer::StartShm() {
+  if (config_.shm_socket() == "off") return absl::OkStatus();
+  ShmServerOptions options;
+  options.max_region_bytes = config_.shm_max_region_bytes();
+  options.max_sessions = config_.shm_max_sessions();
+  options.socket_path = config_.shm_socket();
+  const bool derived = options.socket_path.empty();
+  if (derived) {
+    std::error_code ec;
+    options.socket_path =
+        std::filesystem::absolute(std::filesystem::path(config_.data_dir()) / "kvtierd.sock", ec)
+            .lexically_normal();
+    if (options.socket_path.size() > kMaxShmSocketPath) {
+      // Only the default can be too long here (ValidateConfig checks a configured path).
+      KVTIER_LOG(WARNING) << "shared-memory path off: " << options.socket_path
+                          << " is too long for a Unix socket; set shm_socket";
+      return absl::OkStatus();
+    }
+  }
+  ASSIGN_OR_RETURN(shm_, ShmServer::Start(options));
+  ctx_.shm = shm_.get();
+  KVTIER_LOG(INFO) << "same-node shared memory on " << options.socket_path;
   return absl::OkStatus();
 }
 
@@ -142,6 +169,7 @@ absl::Status KvtierServer::Shutdown() {
   }
   const int64_t t0 = common::RealClock()->NowMicros();
   executor_.reset();  // runs whatever is queued, joins
+  shm_.reset();
   exporter_.reset();
   absl::Status flushed = absl::OkStatus();
   if (store_ != nullptr) {

@@ -3,8 +3,8 @@
 // TieredStore and the optional Prometheus exporter.
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
-// UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces and flips
-// health to SERVING; Shutdown() stops accepting, lets in-flight calls finish until the
+// UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
+// same-node shared-memory socket (service/shm_server.h) and flips health to SERVING; Shutdown() stops accepting, lets in-flight calls finish until the
 // grace deadline, drains the executor and flushes the store.
 #ifndef KVTIER_SERVICE_SERVER_H_
 #define KVTIER_SERVICE_SERVER_H_
@@ -20,6 +20,7 @@
 #include "service/kv_cache_service.h"
 #include "service/cluster.h"
 #include "service/metrics.h"
+#include "service/shm_server.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::service {
@@ -48,6 +49,8 @@ class KvtierServer {
 
  private:
   KvtierServer() = default;
+  // Starts shm_ unless config.shm_socket is "off".
+  absl::Status StartShm();
 
   v1::ServerConfig config_;
   std::string address_;
@@ -59,6 +62,7 @@ class KvtierServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
+  std::unique_ptr<ShmServer> shm_;  // null when shm_socket is "off" (or unusable)
   // Cluster mode (static_peers or peer_dns); destroyed before the members above, after
   // Shutdown() has stopped the server.
   std::unique_ptr<Membership> membership_;

@@ -47,7 +47,7 @@ namespace v1 = ::kvtier::v1;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kBenchUsage[] =
-    "usage: kvtier bench (--server HOST:PORT | --redis HOST:PORT) [flags]\n"
+    "usage: kvtier bench (--server HOST:PORT | --redis HOST:PORT|unix:PATH) [flags]\n"
     "\n"
     "  --threads N         client threads (default 4)\n"
     "  --block-size SIZE   bytes per block, a multiple of 64KiB (default 2MiB)\n"
@@ -63,6 +63,9 @@ constexpr char kBenchUsage[] =
     "  --server-pid PID    also report the CPU time of this (local) server process\n"
     "  --grpc-window SIZE, --grpc-frame SIZE, --grpc-read-chunk SIZE\n"
     "                      HTTP/2 stream window, max frame, min socket read (0 = gRPC default)\n"
+    "  --no-shm            never use the same-node shared-memory path (payloads over TCP)\n"
+    "  --shared-buffers    put from / get into buffers in the client's shared region\n"
+    "                      (AllocateSharedBuffer): no client-side payload copy\n"
     "  --redis-raw-get     read GET replies off the socket straight into the destination\n"
     "                      buffer instead of through hiredis (an upper bound for Redis)\n"
     "  --json              one JSON object per phase on stdout\n";
@@ -87,10 +90,32 @@ struct Workload {
 
 class KvtierBackend : public Backend {
  public:
-  KvtierBackend(client::Client* client, const Workload* w, int batch)
-      : client_(client), w_(w) {
-    buffers_.resize(batch);
-    for (auto& b : buffers_) b.assign(w->payload.size() + 4096, 1);  // touched up front
+  // With `shared_buffers` the put payload and the get buffers live in the client's shared
+  // region (see Client::AllocateSharedBuffer); otherwise in private memory.
+  static absl::StatusOr<std::unique_ptr<KvtierBackend>> Create(client::Client* client,
+                                                               const Workload* w, int batch,
+                                                               bool shared_buffers) {
+    std::unique_ptr<KvtierBackend> b(new KvtierBackend(client, w));
+    const size_t get_bytes = w->payload.size() + 4096;
+    for (int i = 0; i < batch; ++i) {
+      if (shared_buffers) {
+        ASSIGN_OR_RETURN(client::SharedBuffer sb, client->AllocateSharedBuffer(get_bytes));
+        b->shared_.push_back(std::move(sb));
+        b->get_spans_.push_back(b->shared_.back().span());
+      } else {
+        b->private_.emplace_back(get_bytes, '\0');
+        b->get_spans_.emplace_back(reinterpret_cast<uint8_t*>(b->private_.back().data()), get_bytes);
+      }
+      std::memset(b->get_spans_.back().data(), 1, get_bytes);  // touched up front
+    }
+    b->payload_ = kv::AsBytes(w->payload);
+    if (shared_buffers) {
+      ASSIGN_OR_RETURN(client::SharedBuffer sb, client->AllocateSharedBuffer(w->payload.size()));
+      std::memcpy(sb.data(), w->payload.data(), w->payload.size());
+      b->payload_ = std::span<const uint8_t>(sb.data(), w->payload.size());
+      b->shared_.push_back(std::move(sb));
+    }
+    return b;
   }
 
   absl::StatusOr<uint64_t> Do(Op op, const std::vector<size_t>& idx) override {
@@ -101,7 +126,7 @@ class KvtierBackend : public Backend {
         std::vector<client::PutBlock> blocks(idx.size());
         for (size_t i = 0; i < idx.size(); ++i) {
           blocks[i].key = keys_[i];
-          blocks[i].payload = kv::AsBytes(w_->payload);
+          blocks[i].payload = payload_;
         }
         ASSIGN_OR_RETURN(auto r, client_->PutBlocks(w_->ns, blocks));
         if (r.blocks_stored != blocks.size()) {
@@ -111,11 +136,9 @@ class KvtierBackend : public Backend {
         return uint64_t{w_->payload.size()} * blocks.size();
       }
       case Op::kGet: {
-        std::vector<std::span<uint8_t>> spans;
-        for (size_t i = 0; i < idx.size(); ++i) {
-          spans.emplace_back(reinterpret_cast<uint8_t*>(buffers_[i].data()), buffers_[i].size());
-        }
-        ASSIGN_OR_RETURN(auto infos, client_->GetBlocksInto(w_->ns, keys_, spans));
+        ASSIGN_OR_RETURN(auto infos,
+                         client_->GetBlocksInto(w_->ns, keys_,
+                                                std::span(get_spans_).first(idx.size())));
         uint64_t bytes = 0;
         for (const auto& info : infos) {
           if (!info.found()) return absl::NotFoundError("get: a bench key is missing");
@@ -133,9 +156,14 @@ class KvtierBackend : public Backend {
   }
 
  private:
+  KvtierBackend(client::Client* client, const Workload* w) : client_(client), w_(w) {}
+
   client::Client* client_;
   const Workload* w_;
-  std::vector<std::string> buffers_;
+  std::span<const uint8_t> payload_;              // what every put sends
+  std::vector<std::span<uint8_t>> get_spans_;     // one get buffer per batch slot
+  std::vector<client::SharedBuffer> shared_;      // with --shared-buffers
+  std::vector<std::string> private_;              // without
   std::vector<std::string> keys_;
 };
 
@@ -146,14 +174,19 @@ class RedisBackend : public Backend {
   static absl::StatusOr<std::unique_ptr<RedisBackend>> Connect(const std::string& addr,
                                                                const Workload* w,
                                                                bool raw_get) {
-    const auto colon = addr.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
-      return absl::InvalidArgumentError(absl::StrCat("--redis expects HOST:PORT, got '", addr, "'"));
-    }
-    const std::string host = addr.substr(0, colon);
     timeval tv{5, 0};
-    redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+    redisContext* c = nullptr;
+    if (addr.rfind("unix:", 0) == 0) {
+      c = redisConnectUnixWithTimeout(addr.substr(5).c_str(), tv);
+    } else {
+      const auto colon = addr.rfind(':');
+      int port = 0;
+      if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--redis expects HOST:PORT or unix:PATH, got '", addr, "'"));
+      }
+      c = redisConnectWithTimeout(addr.substr(0, colon).c_str(), port, tv);
+    }
     if (c == nullptr || c->err) {
       std::string err = c ? c->errstr : "out of memory";
       if (c) redisFree(c);
@@ -532,6 +565,7 @@ absl::Status Bench(const Flags& flags) {
     options.num_channels = static_cast<int>(std::max<int64_t>(1, channels));
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
+    options.shared_memory = !flags.Has("no-shm");
     ASSIGN_OR_RETURN(int64_t window, flags.GetBytes("grpc-window", options.http2_stream_window_bytes));
     ASSIGN_OR_RETURN(int64_t frame, flags.GetBytes("grpc-frame", 0));
     ASSIGN_OR_RETURN(int64_t read_chunk, flags.GetBytes("grpc-read-chunk", 0));
@@ -545,8 +579,15 @@ absl::Status Bench(const Flags& flags) {
     spec.set_codec(v1::CODEC_FP16);
     options.namespace_spec = spec;
     ASSIGN_OR_RETURN(client, client::Client::Connect(options));
+    if (options.shared_memory && !client->uses_shared_memory() &&
+        !client->connect_info().shared_memory_error.empty()) {
+      std::fprintf(stderr, "kvtier bench: shared memory not used: %s\n",
+                   client->connect_info().shared_memory_error.c_str());
+    }
     for (int64_t t = 0; t < threads; ++t) {
-      backends.push_back(std::make_unique<KvtierBackend>(client.get(), &w, static_cast<int>(batch)));
+      ASSIGN_OR_RETURN(auto b, KvtierBackend::Create(client.get(), &w, static_cast<int>(batch),
+                                                     flags.Has("shared-buffers")));
+      backends.push_back(std::move(b));
     }
   }
 
@@ -572,8 +613,13 @@ absl::Status Bench(const Flags& flags) {
   }
 
   const bool progress = isatty(STDERR_FILENO);
-  const std::string system =
-      redis ? (flags.Has("redis-raw-get") ? "redis-raw" : "redis") : "kvtier";
+  // kvtier = payloads over TCP; kvtier-shm = staged through the shared region;
+  // kvtier-shm-zc = put from / got into SharedBuffers.
+  std::string system = redis ? (flags.Has("redis-raw-get") ? "redis-raw" : "redis") : "kvtier";
+  if (redis && target.rfind("unix:", 0) == 0) system += "-unix";
+  if (!redis && client->uses_shared_memory()) {
+    system = flags.Has("shared-buffers") ? "kvtier-shm-zc" : "kvtier-shm";
+  }
   if (!json) {
     std::printf("# %s %s: %lld threads, %s blocks (%llu B), %lld keys, %.1fs per phase%s\n",
                 system.c_str(), target.c_str(), static_cast<long long>(threads),
@@ -593,14 +639,17 @@ absl::Status Bench(const Flags& flags) {
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  Flags flags = Flags::Parse(argc, argv, 1, {"json", "redis-raw-get", "help"});
+  Flags flags =
+      Flags::Parse(argc, argv, 1, {"json", "redis-raw-get", "no-shm", "shared-buffers", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
   }
   absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
-                                         "lookup-keys", "namespace", "server-pid", "redis-raw-get", "grpc-window", "grpc-frame", "grpc-read-chunk", "json", "help"});
+                                         "lookup-keys", "namespace", "server-pid", "redis-raw-get",
+                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
+                                         "shared-buffers", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier bench: %s\n\n%s",
                  known.ok() ? "unexpected positional argument"

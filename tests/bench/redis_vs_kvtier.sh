@@ -5,12 +5,18 @@
 # usage: tests/bench/redis_vs_kvtier.sh [BUILD_DIR]        (default: build)
 # env:   THREADS (4) KEYS (64) PHASE_SECONDS (5) BLOCK (2MiB) REPEAT (3) EXTRA_KVTIER_FLAGS ("")
 #
-# Starts redis-server (persistence off, on a free port) and kvtierd (port 0, temp data
-# dir), runs `kvtier bench --redis` (hiredis), `kvtier bench --redis --redis-raw-get` (GET
-# replies read straight off the socket: an upper bound for Redis) and `kvtier bench
-# --server` REPEAT times, alternating, prints every run and the medians (GB/s, latency,
-# CPU seconds per GB of client and server) with the kvtier/Redis ratios, and stops both
-# servers by PID. Needs redis-server, redis-cli and python3.
+# Starts redis-server (persistence off, on a free port and a Unix socket) and kvtierd
+# (port 0, temp data dir), then REPEAT times, alternating:
+#   redis          `kvtier bench --redis` over loopback TCP (hiredis)
+#   redis-unix     the same over Redis' Unix socket (Redis' best same-node transport)
+#   redis-raw      GET replies read straight off the socket (an upper bound for Redis)
+#   kvtier         `kvtier bench --server --no-shm`: payloads over gRPC/TCP
+#   kvtier-shm     same-node shared memory, payloads staged from private memory (the
+#                  client's default on the same host)
+#   kvtier-shm-zc  shared memory with --shared-buffers (payloads already in the region)
+# prints every run and the medians (GB/s, latency, CPU seconds per GB of client and
+# server) with the kvtier/Redis ratios, and stops both servers by PID. Needs
+# redis-server, redis-cli and python3.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -44,8 +50,8 @@ trap cleanup EXIT
 
 # A free port for Redis (kvtierd picks its own with --port 0).
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
-  --protected-mode yes >"$tmp/redis.log" 2>&1 &
+redis-server --bind 127.0.0.1 --port "$port" --unixsocket "$tmp/redis.sock" --save '' \
+  --appendonly no --daemonize no --protected-mode yes >"$tmp/redis.log" 2>&1 &
 redis_pid=$!
 for _ in $(seq 100); do
   [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && break
@@ -70,10 +76,13 @@ common=(--threads "$THREADS" --keys "$KEYS" --seconds "$PHASE_SECONDS" --block-s
 echo "# redis 127.0.0.1:$port vs kvtierd $kvtier_addr: $THREADS threads, $BLOCK blocks, $KEYS keys, ${PHASE_SECONDS}s per phase, $REPEAT rounds"
 for round in $(seq "$REPEAT"); do
   "$KVTIER" bench --redis "127.0.0.1:$port" --server-pid "$redis_pid" "${common[@]}" | tee -a "$tmp/results.jsonl"
+  "$KVTIER" bench --redis "unix:$tmp/redis.sock" --server-pid "$redis_pid" "${common[@]}" | tee -a "$tmp/results.jsonl"
   # Upper bound for Redis GET: the reply read straight into the destination buffer.
   "$KVTIER" bench --redis "127.0.0.1:$port" --server-pid "$redis_pid" --redis-raw-get "${common[@]}" --ops get | tee -a "$tmp/results.jsonl"
-  # shellcheck disable=SC2086
-  "$KVTIER" bench --server "$kvtier_addr" --server-pid "$kvtierd_pid" "${common[@]}" $EXTRA_KVTIER_FLAGS | tee -a "$tmp/results.jsonl"
+  for mode in --no-shm "" --shared-buffers; do
+    # shellcheck disable=SC2086
+    "$KVTIER" bench --server "$kvtier_addr" --server-pid "$kvtierd_pid" "${common[@]}" $mode $EXTRA_KVTIER_FLAGS | tee -a "$tmp/results.jsonl"
+  done
 done
 
 # Calibration against machine-baselines.md section 3: redis-benchmark's own client
@@ -89,7 +98,8 @@ python3 - "$tmp/results.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 med = {}
-for sys_name in ("redis", "redis-raw", "kvtier"):
+systems = ("redis", "redis-unix", "redis-raw", "kvtier", "kvtier-shm", "kvtier-shm-zc")
+for sys_name in systems:
     for phase in ("put", "get"):
         runs = [r for r in rows if r["system"] == sys_name and r["phase"] == phase]
         if not runs:
@@ -99,11 +109,17 @@ for sys_name in ("redis", "redis-raw", "kvtier"):
                                 max(r["gb_per_s"] for r in runs), m("p50_us"), m("p99_us"),
                                 m("client_cpu_s_per_gb"), m("server_cpu_s_per_gb"))
 print()
-print("%-7s %-4s %22s %9s %9s %22s" % ("system", "op", "GB/s median (min-max)", "p50 us",
+print("%-13s %-4s %22s %9s %9s %22s" % ("system", "op", "GB/s median (min-max)", "p50 us",
                                         "p99 us", "CPU s/GB client+server"))
 for (s, p), (m, lo, hi, p50, p99, cc, sc) in med.items():
-    print("%-7s %-4s %8.2f (%.2f-%.2f)      %9.0f %9.0f %10.3f + %.3f" % (s, p, m, lo, hi, p50, p99, cc, sc))
-for p in ("put", "get"):
-    print("ratio kvtier/redis %s: %.2fx" % (p, med["kvtier", p][0] / med["redis", p][0]))
-print("ratio kvtier/redis-raw get: %.2fx" % (med["kvtier", "get"][0] / med["redis-raw", "get"][0]))
+    print("%-13s %-4s %8.2f (%.2f-%.2f)      %9.0f %9.0f %10.3f + %.3f" % (s, p, m, lo, hi, p50, p99, cc, sc))
+# Ratios against Redis' faster transport of the two (TCP or Unix socket) per op.
+for k in ("kvtier", "kvtier-shm", "kvtier-shm-zc"):
+    for p in ("put", "get"):
+        if (k, p) not in med:
+            continue
+        best = max(("redis", "redis-unix"), key=lambda r: med.get((r, p), (0,))[0])
+        print("ratio %s/%s %s: %.2fx" % (k, best, p, med[k, p][0] / med[best, p][0]))
+if ("redis-raw", "get") in med:
+    print("ratio kvtier-shm/redis-raw get: %.2fx" % (med["kvtier-shm", "get"][0] / med["redis-raw", "get"][0]))
 PY

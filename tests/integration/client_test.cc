@@ -68,6 +68,9 @@ class ClientTest : public ::testing::Test {
     o.server = server_->address();
     o.namespace_spec = std::move(spec);
     o.num_channels = 2;
+    // These tests cover the gRPC stream framing; shared_memory_test covers the same-node
+    // shared-memory path.
+    o.shared_memory = false;
     return o;
   }
 

@@ -1,0 +1,128 @@
+#include "client/shared_region.h"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "client/shm_wire.h"
+
+namespace kvtier::client {
+
+absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
+    const std::string& socket_path, uint64_t bytes, std::string_view expected_instance) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory: socket path \"", socket_path, "\" is not a valid Unix socket path"));
+  }
+  if (bytes == 0) return absl::InvalidArgumentError("shared memory: region size is 0");
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (sock < 0) return absl::UnavailableError(absl::StrCat("shm socket: ", strerror(errno)));
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    close(sock);
+    return absl::UnavailableError(
+        absl::StrCat("shared memory: cannot connect to ", socket_path, ": ", strerror(err)));
+  }
+  shm::ShmRequest req{};
+  std::memcpy(req.magic, shm::kMagic, sizeof(req.magic));
+  req.region_bytes = bytes;
+  shm::ShmReply reply{};
+  int fd = -1;
+  absl::Status s = shm::SendMessage(sock, &req, sizeof(req));
+  if (s.ok()) s = shm::ReceiveMessage(sock, &reply, sizeof(reply), &fd);
+  if (s.ok() && std::memcmp(reply.magic, shm::kMagic, sizeof(reply.magic)) != 0) {
+    s = absl::FailedPreconditionError("shared memory: the server answered with a bad magic");
+  }
+  if (s.ok() && std::string_view(reinterpret_cast<const char*>(reply.instance),
+                                 shm::kInstanceBytes) != expected_instance) {
+    s = absl::FailedPreconditionError(absl::StrCat(
+        "shared memory: ", socket_path, " belongs to another kvtierd than the one connected"));
+  }
+  if (s.ok() && (reply.ok != 1 || fd < 0)) {
+    reply.error[sizeof(reply.error) - 1] = '\0';
+    s = absl::ResourceExhaustedError(absl::StrCat("shared memory refused: ", reply.error));
+  }
+  if (s.ok() && reply.region_bytes != bytes) {
+    s = absl::InternalError("shared memory: the server granted another size than asked");
+  }
+  void* p = MAP_FAILED;
+  if (s.ok()) {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) s = absl::InternalError(absl::StrCat("shared memory: mmap: ", strerror(errno)));
+  }
+  if (fd >= 0) close(fd);
+  if (!s.ok()) {
+    close(sock);
+    return s;
+  }
+  return std::shared_ptr<SharedRegion>(new SharedRegion(
+      sock, static_cast<uint8_t*>(p), bytes,
+      std::string(reinterpret_cast<const char*>(reply.session), shm::kSessionBytes)));
+}
+
+SharedRegion::SharedRegion(int sock, uint8_t* base, uint64_t size, std::string session)
+    : sock_(sock), base_(base), size_(size), session_(std::move(session)) {
+  free_[0] = size_;
+}
+
+SharedRegion::~SharedRegion() {
+  munmap(base_, size_);
+  close(sock_);  // the server ends the session
+}
+
+std::optional<uint64_t> SharedRegion::Allocate(uint64_t n) {
+  if (n == 0) return std::nullopt;
+  n = (n + 4095) & ~uint64_t{4095};
+  absl::MutexLock lock(&mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < n) continue;
+    const uint64_t offset = it->first;
+    const uint64_t rest = it->second - n;
+    free_.erase(it);
+    if (rest > 0) free_[offset + n] = rest;
+    used_[offset] = n;
+    return offset;
+  }
+  return std::nullopt;
+}
+
+void SharedRegion::Free(uint64_t offset) {
+  absl::MutexLock lock(&mu_);
+  auto u = used_.find(offset);
+  if (u == used_.end()) return;
+  uint64_t start = offset, len = u->second;
+  used_.erase(u);
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first == start + len) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[start] = len;
+}
+
+std::optional<uint64_t> SharedRegion::OffsetOf(const void* p, uint64_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (b < base_ || b > base_ + size_) return std::nullopt;
+  const uint64_t offset = static_cast<uint64_t>(b - base_);
+  if (n > size_ - offset) return std::nullopt;
+  return offset;
+}
+
+}  // namespace kvtier::client

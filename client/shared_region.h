@@ -1,0 +1,64 @@
+// SharedRegion: the client's end of the same-node shared-memory data path (handshake in
+// client/shm_wire.h, server in service/shm_server.h). Open() connects to kvtierd's Unix
+// socket, receives a sealed memfd region and maps it; Put and Get then pass offsets into
+// it instead of payload bytes. The region also serves as an allocator: Client uses it for
+// staging copies and for SharedBuffers that callers fill (or read) in place.
+//
+// The session lasts while this object lives (it holds the socket open).
+// Thread-safe.
+#ifndef KVTIER_CLIENT_SHARED_REGION_H_
+#define KVTIER_CLIENT_SHARED_REGION_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kvtier::client {
+
+class SharedRegion {
+ public:
+  // Connects to `socket_path`, asks for `bytes` and maps the region. FAILED_PRECONDITION
+  // if the server answering there is not `expected_instance` (another kvtierd, e.g. the
+  // one of this node while the client talks to a remote one); UNAVAILABLE if the socket
+  // cannot be reached; RESOURCE_EXHAUSTED / INVALID_ARGUMENT with the server's reason
+  // when it refuses.
+  static absl::StatusOr<std::shared_ptr<SharedRegion>> Open(const std::string& socket_path,
+                                                            uint64_t bytes,
+                                                            std::string_view expected_instance);
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  uint8_t* base() const { return base_; }
+  uint64_t size() const { return size_; }
+  const std::string& session() const { return session_; }
+
+  // Reserves `n` bytes (n > 0, rounded up to 4 KiB) and returns their offset, or nullopt
+  // when no free range is large enough. First fit.
+  std::optional<uint64_t> Allocate(uint64_t n);
+  // Returns a range from Allocate. REQUIRES: offset came from Allocate and is not freed.
+  void Free(uint64_t offset);
+  // The offset of [p, p + n) when it lies wholly inside the region.
+  std::optional<uint64_t> OffsetOf(const void* p, uint64_t n) const;
+
+ private:
+  SharedRegion(int sock, uint8_t* base, uint64_t size, std::string session);
+
+  const int sock_;
+  uint8_t* const base_;
+  const uint64_t size_;
+  const std::string session_;
+  absl::Mutex mu_;
+  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
+  std::map<uint64_t, uint64_t> used_ ABSL_GUARDED_BY(mu_);  // offset -> length
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_CLIENT_SHARED_REGION_H_

@@ -1,0 +1,52 @@
+// The same-node shared-memory handshake between a client (client/shared_region.h) and
+// kvtierd (service/shm_server.h), over a Unix SOCK_SEQPACKET socket.
+//
+//   client -> server  ShmRequest  {magic, region_bytes}
+//   server -> client  ShmReply    {magic, ok, region_bytes, session, instance, error}
+//                     with the region's memfd attached (SCM_RIGHTS) when ok
+//
+// The server creates the memfd, sizes it and seals it against shrinking and growing
+// before passing it on, so the client can never make the server's mapping fault. The
+// session lasts as long as the connection: when the client closes it (or exits) the
+// server forgets the session; the mapping itself goes once no call uses it any more.
+// Plain structs and two syscall wrappers; no gRPC.
+#ifndef KVTIER_CLIENT_SHM_WIRE_H_
+#define KVTIER_CLIENT_SHM_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace kvtier::client::shm {
+
+inline constexpr char kMagic[8] = {'K', 'V', 'T', 'S', 'H', 'M', '0', '1'};
+inline constexpr size_t kSessionBytes = 16;
+inline constexpr size_t kInstanceBytes = 16;
+
+struct ShmRequest {
+  char magic[8];
+  uint64_t region_bytes;  // size of the region asked for
+};
+
+struct ShmReply {
+  char magic[8];
+  uint32_t ok;              // 1: fd attached, session valid; 0: see error
+  uint32_t reserved;
+  uint64_t region_bytes;    // size of the region granted
+  uint8_t session[kSessionBytes];    // names the region in PutHeader / GetRequest
+  uint8_t instance[kInstanceBytes];  // SharedMemoryOffer.instance_id of this server
+  char error[200];                   // NUL-terminated reason when !ok
+};
+
+// Sends one message of `n` bytes, with `fd` attached when fd >= 0. Retries EINTR.
+// UNAVAILABLE with errno's text on failure.
+absl::Status SendMessage(int sock, const void* data, size_t n, int fd = -1);
+
+// Receives one message of exactly `n` bytes; *fd gets an attached descriptor (the caller
+// owns it) or -1. UNAVAILABLE on EOF, errors or a message of another size.
+absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd);
+
+}  // namespace kvtier::client::shm
+
+#endif  // KVTIER_CLIENT_SHM_WIRE_H_

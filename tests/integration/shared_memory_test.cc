@@ -1,0 +1,370 @@
+// The same-node shared-memory data path end to end: a real kvtierd process, the real
+// Client (client/client.h) and raw stub calls for malformed requests.
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/prefix_keys.h"
+#include "client/shared_region.h"
+#include "client/synthetic_blocks.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+#include "storage/kv/codec.h"
+#include "tests/testing/layouts.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier::client {
+namespace {
+
+namespace v1 = ::kvtier::v1;
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+using testing::TempDir;
+
+constexpr kv::Layout kLayout = testing::SmallLayout();  // 32 KiB raw blocks
+
+v1::NamespaceSpec Spec(const std::string& name, v1::Codec codec = v1::CODEC_FP16) {
+  v1::NamespaceSpec spec;
+  spec.set_name(name);
+  *spec.mutable_layout() = ToProto(kLayout);
+  spec.set_codec(codec);
+  return spec;
+}
+
+// A chain of `n` blocks: raw fp16 payloads and their encoded fp16 blobs.
+struct Chain {
+  std::vector<std::string> keys, raw, encoded;
+};
+
+Chain MakeChain(const std::string& ns, uint32_t n, uint64_t seed) {
+  Chain c;
+  PrefixKeyParams p;
+  p.namespace_name = ns;
+  p.tokens_per_block = kLayout.tokens_per_block;
+  c.keys = *PrefixKeysForTokens(p, SyntheticTokens(seed, n, 0, kLayout.tokens_per_block));
+  for (uint32_t i = 0; i < n; ++i) {
+    c.raw.push_back(SyntheticRawBlock(kLayout, seed, i));
+    c.encoded.push_back(*kv::Encode(kv::CodecId::kFp16, kLayout, i, kv::AsBytes(c.raw.back())));
+  }
+  return c;
+}
+
+std::vector<PutBlock> Blocks(const Chain& c, const std::vector<std::span<const uint8_t>>& payloads) {
+  std::vector<PutBlock> out(c.keys.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].key = c.keys[i];
+    out[i].parent_key = i == 0 ? "" : c.keys[i - 1];
+    out[i].block_index = static_cast<uint32_t>(i);
+    out[i].payload = payloads[i];
+  }
+  return out;
+}
+
+std::string AsString(std::span<const uint8_t> b, uint64_t n) {
+  return std::string(reinterpret_cast<const char*>(b.data()), n);
+}
+
+class SharedMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(testing::PickFreePort()); }
+
+  void StartServer(int port, std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), {"--hot-capacity", "64MiB"});
+    std::vector<std::string> args = {"--port", std::to_string(port), "--data-dir",
+                                     dir_.Sub("data")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = ServerProcess::Start(testing::KvtierdPath(), args);
+    ASSERT_TRUE(p.ok()) << p.status();
+    server_ = std::make_unique<ServerProcess>(std::move(*p));
+  }
+
+  std::unique_ptr<Client> Connect(const std::string& ns, v1::Codec codec = v1::CODEC_FP16,
+                                  bool shared_memory = true, std::string socket = "") {
+    ClientOptions o;
+    o.server = server_->address();
+    o.namespace_spec = Spec(ns, codec);
+    o.num_channels = 2;
+    o.shared_memory = shared_memory;
+    o.shared_memory_bytes = 16 << 20;
+    o.shared_memory_socket = std::move(socket);
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) {
+  auto shm = Connect("fp16");
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(shm->uses_shared_memory()) << shm->connect_info().shared_memory_error;
+  auto tcp = Connect("fp16", v1::CODEC_FP16, /*shared_memory=*/false);
+  ASSERT_NE(tcp, nullptr);
+  EXPECT_FALSE(tcp->uses_shared_memory());
+
+  // Blocks 0-3 from private memory (staged), 4-7 from SharedBuffers (no client copy).
+  const Chain c = MakeChain("fp16", 8, 11);
+  std::vector<SharedBuffer> shared;
+  std::vector<std::span<const uint8_t>> payloads;
+  for (size_t i = 0; i < 8; ++i) {
+    if (i < 4) {
+      payloads.push_back(kv::AsBytes(c.encoded[i]));
+      continue;
+    }
+    auto b = shm->AllocateSharedBuffer(c.encoded[i].size());
+    ASSERT_TRUE(b.ok()) << b.status();
+    std::memcpy(b->data(), c.encoded[i].data(), c.encoded[i].size());
+    payloads.push_back(std::span<const uint8_t>(b->data(), b->size()));
+    shared.push_back(std::move(*b));
+  }
+  auto put = shm->PutBlocks("fp16", Blocks(c, payloads));
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->blocks_stored, 8u);
+
+  // Into private buffers (staged), into SharedBuffers, and over TCP: all bit-exact.
+  std::vector<std::string> priv(8, std::string(c.encoded[0].size() + 100, '\0'));
+  std::vector<SharedBuffer> into;
+  std::vector<std::span<uint8_t>> priv_spans, shared_spans;
+  for (size_t i = 0; i < 8; ++i) {
+    priv_spans.emplace_back(reinterpret_cast<uint8_t*>(priv[i].data()), priv[i].size());
+    auto b = shm->AllocateSharedBuffer(priv[i].size());
+    ASSERT_TRUE(b.ok()) << b.status();
+    shared_spans.push_back(b->span());
+    into.push_back(std::move(*b));
+  }
+  for (const auto& spans : {priv_spans, shared_spans}) {
+    auto infos = shm->GetBlocksInto("fp16", c.keys, spans);
+    ASSERT_TRUE(infos.ok()) << infos.status();
+    for (size_t i = 0; i < 8; ++i) {
+      ASSERT_TRUE((*infos)[i].found()) << i;
+      EXPECT_EQ((*infos)[i].tier(), v1::TIER_HOT);
+      EXPECT_EQ(AsString(spans[i], (*infos)[i].size()), c.encoded[i]) << i;
+    }
+  }
+  auto over_tcp = tcp->GetBlocks("fp16", c.keys);
+  ASSERT_TRUE(over_tcp.ok()) << over_tcp.status();
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ((*over_tcp)[i].data, c.encoded[i]) << i;
+
+  // A miss leaves its buffer alone and says so; a too-small buffer is OUT_OF_RANGE.
+  std::vector<std::string> keys = {c.keys[0], std::string(32, 'z')};
+  std::memset(shared_spans[1].data(), 0x5a, 16);
+  auto mixed = shm->GetBlocksInto("fp16", keys, std::span(shared_spans).first(2));
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_TRUE((*mixed)[0].found());
+  EXPECT_FALSE((*mixed)[1].found());
+  EXPECT_EQ(shared_spans[1][0], 0x5a);
+  std::vector<std::span<uint8_t>> tiny = {shared_spans[0].first(100)};
+  auto small = shm->GetBlocksInto("fp16", std::span(c.keys).first(1), tiny);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kOutOfRange) << small.status();
+  EXPECT_THAT(std::string(small.status().message()), HasSubstr("shm_destinations[0]"));
+  EXPECT_TRUE(shm->uses_shared_memory());
+}
+
+TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
+  auto shm = Connect("int8", v1::CODEC_INT8);
+  auto tcp = Connect("int8", v1::CODEC_INT8, /*shared_memory=*/false);
+  ASSERT_TRUE(shm != nullptr && tcp != nullptr);
+  ASSERT_TRUE(shm->uses_shared_memory());
+  const Chain c = MakeChain("int8", 4, 12);
+  std::vector<std::span<const uint8_t>> raw;
+  for (const auto& r : c.raw) raw.push_back(kv::AsBytes(r));
+  PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  ASSERT_TRUE(shm->PutBlocks("int8", Blocks(c, raw), po).ok());
+
+  GetOptions go;
+  go.format = v1::PAYLOAD_FORMAT_RAW;
+  auto want = tcp->GetBlocks("int8", c.keys, go);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<std::string> got(4, std::string(kLayout.BytesPerBlock(), '\0'));
+  std::vector<std::span<uint8_t>> spans;
+  for (auto& g : got) spans.emplace_back(reinterpret_cast<uint8_t*>(g.data()), g.size());
+  auto infos = shm->GetBlocksInto("int8", c.keys, spans, go);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*infos)[i].found());
+    EXPECT_EQ((*infos)[i].codec(), v1::CODEC_INT8);
+    EXPECT_EQ(got[i], (*want)[i].data) << i;  // the same decoded fp16 either way
+    EXPECT_NE(got[i], c.raw[i]);               // and really quantized
+  }
+}
+
+class RawCalls : public SharedMemoryTest {
+ protected:
+  void SetUp() override {
+    SharedMemoryTest::SetUp();
+    channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    kv_ = v1::KvCache::NewStub(channel_);
+  }
+
+  grpc::Status PutHeaderOnly(const v1::PutHeader& h, bool add_chunk = false) {
+    grpc::ClientContext ctx;
+    v1::PutResponse resp;
+    auto w = kv_->Put(&ctx, &resp);
+    v1::PutRequest req;
+    *req.mutable_header() = h;
+    w->Write(req);
+    if (add_chunk) {
+      v1::PutRequest chunk;
+      chunk.set_chunk("x");
+      w->Write(chunk);
+    }
+    w->WritesDone();
+    return w->Finish();
+  }
+
+  grpc::Status GetHeaderOnly(const v1::GetRequest& req, v1::GetHeader* header) {
+    grpc::ClientContext ctx;
+    auto r = kv_->Get(&ctx, req);
+    v1::GetResponse msg;
+    while (r->Read(&msg)) {
+      if (msg.has_header()) *header = msg.header();
+    }
+    return r->Finish();
+  }
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvCache::Stub> kv_;
+};
+
+TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
+  auto client = Connect("fp16");
+  ASSERT_NE(client, nullptr);
+  const Chain c = MakeChain("fp16", 1, 13);
+  ASSERT_TRUE(client->PutBlocks("fp16", Blocks(c, {kv::AsBytes(c.encoded[0])})).ok());
+
+  // A session of our own, opened the way Client does.
+  v1::StatsResponse stats;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(v1::KvCacheAdmin::NewStub(channel_)->Stats(&ctx, {}, &stats).ok());
+  }
+  ASSERT_FALSE(stats.shared_memory().socket_path().empty());
+  auto region = SharedRegion::Open(stats.shared_memory().socket_path(), 1 << 20,
+                                   stats.shared_memory().instance_id());
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::memset((*region)->base(), 0x33, 1 << 20);  // garbage that must never be stored
+
+  v1::PutHeader h;
+  h.set_namespace_("fp16");
+  h.set_shm_session((*region)->session());
+  v1::PutBlock* b = h.add_blocks();
+  b->set_key(c.keys[0]);
+  b->set_size(c.encoded[0].size());
+  b->set_shm_offset((1 << 20) - 100);  // runs past the region's end
+  grpc::Status s = PutHeaderOnly(h);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("header.blocks[0].shm_offset"));
+
+  b->set_shm_offset(0);
+  s = PutHeaderOnly(h, /*add_chunk=*/true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("chunk"));
+
+  s = PutHeaderOnly(h);  // the garbage is not a valid encoded block
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("blocks[0].payload"));
+
+  h.set_shm_session(std::string(16, 'q'));
+  s = PutHeaderOnly(h);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("header.shm_session"));
+
+  v1::GetRequest g;
+  g.set_namespace_("fp16");
+  g.add_keys(c.keys[0]);
+  g.set_shm_session((*region)->session());
+  v1::GetHeader gh;
+  s = GetHeaderOnly(g, &gh);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("shm_destinations: 0 ranges for 1 keys"));
+  v1::ShmRange* d = g.add_shm_destinations();
+  d->set_offset(1 << 20);
+  d->set_capacity(1);
+  s = GetHeaderOnly(g, &gh);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("shm_destinations[0]"));
+  d->set_offset(0);
+  d->set_capacity(c.encoded[0].size());
+  g.set_shm_session(std::string(16, 'q'));
+  s = GetHeaderOnly(g, &gh);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("shm_session"));
+
+  // The stored block is unchanged, and a well-formed shared-memory Get delivers it.
+  g.set_shm_session((*region)->session());
+  s = GetHeaderOnly(g, &gh);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(gh.blocks_size(), 1);
+  ASSERT_TRUE(gh.blocks(0).found());
+  EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, gh.blocks(0).size()),
+            c.encoded[0]);
+}
+
+TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
+  auto client = Connect("fp16");
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->uses_shared_memory());
+  const Chain c = MakeChain("fp16", 2, 14);
+  const std::vector<PutBlock> blocks =
+      Blocks(c, {kv::AsBytes(c.encoded[0]), kv::AsBytes(c.encoded[1])});
+  ASSERT_TRUE(client->PutBlocks("fp16", std::span(blocks).first(1)).ok());
+
+  const int port = server_->port();
+  auto code = server_->Terminate();
+  ASSERT_TRUE(code.ok()) << code.status();
+  StartServer(port);  // same address and data dir; the old session is gone
+  ASSERT_TRUE(client->Stats().ok());  // retried until the channel reconnects
+
+  auto put = client->PutBlocks("fp16", std::span(blocks).subspan(1));
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_FALSE(client->uses_shared_memory());
+  std::vector<std::string> bufs(2, std::string(c.encoded[0].size(), '\0'));
+  std::vector<std::span<uint8_t>> spans;
+  for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  auto infos = client->GetBlocksInto("fp16", c.keys, spans);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  EXPECT_EQ(bufs[0], c.encoded[0]);  // persisted across the restart
+  EXPECT_EQ(bufs[1], c.encoded[1]);
+}
+
+TEST_F(SharedMemoryTest, ASocketOfAnotherServerIsNotUsed) {
+  TempDir other_dir;
+  auto other = ServerProcess::StartKvtierd(other_dir.Sub("data"));
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto client = Connect("fp16", v1::CODEC_FP16, true, other_dir.Sub("data/kvtierd.sock"));
+  ASSERT_NE(client, nullptr);
+  EXPECT_FALSE(client->uses_shared_memory());
+  EXPECT_THAT(client->connect_info().shared_memory_error, HasSubstr("another kvtierd"));
+  EXPECT_EQ(client->AllocateSharedBuffer(4096).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  const Chain c = MakeChain("fp16", 1, 15);
+  ASSERT_TRUE(client->PutBlocks("fp16", Blocks(c, {kv::AsBytes(c.encoded[0])})).ok());
+  auto got = client->GetBlocks("fp16", c.keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].data, c.encoded[0]);
+}
+
+TEST_F(SharedMemoryTest, ShmSocketOffOffersNothing) {
+  auto code = server_->Terminate();
+  ASSERT_TRUE(code.ok()) << code.status();
+  StartServer(testing::PickFreePort(), {"--shm-socket", "off"});
+  auto client = Connect("fp16");
+  ASSERT_NE(client, nullptr);
+  EXPECT_FALSE(client->uses_shared_memory());
+  EXPECT_EQ(client->connect_info().shared_memory_error, "");
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->shared_memory().socket_path(), "");
+}
+
+}  // namespace
+}  // namespace kvtier::client
