@@ -35,6 +35,9 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
   shm::ShmRequest req{};
   std::memcpy(req.magic, shm::kMagic, sizeof(req.magic));
   req.region_bytes = bytes;
+  if (expected_instance.size() == shm::kInstanceBytes) {
+    std::memcpy(req.instance, expected_instance.data(), shm::kInstanceBytes);
+  }
   shm::ShmReply reply{};
   int fd = -1;
   absl::Status s = shm::SendMessage(sock, &req, sizeof(req));
@@ -56,7 +59,9 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
   }
   void* p = MAP_FAILED;
   if (s.ok()) {
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Populated here, so the pages are faulted in (and charged to this process's memory
+    // cgroup) before any payload moves, never on the server's data path.
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) s = absl::InternalError(absl::StrCat("shared memory: mmap: ", strerror(errno)));
   }
   if (fd >= 0) close(fd);
@@ -118,11 +123,10 @@ void SharedRegion::Free(uint64_t offset) {
 }
 
 std::optional<uint64_t> SharedRegion::OffsetOf(const void* p, uint64_t n) const {
-  const auto* b = static_cast<const uint8_t*>(p);
-  if (b < base_ || b > base_ + size_) return std::nullopt;
-  const uint64_t offset = static_cast<uint64_t>(b - base_);
-  if (n > size_ - offset) return std::nullopt;
-  return offset;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto base = reinterpret_cast<uintptr_t>(base_);
+  if (at < base || at - base > size_ || n > size_ - (at - base)) return std::nullopt;
+  return at - base;
 }
 
 }  // namespace kvtier::client

@@ -1,7 +1,7 @@
 // The same-node shared-memory handshake between a client (client/shared_region.h) and
 // kvtierd (service/shm_server.h), over a Unix SOCK_SEQPACKET socket.
 //
-//   client -> server  ShmRequest  {magic, region_bytes}
+//   client -> server  ShmRequest  {magic, region_bytes, instance}
 //   server -> client  ShmReply    {magic, ok, region_bytes, session, instance, error}
 //                     with the region's memfd attached (SCM_RIGHTS) when ok
 //
@@ -26,7 +26,9 @@ inline constexpr size_t kInstanceBytes = 16;
 
 struct ShmRequest {
   char magic[8];
-  uint64_t region_bytes;  // size of the region asked for
+  uint64_t region_bytes;              // size of the region asked for
+  uint8_t instance[kInstanceBytes];   // the server the client means (from the handshake);
+                                      // another server answers !ok and creates nothing
 };
 
 struct ShmReply {

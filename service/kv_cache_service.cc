@@ -1077,6 +1077,10 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::Stats(grpc::CallbackServerContext* c
                     response->set_hash_scheme(HashSchemeVersion());
                     response->set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
                     FillShmOffer(*ctx, response->mutable_shared_memory());
+                    if (ctx->shm != nullptr) {
+                      response->set_shm_sessions(
+                          static_cast<uint32_t>(ctx->shm->session_count()));
+                    }
                     ctx->metrics.AppendLatencies(response);
                     return absl::OkStatus();
                   });

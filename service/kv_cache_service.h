@@ -13,6 +13,11 @@
 //     Put is validated (and transcoded) before anything is stored.
 //   - Get hand-serializes GetResponse frames whose payload slices point into the store's
 //     memory, kept alive by storage::BlockRef::owner() (zero payload copies in the server).
+//   - Same-node clients (PutHeader.shm_session / GetRequest.shm_session, see
+//     service/shm_server.h): Put's blocks view the client's region and the store copies
+//     them into the hot tier; Get copies each found payload into the region at its
+//     destination and sends the header alone. Region ranges are checked against the
+//     region's size before any byte is touched.
 //
 // Until the store is attached (SetStore) every RPC answers UNAVAILABLE.
 #ifndef KVTIER_SERVICE_KV_CACHE_SERVICE_H_

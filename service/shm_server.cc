@@ -128,6 +128,8 @@ std::string ShmServer::Serve(int conn) {
   std::string error;
   if (std::memcmp(req.magic, shm::kMagic, sizeof(req.magic)) != 0) {
     error = "request: bad magic (not a kvtier shared-memory client of this version)";
+  } else if (std::memcmp(req.instance, instance_id_.data(), shm::kInstanceBytes) != 0) {
+    error = "request: this socket belongs to another kvtierd than the one connected";
   } else if (req.region_bytes == 0 || req.region_bytes > options_.max_region_bytes) {
     error = absl::StrCat("region_bytes ", req.region_bytes, " is not in 1..",
                          options_.max_region_bytes, " (shm_max_region_bytes)");

@@ -118,10 +118,15 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 void PrintStatsTable(const v1::StatsResponse& s) {
-  std::printf("node %s  hot %s / %s (%s)  cold %s / %s\n", s.node_id().c_str(),
+  std::printf("node %s  hot %s / %s (%s)  cold %s / %s", s.node_id().c_str(),
               HumanBytes(s.hot_used_bytes()).c_str(), HumanBytes(s.hot_capacity_bytes()).c_str(),
               s.hot_allocator().c_str(), HumanBytes(s.cold_used_bytes()).c_str(),
               HumanBytes(s.cold_capacity_bytes()).c_str());
+  if (!s.shared_memory().socket_path().empty()) {
+    std::printf("  shm %s (%u sessions)", s.shared_memory().socket_path().c_str(),
+                s.shm_sessions());
+  }
+  std::printf("\n");
   std::vector<std::vector<std::string>> rows = {
       {"NAMESPACE", "TIER", "BLOCKS", "BYTES", "HITS", "MISSES", "HIT_RATE", "PREFIX_HIT_RATE",
        "EVICTIONS", "CODEC", "RATIO"}};
@@ -172,6 +177,8 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags(const Flags& flags) {
   ClientOptions options;
   options.server = flags.GetString("server", "127.0.0.1:50051");
   options.num_channels = 1;
+  // One-shot commands move a few blocks at most: not worth mapping a shared region.
+  options.shared_memory = false;
   ASSIGN_OR_RETURN(options.connect_deadline_ms, flags.GetInt("timeout-ms", 5000));
   options.default_deadline_ms = options.connect_deadline_ms;
   return Client::Connect(options);

@@ -566,6 +566,9 @@ absl::Status Bench(const Flags& flags) {
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
     options.shared_memory = !flags.Has("no-shm");
+    // Room for every thread's put staging, get staging and SharedBuffers at once.
+    options.shared_memory_bytes =
+        static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
     ASSIGN_OR_RETURN(int64_t window, flags.GetBytes("grpc-window", options.http2_stream_window_bytes));
     ASSIGN_OR_RETURN(int64_t frame, flags.GetBytes("grpc-frame", 0));
     ASSIGN_OR_RETURN(int64_t read_chunk, flags.GetBytes("grpc-read-chunk", 0));

@@ -4,6 +4,11 @@
 // container, Service and probe ports equal the config's ports, the headless Service is
 // the StatefulSet's serviceName and the config's peer DNS name, memory covers the hot
 // tier, the volume covers the cold tier, the data dir is on the volume, selectors match.
+// The same-node shared-memory socket (--shm-socket, else shm_socket, else
+// <data_dir>/kvtierd.sock) must be on a writable volume; when it is on a hostPath (the
+// deploy/components/same-node-shm component, rendered on top of overlays/prod) the pods
+// also need required anti-affinity per node and an init container handing the node
+// directory to kvtierd's uid:gid.
 //
 // Skips (GTEST_SKIP) when kubectl is not installed.
 #include <sys/wait.h>
@@ -11,6 +16,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -103,6 +109,20 @@ struct Rendering {
   std::string config_text;  // the kvtierd config extracted from the ConfigMap
   kvtier::v1::ServerConfig config;
   int replicas = -1;
+  std::vector<std::string> args;  // kvtierd's container args
+  // The shared-memory socket kvtierd will create ("off" or empty when none), whether it
+  // came from --shm-socket, and the volume its directory is on.
+  std::string shm_socket;
+  bool shm_socket_from_flag = false;
+  std::string shm_mount_path;   // mountPath of that volume
+  std::string shm_volume_type;  // "hostPath", "emptyDir", "persistentVolumeClaim", ...
+  bool required_hostname_anti_affinity = false;
+};
+
+// What a rendering must additionally have.
+struct Expect {
+  // --shm-socket names a socket directly in a hostPath volume's mountPath.
+  bool same_node_shm = false;
 };
 
 const YamlNode* FindDoc(const std::vector<YamlNode>& docs, std::string_view kind,
@@ -113,8 +133,15 @@ const YamlNode* FindDoc(const std::vector<YamlNode>& docs, std::string_view kind
   return nullptr;
 }
 
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 // Checks one rendering; returns the problems found (empty = consistent) and fills `out`.
-std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out) {
+std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out,
+                                         Expect expect = {}) {
   std::vector<std::string> problems;
   auto problem = [&](std::string p) { problems.push_back(std::move(p)); };
   absl::StatusOr<std::vector<YamlNode>> docs = ParseYamlDocuments(yaml);
@@ -149,20 +176,35 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
 
   // The config: --config PATH must be a key of the ConfigMap mounted at dirname(PATH).
   std::string config_path;
+  std::string shm_flag;
+  bool have_shm_flag = false;
   if (const YamlNode* args = container->Child("args"); args != nullptr && args->is_seq()) {
+    for (const YamlNode& a : args->seq) out->args.push_back(a.scalar);
     for (size_t i = 0; i < args->seq.size(); ++i) {
       const std::string& a = args->seq[i].scalar;
       if (a == "--config" && i + 1 < args->seq.size()) config_path = args->seq[i + 1].scalar;
       if (absl::StartsWith(a, "--config=")) config_path = a.substr(9);
+      if (a == "--shm-socket" && i + 1 < args->seq.size()) {
+        have_shm_flag = true;
+        shm_flag = args->seq[i + 1].scalar;
+      }
+      if (absl::StartsWith(a, "--shm-socket=")) {
+        have_shm_flag = true;
+        shm_flag = a.substr(13);
+      }
     }
   }
   if (config_path.empty()) return {"kvtierd args have no --config"};
   const size_t slash = config_path.rfind('/');
   const std::string config_dir = config_path.substr(0, slash);
   const std::string config_key = config_path.substr(slash + 1);
-  std::map<std::string, std::string> mounts;  // volume name -> mountPath
+  std::map<std::string, std::string> mounts;    // volume name -> mountPath
+  std::map<std::string, bool> mount_read_only;  // volume name -> readOnly
   if (const YamlNode* vm = container->Child("volumeMounts"); vm != nullptr && vm->is_seq()) {
-    for (const YamlNode& m : vm->seq) mounts[m.Str("name")] = m.Str("mountPath");
+    for (const YamlNode& m : vm->seq) {
+      mounts[m.Str("name")] = m.Str("mountPath");
+      mount_read_only[m.Str("name")] = m.Str("readOnly") == "true";
+    }
   }
   std::string configmap_name;
   if (const YamlNode* vols = pod->Child("volumes"); vols != nullptr && vols->is_seq()) {
@@ -306,6 +348,128 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
   }
   if (!on_claim) problem(absl::StrCat("data_dir ", data_dir, " is not on a volumeClaimTemplate"));
 
+  // Pod anti-affinity required per node (a hostPath socket needs it; recorded for all).
+  if (const YamlNode* req =
+          pod->Get("affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+      req != nullptr && req->is_seq()) {
+    for (const YamlNode& term : req->seq) {
+      if (term.Str("topologyKey") == "kubernetes.io/hostname" &&
+          SelectorMatches(term.Get("labelSelector.matchLabels"), pod_labels)) {
+        out->required_hostname_anti_affinity = true;
+      }
+    }
+  }
+
+  // Same-node shared-memory socket: the flag overrides the config, whose default is
+  // <data_dir>/kvtierd.sock. kvtierd binds it after opening the store, so its directory
+  // must exist and be writable: a volume's mountPath, or the data dir kvtierd creates.
+  out->shm_socket_from_flag = have_shm_flag;
+  out->shm_socket = have_shm_flag                     ? shm_flag
+                    : !cfg.shm_socket().empty()       ? cfg.shm_socket()
+                    : absl::StartsWith(data_dir, "/") ? data_dir + "/kvtierd.sock"
+                                                      : "";
+  if (expect.same_node_shm && !have_shm_flag) {
+    problem("kvtierd args have no --shm-socket (same-node shared memory expected)");
+  }
+  if (!out->shm_socket.empty() && out->shm_socket != "off") {
+    const std::string& sock = out->shm_socket;
+    const std::string sock_dir = Dirname(sock);
+    std::string volume;  // the mount holding sock_dir (the longest mountPath prefix)
+    size_t volume_path_size = 0;
+    for (const auto& [name, path] : mounts) {
+      if (!path.empty() && (sock_dir == path || absl::StartsWith(sock_dir, path + "/")) &&
+          path.size() > volume_path_size) {
+        volume = name;
+        volume_path_size = path.size();
+      }
+    }
+    if (!absl::StartsWith(sock, "/")) {
+      problem(absl::StrCat("shm socket ", sock, " is not an absolute path"));
+    } else if (volume.empty()) {
+      problem(absl::StrCat("shm socket ", sock, ": directory ", sock_dir,
+                           " is not on a volume (the root filesystem is read-only)"));
+    } else {
+      out->shm_mount_path = mounts[volume];
+      if (mount_read_only[volume]) {
+        problem(absl::StrCat("shm socket ", sock, " is on read-only mount ", out->shm_mount_path));
+      }
+      if (sock_dir != out->shm_mount_path && sock_dir != data_dir) {
+        problem(absl::StrCat("shm socket ", sock, ": directory ", sock_dir,
+                             " does not exist in the container (use the mountPath ",
+                             out->shm_mount_path, ")"));
+      }
+      const YamlNode* vol_node = nullptr;
+      if (const YamlNode* vols = pod->Child("volumes"); vols != nullptr && vols->is_seq()) {
+        for (const YamlNode& v : vols->seq) {
+          if (v.Str("name") == volume) vol_node = &v;
+        }
+      }
+      if (vol_node != nullptr) {
+        for (const auto& [k, v] : vol_node->map) {
+          if (k != "name") out->shm_volume_type = k;
+        }
+      } else if (claims != nullptr && claims->is_seq()) {
+        for (const YamlNode& c : claims->seq) {
+          if (c.Str("metadata.name") == volume) out->shm_volume_type = "persistentVolumeClaim";
+        }
+      }
+      if (expect.same_node_shm) {
+        if (out->shm_volume_type != "hostPath") {
+          problem(absl::StrCat("shm socket ", sock, ": volume ", volume,
+                               " is not a hostPath volume (", out->shm_volume_type,
+                               "), workers on the node cannot reach it"));
+        } else if (sock_dir != out->shm_mount_path) {
+          problem(absl::StrCat("shm socket ", sock, " is not directly in the hostPath mount ",
+                               out->shm_mount_path));
+        }
+      }
+      if (out->shm_volume_type == "hostPath") {
+        const std::string type = vol_node->Str("hostPath.type");
+        if (type != "DirectoryOrCreate" && type != "Directory") {
+          problem(absl::StrCat("hostPath volume ", volume, " has type \"", type,
+                               "\" (want DirectoryOrCreate or Directory)"));
+        }
+        // One socket path per node: a second kvtierd on the node would replace the socket.
+        if (!out->required_hostname_anti_affinity) {
+          problem(absl::StrCat("shm socket on hostPath volume ", volume,
+                               " without required pod anti-affinity on kubernetes.io/hostname "
+                               "selecting the kvtierd pods"));
+        }
+        // The kubelet creates the directory root-owned and fsGroup does not apply to
+        // hostPath: an init container must hand it to kvtierd's uid:gid, or bind fails.
+        const std::string uid =
+            container->Str("securityContext.runAsUser", pod->Str("securityContext.runAsUser"));
+        const std::string gid =
+            container->Str("securityContext.runAsGroup", pod->Str("securityContext.runAsGroup"));
+        bool chowned = false;
+        if (const YamlNode* inits = pod->Child("initContainers");
+            inits != nullptr && inits->is_seq() && !uid.empty() && !gid.empty()) {
+          for (const YamlNode& ic : inits->seq) {
+            std::string init_mount;
+            if (const YamlNode* vm = ic.Child("volumeMounts"); vm != nullptr && vm->is_seq()) {
+              for (const YamlNode& m : vm->seq) {
+                if (m.Str("name") == volume) init_mount = m.Str("mountPath");
+              }
+            }
+            if (init_mount.empty()) continue;
+            std::string cmd;
+            for (const char* field : {"command", "args"}) {
+              if (const YamlNode* c = ic.Child(field); c != nullptr && c->is_seq()) {
+                for (const YamlNode& part : c->seq) absl::StrAppend(&cmd, part.scalar, " ");
+              }
+            }
+            chowned |=
+                absl::StrContains(cmd, absl::StrCat("chown ", uid, ":", gid, " ", init_mount));
+          }
+        }
+        if (!chowned) {
+          problem(absl::StrCat("hostPath volume ", volume, " is not chowned to kvtierd's ", uid,
+                               ":", gid, " by an init container (bind would fail)"));
+        }
+      }
+    }
+  }
+
   // Security: non-root with IPC_LOCK for pinned memory.
   if (pod->Str("securityContext.runAsNonRoot") != "true") problem("pod is not runAsNonRoot");
   bool ipc_lock = false;
@@ -335,36 +499,73 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
   return problems;
 }
 
+// Renders deploy/<spec> with `kubectl kustomize`. `spec` is a kustomization directory, or
+// "DIR+COMPONENT+..." for DIR with components applied: that writes a kustomization into a
+// temp dir naming them by relative paths (kustomize refuses absolute resource roots).
+CommandResult RenderSpec(const std::string& spec) {
+  const std::vector<std::string> parts = absl::StrSplit(spec, '+');
+  const std::filesystem::path deploy = std::filesystem::absolute(SourceDir() + "/deploy");
+  if (parts.size() == 1) {
+    return RunCommand(absl::StrCat("kubectl kustomize '", (deploy / spec).string(), "'"));
+  }
+  TempDir tmp;
+  auto rel = [&](const std::string& p) {
+    return std::filesystem::relative(deploy / p, tmp.path()).string();
+  };
+  std::string k = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n";
+  absl::StrAppend(&k, "  - ", rel(parts[0]), "\ncomponents:\n");
+  for (size_t i = 1; i < parts.size(); ++i) absl::StrAppend(&k, "  - ", rel(parts[i]), "\n");
+  std::ofstream(tmp.Sub("kustomization.yaml")) << k;
+  return RunCommand(absl::StrCat("kubectl kustomize '", tmp.path(), "'"));
+}
+
+constexpr char kProdWithShm[] = "overlays/prod+components/same-node-shm";
+
 class KustomizeTest : public ::testing::TestWithParam<std::string> {
  protected:
-  // Renders the kustomization at deploy/<GetParam()>; skips without kubectl.
+  // Renders GetParam() (see RenderSpec); skips without kubectl.
   std::string Render() {
-    const std::string dir = absl::StrCat(SourceDir(), "/deploy/", GetParam());
-    CommandResult r = RunCommand(absl::StrCat("kubectl kustomize '", dir, "'"));
+    CommandResult r = RenderSpec(GetParam());
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r.output;
   }
+  Expect Expectations() const { return {.same_node_shm = GetParam() == kProdWithShm}; }
 };
 
 TEST_P(KustomizeTest, RendersConsistently) {
   if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
   Rendering rendering;
-  const std::vector<std::string> problems = CheckDeployment(Render(), &rendering);
+  const std::vector<std::string> problems = CheckDeployment(Render(), &rendering, Expectations());
   EXPECT_THAT(problems, IsEmpty()) << absl::StrJoin(problems, "\n");
   if (GetParam() == "overlays/dev") {
     EXPECT_EQ(rendering.replicas, 1);
   }
-  if (GetParam() == "overlays/prod") {
+  if (GetParam() == "overlays/prod" || GetParam() == kProdWithShm) {
     EXPECT_EQ(rendering.replicas, 3);
     // Three nodes with R=2 survive losing any one of them without misses.
     EXPECT_GE(rendering.config.cluster().replication_factor(), 2u);
+  }
+  if (GetParam() == kProdWithShm) {
+    // The component's contract, spelled out (CheckDeployment enforces it too).
+    EXPECT_TRUE(rendering.shm_socket_from_flag);
+    EXPECT_EQ(rendering.shm_socket, "/var/run/kvtier/kvtierd.sock");
+    EXPECT_EQ(rendering.shm_volume_type, "hostPath");
+    EXPECT_EQ(Dirname(rendering.shm_socket), rendering.shm_mount_path);
+    EXPECT_TRUE(rendering.required_hostname_anti_affinity);
+    EXPECT_THAT(rendering.args,
+                ::testing::ElementsAre("--config", "/etc/kvtier/kvtierd.textproto", "--shm-socket",
+                                       "/var/run/kvtier/kvtierd.sock"));
+  } else {
+    // Without the component the socket stays on the pod's own data volume.
+    EXPECT_FALSE(rendering.shm_socket_from_flag);
+    EXPECT_NE(rendering.shm_volume_type, "hostPath");
   }
 }
 
 TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
   if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
   Rendering rendering;
-  const std::vector<std::string> problems = CheckDeployment(Render(), &rendering);
+  const std::vector<std::string> problems = CheckDeployment(Render(), &rendering, Expectations());
   ASSERT_FALSE(rendering.config_text.empty()) << absl::StrJoin(problems, "\n");
   const std::string kvtierd = KvtierdPath();
   if (access(kvtierd.c_str(), X_OK) != 0) {
@@ -375,20 +576,68 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
   TempDir tmp;
   const std::string path = tmp.Sub("kvtierd.textproto");
   std::ofstream(path) << rendering.config_text;
-  CommandResult r = RunCommand(absl::StrCat("'", kvtierd, "' --check-config '", path, "'"));
+  // The container's other args (e.g. --shm-socket) are validated with the file, as
+  // kvtierd applies them on top of it at start.
+  auto check = [&](const std::vector<std::string>& args) {
+    std::string command = absl::StrCat("'", kvtierd, "' --check-config '", path, "'");
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--config") {
+        ++i;
+      } else if (!absl::StartsWith(args[i], "--config=")) {
+        absl::StrAppend(&command, " '", args[i], "'");
+      }
+    }
+    return RunCommand(command);
+  };
+  CommandResult r = check(rendering.args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("ok"));
+  if (GetParam() == kProdWithShm) {
+    // The args do reach kvtierd's validation: a socket path too long for sun_path fails.
+    std::vector<std::string> bad = rendering.args;
+    for (std::string& a : bad) {
+      if (a == rendering.shm_socket) a = "/var/run/" + std::string(120, 'k') + "/kvtierd.sock";
+    }
+    CommandResult rb = check(bad);
+    EXPECT_NE(rb.exit_code, 0) << rb.output;
+    EXPECT_THAT(rb.output, HasSubstr("shm_socket"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Deploy, KustomizeTest,
-                         ::testing::Values("base", "overlays/dev", "overlays/prod"),
+                         ::testing::Values("base", "overlays/dev", "overlays/prod", kProdWithShm),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) {
-                             if (c == '/') c = '_';
+                             if (c == '/' || c == '-') c = '_';
+                             if (c == '+') c = 'X';
                            }
                            return name;
                          });
+
+// One deliberate breakage: the first `from` in a good rendering becomes `to`, and the
+// checker must report a problem containing `expect`.
+struct Mutation {
+  std::string from, to, expect;
+};
+
+void ExpectMutationsCaught(const std::string& good, const std::vector<Mutation>& mutations,
+                           Expect expect = {}) {
+  {
+    Rendering ok;
+    ASSERT_THAT(CheckDeployment(good, &ok, expect), IsEmpty());
+  }
+  for (const Mutation& m : mutations) {
+    const size_t at = good.find(m.from);
+    ASSERT_NE(at, std::string::npos) << m.from;
+    std::string bad = good;
+    bad.replace(at, m.from.size(), m.to);
+    Rendering rendering;
+    const std::vector<std::string> problems = CheckDeployment(bad, &rendering, expect);
+    EXPECT_THAT(absl::StrJoin(problems, "\n"), HasSubstr(m.expect))
+        << "mutation " << m.from << " -> " << m.to;
+  }
+}
 
 // The checker itself must catch the breakages it exists for: each mutation of a good
 // rendering is reported.
@@ -397,14 +646,6 @@ TEST(KustomizeCheckerTest, CatchesDeployTimeBreakages) {
   CommandResult r =
       RunCommand(absl::StrCat("kubectl kustomize '", SourceDir(), "/deploy/overlays/prod'"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string good = r.output;
-  {
-    Rendering ok;
-    ASSERT_THAT(CheckDeployment(good, &ok), IsEmpty());
-  }
-  struct Mutation {
-    std::string from, to, expect;
-  };
   const std::vector<Mutation> mutations = {
       {"containerPort: 9090", "containerPort: 9091", "container port metrics=9091"},
       {"\n    port: 50051\n", "\n    port: 50052\n", "container port grpc=50051"},
@@ -422,15 +663,39 @@ TEST(KustomizeCheckerTest, CatchesDeployTimeBreakages) {
       {"terminationGracePeriodSeconds: 180", "terminationGracePeriodSeconds: 25",
        "terminationGracePeriodSeconds (25 s)"},
   };
-  for (const Mutation& m : mutations) {
-    const size_t at = good.find(m.from);
-    ASSERT_NE(at, std::string::npos) << m.from;
-    std::string bad = good;
-    bad.replace(at, m.from.size(), m.to);
-    Rendering rendering;
-    const std::vector<std::string> problems = CheckDeployment(bad, &rendering);
-    EXPECT_THAT(absl::StrJoin(problems, "\n"), HasSubstr(m.expect)) << "mutation " << m.to;
-  }
+  ExpectMutationsCaught(r.output, mutations);
+}
+
+// Same for the same-node shared-memory component on top of prod.
+TEST(KustomizeCheckerTest, CatchesSameNodeShmBreakages) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
+  CommandResult r = RenderSpec(kProdWithShm);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<Mutation> mutations = {
+      // Socket outside every volume (read-only root filesystem): bind fails.
+      {"- /var/run/kvtier/kvtierd.sock", "- /var/run/kvtier2/kvtierd.sock", "is not on a volume"},
+      // Socket in a subdirectory nobody creates.
+      {"- /var/run/kvtier/kvtierd.sock", "- /var/run/kvtier/s/kvtierd.sock",
+       "does not exist in the container"},
+      // Flag dropped: the socket falls back to the pod's PVC, unreachable from workers.
+      {"\n        - --shm-socket\n        - /var/run/kvtier/kvtierd.sock\n", "\n",
+       "no --shm-socket"},
+      // Socket on the pod's own data volume instead of the node's hostPath.
+      {"- /var/run/kvtier/kvtierd.sock", "- /var/lib/kvtier/kvtierd.sock",
+       "is not a hostPath volume (persistentVolumeClaim)"},
+      {"- hostPath:\n          path: /var/run/kvtier\n          type: DirectoryOrCreate\n",
+       "- emptyDir: {}\n", "is not a hostPath volume (emptyDir)"},
+      {"type: DirectoryOrCreate", "type: Socket", "has type \"Socket\""},
+      // Anti-affinity only preferred, or per the wrong topology: two kvtierd on one node.
+      {"requiredDuringSchedulingIgnoredDuringExecution:",
+       "preferredDuringSchedulingIgnoredDuringExecution:", "required pod anti-affinity"},
+      {"topologyKey: kubernetes.io/hostname", "topologyKey: kubernetes.io/os",
+       "required pod anti-affinity"},
+      // The init container chowns to a uid kvtierd does not run as.
+      {"chown 10001:10001", "chown 10002:10002", "not chowned to kvtierd's 10001:10001"},
+      {"runAsUser: 10001", "runAsUser: 10003", "not chowned to kvtierd's 10003:10001"},
+  };
+  ExpectMutationsCaught(r.output, mutations, Expect{.same_node_shm = true});
 }
 
 TEST(MiniYamlTest, ParsesKustomizeSubset) {

@@ -19,6 +19,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "storage/kv/codec.h"
+#include "tests/integration/sequences.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -86,36 +87,6 @@ class ClientTest : public ::testing::Test {
 
 TempDir* ClientTest::dir_ = nullptr;
 ServerProcess* ClientTest::server_ = nullptr;
-
-// A sequence of `n` encoded fp16 blocks with canonical keys.
-struct Sequence {
-  std::vector<std::string> keys;
-  std::vector<std::string> raw;
-  std::vector<std::string> encoded;
-  std::vector<PutBlock> blocks;
-};
-
-Sequence MakeSequence(const std::string& ns, const kv::Layout& layout, uint32_t n,
-                      uint64_t seed) {
-  Sequence s;
-  PrefixKeyParams p;
-  p.namespace_name = ns;
-  p.tokens_per_block = layout.tokens_per_block;
-  s.keys = *PrefixKeysForTokens(p, SyntheticTokens(seed, n, 0, layout.tokens_per_block));
-  for (uint32_t i = 0; i < n; ++i) {
-    s.raw.push_back(SyntheticRawBlock(layout, seed, i));
-    s.encoded.push_back(*kv::Encode(kv::CodecId::kFp16, layout, i, kv::AsBytes(s.raw.back())));
-  }
-  for (uint32_t i = 0; i < n; ++i) {
-    PutBlock b;
-    b.key = s.keys[i];
-    b.parent_key = i == 0 ? "" : s.keys[i - 1];
-    b.block_index = i;
-    b.payload = kv::AsBytes(s.encoded[i]);
-    s.blocks.push_back(b);
-  }
-  return s;
-}
 
 TEST_F(ClientTest, ConnectRegistersNamespaceAndChecksHashScheme) {
   auto c1 = MustConnect(Options(Spec("handshake", BigLayout())));

@@ -6,14 +6,13 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/prefix_keys.h"
 #include "client/shared_region.h"
-#include "client/synthetic_blocks.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "storage/kv/codec.h"
+#include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
@@ -37,32 +36,12 @@ v1::NamespaceSpec Spec(const std::string& name, v1::Codec codec = v1::CODEC_FP16
   return spec;
 }
 
-// A chain of `n` blocks: raw fp16 payloads and their encoded fp16 blobs.
-struct Chain {
-  std::vector<std::string> keys, raw, encoded;
-};
-
-Chain MakeChain(const std::string& ns, uint32_t n, uint64_t seed) {
-  Chain c;
-  PrefixKeyParams p;
-  p.namespace_name = ns;
-  p.tokens_per_block = kLayout.tokens_per_block;
-  c.keys = *PrefixKeysForTokens(p, SyntheticTokens(seed, n, 0, kLayout.tokens_per_block));
-  for (uint32_t i = 0; i < n; ++i) {
-    c.raw.push_back(SyntheticRawBlock(kLayout, seed, i));
-    c.encoded.push_back(*kv::Encode(kv::CodecId::kFp16, kLayout, i, kv::AsBytes(c.raw.back())));
-  }
-  return c;
-}
-
-std::vector<PutBlock> Blocks(const Chain& c, const std::vector<std::span<const uint8_t>>& payloads) {
-  std::vector<PutBlock> out(c.keys.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].key = c.keys[i];
-    out[i].parent_key = i == 0 ? "" : c.keys[i - 1];
-    out[i].block_index = static_cast<uint32_t>(i);
-    out[i].payload = payloads[i];
-  }
+// MakeSequence's blocks with payloads from `payloads` instead.
+std::vector<PutBlock> WithPayloads(const Sequence& seq,
+                                   const std::vector<std::span<const uint8_t>>& payloads) {
+  EXPECT_EQ(payloads.size(), seq.blocks.size());
+  std::vector<PutBlock> out = seq.blocks;
+  for (size_t i = 0; i < out.size() && i < payloads.size(); ++i) out[i].payload = payloads[i];
   return out;
 }
 
@@ -111,7 +90,7 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   EXPECT_FALSE(tcp->uses_shared_memory());
 
   // Blocks 0-3 from private memory (staged), 4-7 from SharedBuffers (no client copy).
-  const Chain c = MakeChain("fp16", 8, 11);
+  const Sequence c = MakeSequence("fp16", kLayout, 8, 11);
   std::vector<SharedBuffer> shared;
   std::vector<std::span<const uint8_t>> payloads;
   for (size_t i = 0; i < 8; ++i) {
@@ -125,7 +104,7 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
     payloads.push_back(std::span<const uint8_t>(b->data(), b->size()));
     shared.push_back(std::move(*b));
   }
-  auto put = shm->PutBlocks("fp16", Blocks(c, payloads));
+  auto put = shm->PutBlocks("fp16", WithPayloads(c, payloads));
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(put->blocks_stored, 8u);
 
@@ -166,6 +145,9 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   EXPECT_EQ(small.status().code(), absl::StatusCode::kOutOfRange) << small.status();
   EXPECT_THAT(std::string(small.status().message()), HasSubstr("shm_destinations[0]"));
   EXPECT_TRUE(shm->uses_shared_memory());
+  auto stats = tcp->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->shm_sessions(), 1u);  // `shm`'s; `tcp` has none
 }
 
 TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
@@ -173,12 +155,12 @@ TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
   auto tcp = Connect("int8", v1::CODEC_INT8, /*shared_memory=*/false);
   ASSERT_TRUE(shm != nullptr && tcp != nullptr);
   ASSERT_TRUE(shm->uses_shared_memory());
-  const Chain c = MakeChain("int8", 4, 12);
+  const Sequence c = MakeSequence("int8", kLayout, 4, 12);
   std::vector<std::span<const uint8_t>> raw;
   for (const auto& r : c.raw) raw.push_back(kv::AsBytes(r));
   PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE(shm->PutBlocks("int8", Blocks(c, raw), po).ok());
+  ASSERT_TRUE(shm->PutBlocks("int8", WithPayloads(c, raw), po).ok());
 
   GetOptions go;
   go.format = v1::PAYLOAD_FORMAT_RAW;
@@ -238,8 +220,8 @@ class RawCalls : public SharedMemoryTest {
 TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   auto client = Connect("fp16");
   ASSERT_NE(client, nullptr);
-  const Chain c = MakeChain("fp16", 1, 13);
-  ASSERT_TRUE(client->PutBlocks("fp16", Blocks(c, {kv::AsBytes(c.encoded[0])})).ok());
+  const Sequence c = MakeSequence("fp16", kLayout, 1, 13);
+  ASSERT_TRUE(client->PutBlocks("fp16", c.blocks).ok());
 
   // A session of our own, opened the way Client does.
   v1::StatsResponse stats;
@@ -313,10 +295,8 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   auto client = Connect("fp16");
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->uses_shared_memory());
-  const Chain c = MakeChain("fp16", 2, 14);
-  const std::vector<PutBlock> blocks =
-      Blocks(c, {kv::AsBytes(c.encoded[0]), kv::AsBytes(c.encoded[1])});
-  ASSERT_TRUE(client->PutBlocks("fp16", std::span(blocks).first(1)).ok());
+  const Sequence c = MakeSequence("fp16", kLayout, 2, 14);
+  ASSERT_TRUE(client->PutBlocks("fp16", std::span(c.blocks).first(1)).ok());
 
   const int port = server_->port();
   auto code = server_->Terminate();
@@ -324,7 +304,7 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   StartServer(port);  // same address and data dir; the old session is gone
   ASSERT_TRUE(client->Stats().ok());  // retried until the channel reconnects
 
-  auto put = client->PutBlocks("fp16", std::span(blocks).subspan(1));
+  auto put = client->PutBlocks("fp16", std::span(c.blocks).subspan(1));
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_FALSE(client->uses_shared_memory());
   std::vector<std::string> bufs(2, std::string(c.encoded[0].size(), '\0'));
@@ -346,8 +326,8 @@ TEST_F(SharedMemoryTest, ASocketOfAnotherServerIsNotUsed) {
   EXPECT_THAT(client->connect_info().shared_memory_error, HasSubstr("another kvtierd"));
   EXPECT_EQ(client->AllocateSharedBuffer(4096).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  const Chain c = MakeChain("fp16", 1, 15);
-  ASSERT_TRUE(client->PutBlocks("fp16", Blocks(c, {kv::AsBytes(c.encoded[0])})).ok());
+  const Sequence c = MakeSequence("fp16", kLayout, 1, 15);
+  ASSERT_TRUE(client->PutBlocks("fp16", c.blocks).ok());
   auto got = client->GetBlocks("fp16", c.keys);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ((*got)[0].data, c.encoded[0]);

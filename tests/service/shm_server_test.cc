@@ -99,6 +99,7 @@ TEST_F(ShmServerTest, AnotherServersInstanceIdIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr("another kvtierd"));
+  EXPECT_EQ(server_->session_count(), 0u);  // refused before creating anything
   auto missing = client::SharedRegion::Open(dir_.Sub("nothing.sock"), 4096, "");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kUnavailable);
 }
@@ -118,6 +119,7 @@ TEST_F(ShmServerTest, RegionIsSealedAndBadRequestsAreRefused) {
   shm::ShmRequest req{};
   std::memcpy(req.magic, shm::kMagic, sizeof(req.magic));
   req.region_bytes = 1 << 20;
+  std::memcpy(req.instance, server_->instance_id().data(), shm::kInstanceBytes);
   ASSERT_TRUE(shm::SendMessage(sock, &req, sizeof(req)).ok());
   shm::ShmReply reply{};
   int fd = -1;
