@@ -360,6 +360,13 @@ struct Client::Impl {
           status = absl::InternalError(absl::StrCat("Get: header lists ", infos->size(),
                                                     " blocks for ", keys.size(), " keys"));
         }
+        for (size_t i = 0; status.ok() && i < infos->size(); ++i) {
+          if ((*infos)[i].found() && (*infos)[i].size() > buffers[i].size()) {
+            status = absl::InternalError(absl::StrCat("Get: the server wrote ", (*infos)[i].size(),
+                                                      " bytes into buffers[", i, "] of ",
+                                                      buffers[i].size()));
+          }
+        }
         for (const auto& [i, at] : staged) {
           if (status.ok() && (*infos)[i].found()) {
             std::memcpy(buffers[i].data(), r->base() + at, (*infos)[i].size());
