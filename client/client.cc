@@ -130,12 +130,14 @@ struct Client::Impl {
     if (!options.shared_memory || offer.socket_path().empty()) return;
     const std::string& path = options.shared_memory_socket.empty() ? offer.socket_path()
                                                                    : options.shared_memory_socket;
-    auto r = SharedRegion::Open(
-        path, std::min(options.shared_memory_bytes, offer.max_region_bytes()), offer.instance_id());
+    auto r = SharedRegion::Open(path,
+                                std::min(options.shared_memory_bytes, offer.max_region_bytes()),
+                                offer.instance_id(), options.shared_memory_cuda_register);
     if (!r.ok()) {
       info.shared_memory_error = std::string(r.status().message());
       return;
     }
+    info.shared_memory_cuda_registered = (*r)->cuda_registered();
     absl::MutexLock lock(&region_mu);
     region = *std::move(r);
   }

@@ -103,6 +103,10 @@ struct ClientOptions {
   // The server's socket as seen from this host, when it differs from the path the server
   // reports (e.g. a hostPath volume mounted elsewhere). Default: the reported path.
   std::string shared_memory_socket;
+  // When a CUDA runtime and device are present, page-lock the shared region with
+  // cudaHostRegister, so SharedBuffers copy to and from the GPU at pinned-memory speed
+  // (about 7x pageable memory for 2 MiB blocks on an H200). Default: true.
+  bool shared_memory_cuda_register = true;
 };
 
 // Per-call options.
@@ -149,6 +153,8 @@ struct ConnectInfo {
   // Why the shared-memory path is not used (empty when it is, or when the server offers
   // none), e.g. "cannot connect to /var/run/kvtier/kvtierd.sock: No such file...".
   std::string shared_memory_error;
+  // The shared region is page-locked for CUDA (see shared_memory_cuda_register).
+  bool shared_memory_cuda_registered = false;
 };
 
 // Memory inside the client's shared region (Client::AllocateSharedBuffer). Payloads put

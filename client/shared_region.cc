@@ -15,7 +15,8 @@
 namespace kvtier::client {
 
 absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
-    const std::string& socket_path, uint64_t bytes, std::string_view expected_instance) {
+    const std::string& socket_path, uint64_t bytes, std::string_view expected_instance,
+    bool cuda_register) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
@@ -69,17 +70,23 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
     close(sock);
     return s;
   }
+  const common::CudaRuntime* cuda = cuda_register ? common::LoadCudaRuntime() : nullptr;
+  if (cuda != nullptr && cuda->host_register(p, bytes, /*cudaHostRegisterDefault=*/0) != 0) {
+    cuda = nullptr;
+  }
   return std::shared_ptr<SharedRegion>(new SharedRegion(
       sock, static_cast<uint8_t*>(p), bytes,
-      std::string(reinterpret_cast<const char*>(reply.session), shm::kSessionBytes)));
+      std::string(reinterpret_cast<const char*>(reply.session), shm::kSessionBytes), cuda));
 }
 
-SharedRegion::SharedRegion(int sock, uint8_t* base, uint64_t size, std::string session)
-    : sock_(sock), base_(base), size_(size), session_(std::move(session)) {
+SharedRegion::SharedRegion(int sock, uint8_t* base, uint64_t size, std::string session,
+                           const common::CudaRuntime* cuda)
+    : sock_(sock), base_(base), size_(size), session_(std::move(session)), cuda_(cuda) {
   free_[0] = size_;
 }
 
 SharedRegion::~SharedRegion() {
+  if (cuda_ != nullptr) cuda_->host_unregister(base_);
   munmap(base_, size_);
   close(sock_);  // the server ends the session
 }

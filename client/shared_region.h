@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/cuda_runtime.h"
 
 namespace kvtier::client {
 
@@ -29,9 +30,13 @@ class SharedRegion {
   // one of this node while the client talks to a remote one); UNAVAILABLE if the socket
   // cannot be reached; RESOURCE_EXHAUSTED / INVALID_ARGUMENT with the server's reason
   // when it refuses.
+  // With `cuda_register`, when a CUDA runtime and device are present the region is also
+  // page-locked with cudaHostRegister, so buffers in it copy to and from the GPU at pinned
+  // speed (best effort: cuda_registered() says whether it worked).
   static absl::StatusOr<std::shared_ptr<SharedRegion>> Open(const std::string& socket_path,
                                                             uint64_t bytes,
-                                                            std::string_view expected_instance);
+                                                            std::string_view expected_instance,
+                                                            bool cuda_register = false);
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
@@ -39,6 +44,7 @@ class SharedRegion {
   uint8_t* base() const { return base_; }
   uint64_t size() const { return size_; }
   const std::string& session() const { return session_; }
+  bool cuda_registered() const { return cuda_ != nullptr; }
 
   // Reserves `n` bytes (n > 0, rounded up to 4 KiB) and returns their offset, or nullopt
   // when no free range is large enough. First fit.
@@ -49,12 +55,14 @@ class SharedRegion {
   std::optional<uint64_t> OffsetOf(const void* p, uint64_t n) const;
 
  private:
-  SharedRegion(int sock, uint8_t* base, uint64_t size, std::string session);
+  SharedRegion(int sock, uint8_t* base, uint64_t size, std::string session,
+               const common::CudaRuntime* cuda);
 
   const int sock_;
   uint8_t* const base_;
   const uint64_t size_;
   const std::string session_;
+  const common::CudaRuntime* const cuda_;  // set when the region is cudaHostRegister'ed
   absl::Mutex mu_;
   std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
   std::map<uint64_t, uint64_t> used_ ABSL_GUARDED_BY(mu_);  // offset -> length

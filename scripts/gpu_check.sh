@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh run    on the GPU machine (with build-gpu/ carried over): print the
 #                               hot tier's allocator (cuda = cudaHostAlloc) and host-to-device
 #                               bandwidth from hot-tier memory vs pageable memory, then start
-#                               kvtierd and show the allocator its stats report.
+#                               kvtierd, measure get + upload to the GPU per client path
+#                               (kvtier_to_gpu) and show the allocator its stats report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
@@ -13,8 +14,9 @@ case "${1:-run}" in
     scripts/build.sh >/dev/null
     rm -rf build-gpu
     mkdir -p build-gpu/lib
-    cp build/tests/bench/hot_tier_h2d build/service/kvtierd build/client/cli/kvtier build-gpu/
-    for bin in build-gpu/hot_tier_h2d build-gpu/kvtierd build-gpu/kvtier; do
+    cp build/tests/bench/hot_tier_h2d build/tests/bench/kvtier_to_gpu build/service/kvtierd \
+      build/client/cli/kvtier build-gpu/
+    for bin in build-gpu/hot_tier_h2d build-gpu/kvtier_to_gpu build-gpu/kvtierd build-gpu/kvtier; do
       ldd "$bin" | awk '/=> \// {print $3}' |
         grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
         xargs -r cp -n -L -t build-gpu/lib
@@ -36,6 +38,8 @@ case "${1:-run}" in
     pid=$!
     for _ in $(seq 300); do grep -q listening "$dir/out" && break; sleep 0.1; done
     addr=$(sed -n 's/^kvtierd listening on //p' "$dir/out")
+    build-gpu/kvtier_to_gpu "$addr" 4 3 64
+    build-gpu/kvtier_to_gpu "$addr" 1 3 64 | tail -n +3
     build-gpu/kvtier stats --server "$addr" | head -n 1
     kill "$pid"
     wait "$pid" || true

@@ -1,6 +1,5 @@
 #include "storage/hot_arena.h"
 
-#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <cstring>
@@ -10,47 +9,6 @@
 #include "common/strings.h"
 
 namespace kvtier::storage {
-namespace {
-
-// cudaError_t is an int-sized enum; 0 is cudaSuccess.
-using CudaGetDeviceCountFn = int (*)(int*);
-using CudaHostAllocFn = int (*)(void**, size_t, unsigned int);
-using CudaFreeHostFn = int (*)(void*);
-
-struct CudaAlloc {
-  void* lib = nullptr;
-  void* free_fn = nullptr;
-  uint8_t* ptr = nullptr;
-};
-
-// Tries cudaHostAlloc through a dlopen'ed libcudart. Returns ptr == nullptr (and closes
-// the library) when there is no runtime, no driver or no device.
-CudaAlloc TryCudaHostAlloc(uint64_t size) {
-  CudaAlloc out;
-  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                           "/usr/local/cuda/lib64/libcudart.so"}) {
-    out.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (out.lib != nullptr) break;
-  }
-  if (out.lib == nullptr) return out;
-  auto count_fn = reinterpret_cast<CudaGetDeviceCountFn>(dlsym(out.lib, "cudaGetDeviceCount"));
-  auto alloc_fn = reinterpret_cast<CudaHostAllocFn>(dlsym(out.lib, "cudaHostAlloc"));
-  auto free_fn = reinterpret_cast<CudaFreeHostFn>(dlsym(out.lib, "cudaFreeHost"));
-  int devices = 0;
-  void* ptr = nullptr;
-  if (count_fn != nullptr && alloc_fn != nullptr && free_fn != nullptr &&
-      count_fn(&devices) == 0 && devices > 0 &&
-      alloc_fn(&ptr, size, /*cudaHostAllocDefault=*/0) == 0 && ptr != nullptr) {
-    out.ptr = static_cast<uint8_t*>(ptr);
-    out.free_fn = reinterpret_cast<void*>(free_fn);
-    return out;
-  }
-  dlclose(out.lib);
-  out.lib = nullptr;
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<HotArena>> HotArena::Create(uint64_t capacity_bytes,
                                                            std::string_view allocator) {
@@ -63,14 +21,14 @@ absl::StatusOr<std::unique_ptr<HotArena>> HotArena::Create(uint64_t capacity_byt
         "hot_allocator must be auto, cuda, mlock or malloc, got '", Sv(allocator), "'"));
   }
   const uint64_t capacity = RoundUp(capacity_bytes);
-  if (allocator == "auto" || allocator == "cuda") {
-    CudaAlloc cuda = TryCudaHostAlloc(capacity);
-    if (cuda.ptr != nullptr) {
-      // Pinned already, but touch every page so the first copies do not fault.
-      std::memset(cuda.ptr, 0, capacity);
-      return std::unique_ptr<HotArena>(
-          new HotArena(cuda.ptr, capacity, "cuda", cuda.lib, cuda.free_fn));
-    }
+  const common::CudaRuntime* cuda = common::LoadCudaRuntime();
+  void* pinned = nullptr;
+  if ((allocator == "auto" || allocator == "cuda") && cuda != nullptr &&
+      cuda->host_alloc(&pinned, capacity, /*cudaHostAllocDefault=*/0) == 0 && pinned != nullptr) {
+    // Pinned already, but touch every page so the first copies do not fault.
+    std::memset(pinned, 0, capacity);
+    return std::unique_ptr<HotArena>(
+        new HotArena(static_cast<uint8_t*>(pinned), capacity, "cuda", cuda));
   }
   void* ptr = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -83,23 +41,18 @@ absl::StatusOr<std::unique_ptr<HotArena>> HotArena::Create(uint64_t capacity_byt
   // MAP_POPULATE is best effort; write every page so none is faulted in by a Put.
   std::memset(ptr, 0, capacity);
   return std::unique_ptr<HotArena>(
-      new HotArena(static_cast<uint8_t*>(ptr), capacity, name, nullptr, nullptr));
+      new HotArena(static_cast<uint8_t*>(ptr), capacity, name, nullptr));
 }
 
-HotArena::HotArena(uint8_t* base, uint64_t capacity, const char* allocator, void* cuda_lib,
-                   void* cuda_free)
-    : base_(base),
-      capacity_(capacity),
-      allocator_(allocator),
-      cuda_lib_(cuda_lib),
-      cuda_free_(cuda_free) {
+HotArena::HotArena(uint8_t* base, uint64_t capacity, const char* allocator,
+                   const common::CudaRuntime* cuda)
+    : base_(base), capacity_(capacity), allocator_(allocator), cuda_(cuda) {
   InsertFree(0, capacity_);
 }
 
 HotArena::~HotArena() {
-  if (cuda_lib_ != nullptr) {
-    reinterpret_cast<CudaFreeHostFn>(cuda_free_)(base_);
-    dlclose(cuda_lib_);
+  if (cuda_ != nullptr) {
+    cuda_->free_host(base_);
   } else {
     munmap(base_, capacity_);  // also unlocks
   }

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/cuda_runtime.h"
 
 namespace kvtier::storage {
 
@@ -59,16 +60,15 @@ class HotArena {
   uint64_t LargestFree() const;
 
  private:
-  HotArena(uint8_t* base, uint64_t capacity, const char* allocator, void* cuda_lib,
-           void* cuda_free);
+  HotArena(uint8_t* base, uint64_t capacity, const char* allocator,
+           const common::CudaRuntime* cuda);
   void InsertFree(uint64_t offset, uint64_t size);
   void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
 
   uint8_t* const base_;
   const uint64_t capacity_;
   const char* const allocator_;
-  void* const cuda_lib_;   // dlopen handle when allocator_ == "cuda"
-  void* const cuda_free_;  // cudaFreeHost
+  const common::CudaRuntime* const cuda_;  // set when allocator_ == "cuda"
   uint64_t used_ = 0;
   std::map<uint64_t, uint64_t> free_by_offset_;       // offset -> size
   std::multimap<uint64_t, uint64_t> free_by_size_;    // size -> offset

@@ -6,8 +6,6 @@
 // exits 0 (it never needs CUDA at build time).
 //
 // usage: hot_tier_h2d [ARENA_MIB (default 1024)] [BLOCK_KIB (default 2048)] [REPS (default 5)]
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,51 +14,22 @@
 #include <memory>
 #include <vector>
 
+#include "common/cuda_runtime.h"
 #include "storage/hot_arena.h"
 
 namespace {
 
-using GetDeviceCountFn = int (*)(int*);
-using MallocFn = int (*)(void**, size_t);
-using MemcpyFn = int (*)(void*, const void*, size_t, int);
-using FreeFn = int (*)(void*);
-using HostGetFlagsFn = int (*)(unsigned int*, void*);
-constexpr int kHostToDevice = 1;  // cudaMemcpyHostToDevice
-
-struct Cuda {
-  GetDeviceCountFn get_device_count = nullptr;
-  MallocFn malloc = nullptr;
-  MemcpyFn memcpy = nullptr;
-  FreeFn free = nullptr;
-  HostGetFlagsFn host_get_flags = nullptr;
-};
-
-bool LoadCuda(Cuda* cuda) {
-  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                           "/usr/local/cuda/lib64/libcudart.so"}) {
-    void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) continue;
-    cuda->get_device_count = reinterpret_cast<GetDeviceCountFn>(dlsym(lib, "cudaGetDeviceCount"));
-    cuda->malloc = reinterpret_cast<MallocFn>(dlsym(lib, "cudaMalloc"));
-    cuda->memcpy = reinterpret_cast<MemcpyFn>(dlsym(lib, "cudaMemcpy"));
-    cuda->free = reinterpret_cast<FreeFn>(dlsym(lib, "cudaFree"));
-    cuda->host_get_flags = reinterpret_cast<HostGetFlagsFn>(dlsym(lib, "cudaHostGetFlags"));
-    if (cuda->get_device_count && cuda->malloc && cuda->memcpy && cuda->free &&
-        cuda->host_get_flags) {
-      return true;
-    }
-  }
-  return false;
-}
+using kvtier::common::CudaRuntime;
+using kvtier::common::kCudaMemcpyHostToDevice;
 
 // Copies `bytes` from `src` to the device in `block`-sized cudaMemcpy calls (each one
 // synchronous), cycling over the device buffer; returns GB/s (1e9 bytes per second).
-double CopyGbPerS(const Cuda& cuda, const uint8_t* src, size_t bytes, size_t block,
+double CopyGbPerS(const CudaRuntime& cuda, const uint8_t* src, size_t bytes, size_t block,
                   uint8_t* device, size_t device_bytes) {
   const auto start = std::chrono::steady_clock::now();
   size_t dev_off = 0;
   for (size_t off = 0; off + block <= bytes; off += block) {
-    if (cuda.memcpy(device + dev_off, src + off, block, kHostToDevice) != 0) return -1;
+    if (cuda.memcpy(device + dev_off, src + off, block, kCudaMemcpyHostToDevice) != 0) return -1;
     dev_off = (dev_off + block + block <= device_bytes) ? dev_off + block : 0;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -89,12 +58,12 @@ int main(int argc, char** argv) {
   }
   std::printf("hot tier allocator: %s (%zu MiB)\n", (*arena)->allocator_name(),
               arena_bytes >> 20);
-  Cuda cuda;
-  int devices = 0;
-  if (!LoadCuda(&cuda) || cuda.get_device_count(&devices) != 0 || devices == 0) {
+  const CudaRuntime* rt = kvtier::common::LoadCudaRuntime();
+  if (rt == nullptr) {
     std::printf("no CUDA runtime/driver/device: host-to-device copy not measured\n");
     return 0;
   }
+  const CudaRuntime& cuda = *rt;
   // cudaHostGetFlags succeeds only for memory that cudaHostAlloc allocated (or that was
   // registered with CUDA): the proof that the hot tier really is pinned by CUDA.
   unsigned int flags = 0;
