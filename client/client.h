@@ -131,6 +131,9 @@ struct PutOptions {
 struct PutResult {
   uint32_t blocks_stored = 0;
   uint64_t bytes_stored = 0;  // encoded bytes stored by the server
+  // ClusterClient only: block copies not stored because their owner was unreachable
+  // (each such block is stored on at least one other owner).
+  uint32_t replicas_skipped = 0;
 };
 
 struct GetOptions {

@@ -347,19 +347,29 @@ absl::StatusOr<PutResult> ClusterClient::PutBlocks(std::string_view ns,
     for (size_t i : groups[n]) sub.push_back(blocks[i]);
     results[n] = node.client->PutBlocks(ns, sub, options);
   });
-  absl::Status first;
+  // Copies stored per block; an unreachable owner only costs its copies.
+  std::vector<uint32_t> copies(blocks.size(), 0);
+  absl::Status unreachable;  // the first unreachable owner's error
   for (size_t n : work) {
     const Impl::Node& node = v->nodes[n];
     if (!results[n].ok()) {
-      if (IsUnreachable(results[n].status()) && node.client != nullptr) impl_->MarkDown(node);
-      if (first.ok()) first = NodeError(results[n].status(), node.id);
+      if (!IsUnreachable(results[n].status())) return NodeError(results[n].status(), node.id);
+      if (node.client != nullptr) impl_->MarkDown(node);
+      if (unreachable.ok()) unreachable = NodeError(results[n].status(), node.id);
+      total.replicas_skipped += static_cast<uint32_t>(groups[n].size());
       continue;
     }
     impl_->MarkUp(node);
+    for (size_t i : groups[n]) ++copies[i];
     total.blocks_stored += results[n]->blocks_stored;
     total.bytes_stored += results[n]->bytes_stored;
   }
-  if (!first.ok()) return first;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (copies[i] == 0) {
+      return absl::UnavailableError(absl::StrCat("no owner of block ", i, " is reachable (",
+                                                 unreachable.message(), ")"));
+    }
+  }
   return total;
 }
 

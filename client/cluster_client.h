@@ -19,7 +19,8 @@
 //
 // Routing:
 //   PutBlocks  each block goes to every one of its top-R owners; one Client::PutBlocks per
-//              owner, all owners at once (one thread each).
+//              owner, all owners at once (one thread each). An unreachable owner is
+//              skipped as long as every block reaches at least one of its owners.
 //   GetBlocks  each key is asked of its primary owner first, one call per owner in
 //              parallel; keys that miss, or whose owner is unreachable, are asked of their
 //              next owner, up to R owners, all within the call's one deadline. Owners that
@@ -105,9 +106,12 @@ class ClusterClient {
   // Stores each block on all of its min(R, members) owners, one Client::PutBlocks per
   // owner, in parallel. The payloads must stay valid until the call returns.
   // Returns the sums over owners: a block stored on R nodes counts R times in
-  // blocks_stored. Errors: the first failing owner's error in member order, naming it
-  // (UNAVAILABLE for a member without a connection); other owners' puts still complete
-  // and are stored. Not retried.
+  // blocks_stored; copies meant for unreachable owners (UNAVAILABLE / DEADLINE_EXCEEDED,
+  // or no connection) count in replicas_skipped, and the call still succeeds when every
+  // block reached at least one owner. Errors, naming the node: an owner's error of any
+  // other kind (e.g. INVALID_ARGUMENT), first in member order; UNAVAILABLE when all
+  // owners of some block were unreachable. Other owners' puts still complete and are
+  // stored. Not retried.
   absl::StatusOr<PutResult> PutBlocks(std::string_view ns, std::span<const PutBlock> blocks,
                                       const PutOptions& options = {});
 

@@ -259,22 +259,33 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
     ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   }
 
-  // A put that needs the dead node fails naming it (the live owner still stores it).
-  client::PutBlock one = b.puts[0];
-  for (size_t i = 0; i < b.keys.size(); ++i) {
-    if (ring_.IsOwner(ids_[2], kNs, b.keys[i], 2)) {
-      one = b.puts[i];
-      break;
-    }
-  }
-  auto bad = cluster_->PutBlocks(kNs, std::span<const client::PutBlock>(&one, 1), po);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(bad.status().message(), HasSubstr(ids_[2]));
+  // Puts keep working: copies for the dead owner are skipped, the live owners store all.
+  size_t owned_by_dead = 0;
+  for (const std::string& k : b.keys) owned_by_dead += ring_.IsOwner(ids_[2], kNs, k, 2);
+  auto again = cluster_->PutBlocks(kNs, b.puts, po);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->replicas_skipped, owned_by_dead);
+  EXPECT_EQ(again->blocks_stored, 2 * b.keys.size() - owned_by_dead);
 
   auto l = cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen));
   EXPECT_TRUE(cluster_->Refresh().ok());  // a live member answers ClusterStatus
+
+  // With both owners of a block dead the put fails, naming an unreachable node.
+  nodes_->node(1).Kill();
+  size_t both_dead = b.keys.size();
+  for (size_t i = 0; i < b.keys.size(); ++i) {
+    if (ring_.IsOwner(ids_[1], kNs, b.keys[i], 2) && ring_.IsOwner(ids_[2], kNs, b.keys[i], 2)) {
+      both_dead = i;
+      break;
+    }
+  }
+  ASSERT_LT(both_dead, b.keys.size());
+  auto lost = cluster_->PutBlocks(kNs, std::span(b.puts).subspan(both_dead, 1), po);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lost.status().message(), HasSubstr("no owner of block 0 is reachable"));
 }
 
 TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
