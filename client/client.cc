@@ -148,6 +148,12 @@ struct Client::Impl {
 
   int64_t DeadlineMs(int64_t ms) const { return ms > 0 ? ms : options.default_deadline_ms; }
 
+  void Authorize(grpc::ClientContext* ctx) const {
+    if (!options.auth_token.empty()) {
+      ctx->AddMetadata("authorization", "Bearer " + options.auth_token);
+    }
+  }
+
   // Runs `attempt(ctx, channel)` with one overall deadline; retries UNAVAILABLE when
   // `idempotent`. `wait_for_ready` makes the call wait for a connection instead of failing
   // fast (used by Connect).
@@ -163,6 +169,7 @@ struct Client::Impl {
     for (int a = 0; a < max_attempts; ++a) {
       grpc::ClientContext ctx;
       ctx.set_deadline(deadline);
+      Authorize(&ctx);
       if (wait_for_ready) ctx.set_wait_for_ready(true);
       status = attempt(&ctx, PickChannel());
       if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
@@ -262,6 +269,7 @@ struct Client::Impl {
     Channel& ch = PickChannel();
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
+    Authorize(&ctx);
     v1::PutResponse response;
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(

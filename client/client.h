@@ -103,6 +103,9 @@ struct ClientOptions {
   // The server's socket as seen from this host, when it differs from the path the server
   // reports (e.g. a hostPath volume mounted elsewhere). Default: the reported path.
   std::string shared_memory_socket;
+  // Bearer token sent with every call (`authorization: Bearer <token>`), for servers
+  // with tenants configured. Default: none.
+  std::string auth_token;
   // When a CUDA runtime and device are present, page-lock the shared region with
   // cudaHostRegister, so SharedBuffers copy to and from the GPU at pinned-memory speed
   // (about 7x pageable memory for 2 MiB blocks on an H200). Default: true.

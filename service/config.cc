@@ -1,5 +1,6 @@
 #include "service/config.h"
 
+#include "service/auth.h"
 #include "service/cluster.h"
 
 #include <cctype>
@@ -136,6 +137,13 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   if (a != "auto" && a != "cuda" && a != "mlock" && a != "malloc") {
     return absl::InvalidArgumentError(
         absl::StrCat("hot_allocator \"", a, "\" is not one of auto, cuda, mlock, malloc"));
+  }
+  if (auto auth = Authenticator::FromConfig(c); !auth.ok()) return auth.status();
+  const bool clustered = !c.cluster().static_peers().empty() || !c.cluster().peer_dns().empty();
+  if (clustered && c.tenants_size() > 0 && c.cluster().peer_token_file().empty()) {
+    return absl::InvalidArgumentError(
+        "cluster.peer_token_file is required with tenants in cluster mode (peers "
+        "authenticate each other's fan-out calls with an operator token)");
   }
   if (c.shm_socket().size() > kMaxShmSocketPath) {
     return absl::InvalidArgumentError(absl::StrCat("shm_socket is ", c.shm_socket().size(),

@@ -39,14 +39,29 @@ grpc::Status DrainingStatus() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
 }
 
-// Counts the call in ServiceContext::in_flight from construction to OnDone and returns
-// the status to refuse it with (OK: admitted).
-grpc::Status Admit(ServiceContext* ctx, storage::TieredStore** store) {
+// Counts the call in ServiceContext::in_flight from construction to OnDone, identifies
+// the caller (Authenticator) and returns the status to refuse the call with (OK:
+// admitted).
+grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                   storage::TieredStore** store, Caller* caller) {
   ctx->in_flight.fetch_add(1);
   if (ctx->draining.load()) return DrainingStatus();
   *store = ctx->store.load(std::memory_order_acquire);
   if (*store == nullptr) return UnavailableStatus();
+  absl::StatusOr<Caller> who = ctx->auth.Authenticate(context->client_metadata());
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  *caller = *std::move(who);
   return grpc::Status::OK;
+}
+
+// Calls work(store, caller), or work(store) for work that does not look at the caller.
+template <typename Work, typename... Rest>
+auto InvokeWork(Work& work, storage::TieredStore& store, const Caller& caller, Rest&&... rest) {
+  if constexpr (std::is_invocable_v<Work&, storage::TieredStore&, const Caller&, Rest...>) {
+    return work(store, caller, std::forward<Rest>(rest)...);
+  } else {
+    return work(store, std::forward<Rest>(rest)...);
+  }
 }
 
 // A unary reactor that keeps ServiceContext::in_flight accurate.
@@ -93,16 +108,24 @@ absl::StatusOr<std::vector<std::string>> CheckKeys(const RepeatedPtrField<std::s
   return std::vector<std::string>(keys.begin(), keys.end());
 }
 
+// The namespace `name` if it exists and `caller` may use it (NOT_FOUND /
+// PERMISSION_DENIED otherwise).
 absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
                                                         storage::TieredStore& store,
-                                                        const std::string& name) {
+                                                        const std::string& name,
+                                                        const Caller& caller) {
   if (name.empty()) return absl::InvalidArgumentError("namespace is empty");
-  if (auto cached = ctx.namespaces.Find(name)) return *cached;
+  if (auto cached = ctx.namespaces.Find(name)) {
+    RETURN_IF_ERROR(CheckNamespaceAccess(caller, name, cached->tenant));
+    return *cached;
+  }
   auto ns = store.GetNamespace(name);
   if (!ns.ok() && absl::IsNotFound(ns.status())) {
     return absl::NotFoundError(absl::StrCat("namespace \"", name, "\" is not registered"));
   }
-  if (ns.ok()) ctx.namespaces.Insert(*ns);
+  if (!ns.ok()) return ns;
+  ctx.namespaces.Insert(*ns);
+  RETURN_IF_ERROR(CheckNamespaceAccess(caller, name, ns->tenant));
   return ns;
 }
 
@@ -140,16 +163,16 @@ absl::Status CompareLayouts(const kv::Layout& want, const kv::Layout& got, std::
 template <typename Work>
 grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context, Op op,
                                    Work work) {
-  (void)context;
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
   const int64_t start = NowMicros();
   storage::TieredStore* store = nullptr;
-  if (grpc::Status admit = Admit(ctx, &store); !admit.ok()) {
+  Caller caller;
+  if (grpc::Status admit = Admit(ctx, context, &store, &caller); !admit.ok()) {
     reactor->Finish(admit);
     return reactor;
   }
-  const bool queued = ctx->executor->TrySchedule([ctx, reactor, op, start, store, work] {
-    absl::Status s = work(*store);
+  const bool queued = ctx->executor->TrySchedule([ctx, reactor, op, start, store, caller, work] {
+    absl::Status s = InvokeWork(work, *store, caller);
     ctx->metrics.Record(op, NowMicros() - start, s.ok());
     reactor->Finish(ToGrpcStatus(s));
   });
@@ -165,11 +188,11 @@ grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerCont
 template <typename Work>
 grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx, grpc::CallbackServerContext* context,
                                         Op op, Work work) {
-  (void)context;
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
   const int64_t start = NowMicros();
   storage::TieredStore* store = nullptr;
-  if (grpc::Status admit = Admit(ctx, &store); !admit.ok()) {
+  Caller caller;
+  if (grpc::Status admit = Admit(ctx, context, &store, &caller); !admit.ok()) {
     reactor->Finish(admit);
     return reactor;
   }
@@ -177,7 +200,8 @@ grpc::ServerUnaryReactor* RunUnaryAsync(ServiceContext* ctx, grpc::CallbackServe
     ctx->metrics.Record(op, NowMicros() - start, s.ok());
     reactor->Finish(ToGrpcStatus(s));
   };
-  const bool queued = ctx->executor->TrySchedule([store, work, finish] { work(*store, finish); });
+  const bool queued = ctx->executor->TrySchedule(
+      [store, caller, work, finish]() mutable { InvokeWork(work, *store, caller, finish); });
   if (!queued) {
     ctx->metrics.Record(op, NowMicros() - start, false);
     reactor->Finish(BusyStatus());
@@ -191,9 +215,10 @@ template <typename Request, typename Response, typename StoreOp>
 grpc::ServerUnaryReactor* RunKeyedCount(ServiceContext* ctx, grpc::CallbackServerContext* context,
                                         Op op, const Request* request, Response* response,
                                         bool allow_empty_keys, StoreOp op_on_store) {
-  return RunUnary(ctx, context, op, [=](storage::TieredStore& store) -> absl::Status {
+  return RunUnary(ctx, context, op,
+                  [=](storage::TieredStore& store, const Caller& caller) -> absl::Status {
     ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                     FindNamespace(*ctx, store, request->namespace_()));
+                     FindNamespace(*ctx, store, request->namespace_(), caller));
     ASSIGN_OR_RETURN(std::vector<std::string> keys,
                      CheckKeys(request->keys(), *ctx, allow_empty_keys));
     ASSIGN_OR_RETURN(uint64_t n, op_on_store(store, ns.name, keys));
@@ -284,7 +309,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PutReactor(ServiceContext* ctx, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
       : ctx_(ctx), context_(context), response_(response), start_(NowMicros()) {
-    if (grpc::Status admit = Admit(ctx_, &store_); !admit.ok()) {
+    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
       Finish(admit);
       return;
     }
@@ -309,13 +334,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       if (auto cached = ctx_->namespaces.Find(header_.namespace_())) {
         // Known namespace: validation is pure CPU on the header, no store call.
         ns_ = *cached;
-        absl::Status s = ValidateHeader();
+        absl::Status s = CheckNamespaceAccess(caller_, ns_.name, ns_.tenant);
+        if (s.ok()) s = ValidateHeader();
         if (!s.ok()) return Fail(s);
         StartRead(&in_);
         return;
       }
       if (!ctx_->executor->TrySchedule([this] {
-            auto ns = FindNamespace(*ctx_, *store_, header_.namespace_());
+            auto ns = FindNamespace(*ctx_, *store_, header_.namespace_(), caller_);
             absl::Status s = ns.status();
             if (s.ok()) {
               ns_ = std::move(*ns);
@@ -643,6 +669,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer* const response_;
   const int64_t start_;
   storage::TieredStore* store_ = nullptr;
+  Caller caller_;
   grpc::ByteBuffer in_;
   bool have_header_ = false;
   v1::PutHeader header_;
@@ -672,7 +699,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   GetReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
              const grpc::ByteBuffer* request)
       : ctx_(ctx), context_(context), start_(NowMicros()) {
-    if (grpc::Status admit = Admit(ctx_, &store_); !admit.ok()) {
+    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
       Finish(admit);
       return;
     }
@@ -713,7 +740,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   absl::Status Load() {
     ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                     FindNamespace(*ctx_, *store_, req_.namespace_()));
+                     FindNamespace(*ctx_, *store_, req_.namespace_(), caller_));
     if (req_.format() != v1::PAYLOAD_FORMAT_ENCODED && req_.format() != v1::PAYLOAD_FORMAT_RAW) {
       return absl::InvalidArgumentError(
           absl::StrCat("format ", static_cast<int>(req_.format()), " is unknown"));
@@ -874,6 +901,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   grpc::CallbackServerContext* const context_;
   const int64_t start_;
   storage::TieredStore* store_ = nullptr;
+  Caller caller_;
   v1::GetRequest req_;
   std::vector<Item> items_;
   size_t item_idx_ = 0;
@@ -905,6 +933,14 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer) {
   offer->set_max_region_bytes(ctx.shm->max_region_bytes());
 }
 
+void RemoveOtherTenants(const Caller& caller,
+                        google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces) {
+  if (caller.operator_) return;
+  for (int i = namespaces->size() - 1; i >= 0; --i) {
+    if (!caller.MayUse(namespaces->Get(i).tenant())) namespaces->DeleteSubrange(i, 1);
+  }
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
@@ -916,7 +952,7 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
   ServiceContext* ctx = ctx_;
   return RunUnary(
       ctx_, context, Op::kRegisterNamespace,
-      [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+      [ctx, request, response](storage::TieredStore& store, const Caller& caller) -> absl::Status {
         if (!request->hash_scheme().empty() && request->hash_scheme() != HashSchemeVersion()) {
           return absl::FailedPreconditionError(
               absl::StrCat("hash_scheme \"", request->hash_scheme(),
@@ -926,7 +962,18 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
           return absl::InvalidArgumentError("spec is missing");
         }
         ASSIGN_OR_RETURN(storage::NamespaceOptions ns, NamespaceFromProto(request->spec(), "spec"));
-        const bool existed = store.GetNamespace(ns.name).ok();
+        if (!caller.operator_) {
+          // A tenant registers for itself: an empty spec.tenant means its own.
+          if (!request->spec().tenant().empty() && request->spec().tenant() != caller.tenant) {
+            return absl::PermissionDeniedError(absl::StrCat(
+                "spec.tenant \"", request->spec().tenant(), "\" is not the caller's tenant \"",
+                caller.tenant, "\""));
+          }
+          ns.tenant = caller.tenant;
+        }
+        auto prior = store.GetNamespace(ns.name);
+        const bool existed = prior.ok();
+        if (existed) RETURN_IF_ERROR(CheckNamespaceAccess(caller, ns.name, prior->tenant));
         ASSIGN_OR_RETURN(storage::NamespaceOptions stored, store.RegisterNamespace(ns));
         ctx->namespaces.Insert(stored);
         *response->mutable_spec() = NamespaceToProto(stored);
@@ -954,14 +1001,14 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext
   ServiceContext* ctx = ctx_;
   return RunUnaryAsync(
       ctx_, context, Op::kLookup,
-      [ctx, request, response](storage::TieredStore& store,
+      [ctx, request, response](storage::TieredStore& store, const Caller& caller,
                                std::function<void(absl::Status)> finish) {
         std::vector<std::string> keys;
         std::string ns_name;
         storage::LookupResult r;
         absl::Status s = [&]() -> absl::Status {
           ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                           FindNamespace(*ctx, store, request->namespace_()));
+                           FindNamespace(*ctx, store, request->namespace_(), caller));
           ns_name = ns.name;
           ASSIGN_OR_RETURN(keys, CheckKeys(request->keys(), *ctx, false));
           ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys));
@@ -1015,9 +1062,9 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::ReportScores(grpc::CallbackServerC
   ServiceContext* ctx = ctx_;
   return RunUnary(
       ctx_, context, Op::kReportScores,
-      [ctx, request](storage::TieredStore& store) -> absl::Status {
+      [ctx, request](storage::TieredStore& store, const Caller& caller) -> absl::Status {
         ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                         FindNamespace(*ctx, store, request->namespace_()));
+                         FindNamespace(*ctx, store, request->namespace_(), caller));
         ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(request->keys(), *ctx, false));
         if (request->scores_size() != request->keys_size()) {
           return absl::InvalidArgumentError(absl::StrCat("scores has ", request->scores_size(),
@@ -1043,9 +1090,10 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Compact(grpc::CallbackServerContex
 #ifdef KVTIER_HAVE_COMPACT
   ServiceContext* ctx = ctx_;
   return RunUnary(ctx_, context, Op::kCompact,
-                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                  [ctx, request, response](storage::TieredStore& store,
+                                           const Caller& caller) -> absl::Status {
                     ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                                     FindNamespace(*ctx, store, request->namespace_()));
+                                     FindNamespace(*ctx, store, request->namespace_(), caller));
                     RETURN_IF_ERROR(CheckKeys(request->keys(), *ctx, false).status());
                     ASSIGN_OR_RETURN(*response, RunCompact(store, *request));
                     return absl::OkStatus();
@@ -1068,11 +1116,14 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::Stats(grpc::CallbackServerContext* c
                                                   v1::StatsResponse* response) {
   ServiceContext* ctx = ctx_;
   return RunUnary(ctx_, context, Op::kStats,
-                  [ctx, request, response](storage::TieredStore& store) -> absl::Status {
+                  [ctx, request, response](storage::TieredStore& store,
+                                           const Caller& caller) -> absl::Status {
                     if (!request->namespace_().empty()) {
-                      RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_()).status());
+                      RETURN_IF_ERROR(
+                          FindNamespace(*ctx, store, request->namespace_(), caller).status());
                     }
                     FillStats(store.Stats(), request->namespace_(), response);
+                    RemoveOtherTenants(caller, response->mutable_namespaces());
                     response->set_node_id(ctx->node_id);
                     response->set_hash_scheme(HashSchemeVersion());
                     response->set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
@@ -1090,9 +1141,9 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::ListNamespaces(
     grpc::CallbackServerContext* context, const v1::ListNamespacesRequest* /*request*/,
     v1::ListNamespacesResponse* response) {
   return RunUnary(ctx_, context, Op::kStats,
-                  [response](storage::TieredStore& store) -> absl::Status {
+                  [response](storage::TieredStore& store, const Caller& caller) -> absl::Status {
                     for (const auto& ns : store.ListNamespaces()) {
-                      *response->add_namespaces() = NamespaceToProto(ns);
+                      if (caller.MayUse(ns.tenant)) *response->add_namespaces() = NamespaceToProto(ns);
                     }
                     return absl::OkStatus();
                   });
@@ -1113,9 +1164,15 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::Flush(grpc::CallbackServerContext* c
                                                   v1::FlushResponse* /*response*/) {
   ServiceContext* ctx = ctx_;
   return RunUnary(ctx_, context, Op::kFlush,
-                  [ctx, request](storage::TieredStore& store) -> absl::Status {
-                    if (!request->namespace_().empty()) {
-                      RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_()).status());
+                  [ctx, request](storage::TieredStore& store, const Caller& caller) -> absl::Status {
+                    if (request->namespace_().empty()) {
+                      if (!caller.operator_) {
+                        return absl::PermissionDeniedError(
+                            "namespace: flushing every namespace needs an operator token");
+                      }
+                    } else {
+                      RETURN_IF_ERROR(
+                          FindNamespace(*ctx, store, request->namespace_(), caller).status());
                     }
                     return store.Flush(request->namespace_());
                   });
@@ -1127,19 +1184,25 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::ClusterStatus(
   ServiceContext* ctx = ctx_;
   return RunUnaryAsync(
       ctx_, context, Op::kStats,
-      [ctx, response](storage::TieredStore& store, std::function<void(absl::Status)> finish) {
+      [ctx, response](storage::TieredStore& store, const Caller& caller,
+                      std::function<void(absl::Status)> finish) {
         v1::StatsResponse st;
         FillStats(store.Stats(), "", &st);
+        RemoveOtherTenants(caller, st.mutable_namespaces());
         st.set_node_id(ctx->node_id);
         st.set_hash_scheme(HashSchemeVersion());
         st.set_uptime_ms((NowMicros() - ctx->open_micros) / 1000);
         if (ctx->fanout != nullptr) {
           // Membership, health, ownership shares and every peer's Stats.
-          ctx->fanout->ClusterStatusAsync(std::move(st),
-                                          [response, finish](v1::ClusterStatusResponse r) {
-                                            *response = std::move(r);
-                                            finish(absl::OkStatus());
-                                          });
+          ctx->fanout->ClusterStatusAsync(
+              std::move(st), [response, finish, caller](v1::ClusterStatusResponse r) {
+                // Peers answered the operator peer token: keep this caller's tenant only.
+                for (v1::PeerStatus& p : *r.mutable_peers()) {
+                  RemoveOtherTenants(caller, p.mutable_stats()->mutable_namespaces());
+                }
+                *response = std::move(r);
+                finish(absl::OkStatus());
+              });
           return;
         }
         response->set_node_id(ctx->node_id);

@@ -34,6 +34,7 @@
 #include "common/thread_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "service/auth.h"
 #include "service/cluster.h"
 #include "service/metrics.h"
 #include "service/shm_server.h"
@@ -79,10 +80,16 @@ struct ServiceContext {
   PeerFanout* fanout = nullptr;       // cluster mode only (not owned); null = single node
   // Same-node shared-memory data path (not owned); null = off. Set before `store`.
   ShmServer* shm = nullptr;
+  // Who may call, and which tenant's namespaces they may use. Set before serving.
+  Authenticator auth;
 };
 
 // Fills `offer` with the shared-memory data path of ctx (left empty when there is none).
 void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
+
+// Drops the entries of tenants `caller` may not see.
+void RemoveOtherTenants(const Caller& caller,
+                        google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces);
 
 // Converts at the gRPC edge (codes are numerically identical).
 grpc::Status ToGrpcStatus(const absl::Status& status);

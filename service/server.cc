@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -30,6 +31,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
       std::make_unique<common::ThreadPool>(config.executor_threads(), config.executor_queue());
   ServiceContext& ctx = s->ctx_;
   ctx.executor = s->executor_.get();
+  ASSIGN_OR_RETURN(ctx.auth, Authenticator::FromConfig(config));
   ctx.replication_factor = config.cluster().replication_factor();
   ctx.max_keys_per_request = config.max_keys_per_request();
   ctx.max_put_bytes = config.max_put_bytes();
@@ -83,8 +85,20 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
                      Membership::Create(MembershipOptionsFromConfig(
                          cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
     s->membership_->Start();
-    s->fanout_ = std::make_unique<PeerFanout>(s->membership_.get(),
-                                              FanoutOptionsFromConfig(config));
+    FanoutOptions fanout = FanoutOptionsFromConfig(config);
+    if (!cluster.peer_token_file().empty()) {
+      std::ifstream in(cluster.peer_token_file());
+      std::string token;
+      if (!std::getline(in, token) || token.empty()) {
+        return absl::NotFoundError(absl::StrCat("cluster.peer_token_file ",
+                                                cluster.peer_token_file(),
+                                                " cannot be read or is empty"));
+      }
+      fanout.prepare_context = [header = "Bearer " + token](grpc::ClientContext* c) {
+        c->AddMetadata("authorization", header);
+      };
+    }
+    s->fanout_ = std::make_unique<PeerFanout>(s->membership_.get(), std::move(fanout));
     ctx.node_id = s->membership_->self_id();
     ctx.fanout = s->fanout_.get();
   }

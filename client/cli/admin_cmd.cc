@@ -32,7 +32,7 @@ using client::Client;
 using client::ClientOptions;
 
 constexpr char kAdminUsage[] =
-    "usage: kvtier <command> [--server HOST:PORT] [--json] [flags]\n"
+    "usage: kvtier <command> [--server HOST:PORT] [--auth-token T] [--json] [flags]\n"
     "\n"
     "  stats [--namespace NS] [--watch] [--interval S] [--cluster]\n"
     "        hits, misses, hit rate, prefix hit rate, bytes, blocks, evictions per\n"
@@ -176,6 +176,7 @@ void PrintStatsTable(const v1::StatsResponse& s) {
 absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags(const Flags& flags) {
   ClientOptions options;
   options.server = flags.GetString("server", "127.0.0.1:50051");
+  options.auth_token = AuthTokenFromFlags(flags);
   options.num_channels = 1;
   // One-shot commands move a few blocks at most: not worth mapping a shared region.
   options.shared_memory = false;
@@ -591,7 +592,7 @@ int RunAdmin(int argc, char** argv) {
     return 0;
   }
   absl::Status known = flags.CheckKnown(
-      {"server", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
+      {"server", "auth-token", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
        "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
        "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
        "help"});

@@ -562,6 +562,7 @@ absl::Status Bench(const Flags& flags) {
   } else {
     client::ClientOptions options;
     options.server = target;
+    options.auth_token = AuthTokenFromFlags(flags);
     options.num_channels = static_cast<int>(std::max<int64_t>(1, channels));
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
@@ -652,6 +653,7 @@ int RunBench(int argc, char** argv) {
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
+                                         "auth-token",
                                          "shared-buffers", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier bench: %s\n\n%s",

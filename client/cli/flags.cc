@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -107,6 +108,11 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   else if (unit == "tb") mult = 1e12;
   else return absl::InvalidArgumentError(absl::StrCat("unknown size unit in '", Sv(text), "'"));
   return static_cast<uint64_t>(std::llround(number * mult));
+}
+
+std::string AuthTokenFromFlags(const Flags& flags) {
+  const char* env = std::getenv("KVTIER_AUTH_TOKEN");
+  return flags.GetString("auth-token", env != nullptr ? env : "");
 }
 
 }  // namespace kvtier::cli

@@ -44,6 +44,9 @@ class Flags {
 // Parses a byte size ("2MiB", "1.5GB", "4096"). INVALID_ARGUMENT on junk.
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
 
+// The bearer token for servers with tenants: --auth-token, else $KVTIER_AUTH_TOKEN, else "".
+std::string AuthTokenFromFlags(const Flags& flags);
+
 }  // namespace kvtier::cli
 
 #endif  // KVTIER_CLIENT_CLI_FLAGS_H_

@@ -11,7 +11,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: kvtier <command> [flags]\n"
     "\n"
-    "Talk to a server (all take --server HOST:PORT, default 127.0.0.1:50051, and --json):\n"
+    "Talk to a server (all take --server HOST:PORT, default 127.0.0.1:50051, --json, and\n"
+    "--auth-token T, default $KVTIER_AUTH_TOKEN, for servers with tenants):\n"
     "  stats [--watch] [--cluster]   hit rates, bytes and evictions per namespace and tier\n"
     "  namespaces                    registered namespaces and their layouts\n"
     "  lookup                        how much of a prefix is cached, and where\n"

@@ -123,6 +123,15 @@ TEST(ConfigTest, InvalidConfigsNameTheField) {
        "tokens_per_block: 1 } } namespaces { name: \"a\" layout { num_layers: 1 "
        "num_kv_heads: 1 head_dim: 2 tokens_per_block: 1 } }",
        "namespaces[1].name"},
+      {"tenants { tenant: \"team a\" token_sha256: \"" + std::string(64, 'a') + "\" }",
+       "tenants[0].tenant"},
+      {"tenants { tenant: \"a\" token_sha256: \"ABC\" }", "tenants[0].token_sha256"},
+      {"tenants { tenant: \"a\" token_sha256: \"" + std::string(64, 'a') +
+           "\" } tenants { tenant: \"b\" token_sha256: \"" + std::string(64, 'a') + "\" }",
+       "tenants[1].token_sha256 is listed twice"},
+      {"tenants { tenant: \"a\" token_sha256: \"" + std::string(64, 'a') +
+           "\" } cluster { static_peers: \"127.0.0.1:1\" }",
+       "cluster.peer_token_file"},
   };
   for (const BadConfig& c : cases) {
     auto config = ParseConfigText(c.text);

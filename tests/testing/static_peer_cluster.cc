@@ -51,7 +51,8 @@ std::string StaticPeerCluster::ConfigFor(int i) const {
                       "executor_threads: 2\n",
                       options_.extra_config, "cluster {\n  node_id: \"", ids_[i], "\"\n", peers,
                       "  replication_factor: ", options_.replication_factor,
-                      "\n  peer_deadline_ms: ", options_.peer_deadline_ms, "\n}\n");
+                      "\n  peer_deadline_ms: ", options_.peer_deadline_ms, "\n",
+                      options_.extra_cluster_config, "}\n");
 }
 
 absl::Status StaticPeerCluster::StartNode(int i) {

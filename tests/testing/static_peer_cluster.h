@@ -35,6 +35,9 @@ class StaticPeerCluster {
     // Config text placed before the `cluster { ... }` block (e.g. `namespaces { ... }`);
     // each line must end with '\n'.
     std::string extra_config;
+    // Config text placed inside the `cluster { ... }` block (e.g. `peer_token_file: ...`);
+    // each line must end with '\n'.
+    std::string extra_cluster_config;
   };
 
   // Picks one free port per node; starts nothing. INTERNAL when no port could be picked,
