@@ -129,6 +129,21 @@ absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
   return ns;
 }
 
+// The region of a shared-memory session named in request field `field`.
+// FAILED_PRECONDITION when the server has no such session (the client then falls back to
+// sending payloads in the stream: client/client.cc keys on "shm_session").
+absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
+                                                          const std::string& session,
+                                                          std::string_view field) {
+  std::shared_ptr<ShmRegion> region = ctx.shm == nullptr ? nullptr : ctx.shm->Find(session);
+  if (region == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Sv(field), " names no open shared-memory session of this server (closed, or the "
+        "server restarted): reconnect, or send the payloads in the stream"));
+  }
+  return region;
+}
+
 // Returns FAILED_PRECONDITION naming the first field of `got` that differs from `want`.
 absl::Status CompareLayouts(const kv::Layout& want, const kv::Layout& got, std::string_view field,
                             bool check_tokens) {
@@ -393,12 +408,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                                      ctx_->max_keys_per_request, ")"));
     }
     if (!header_.shm_session().empty()) {
-      region_ = ctx_->shm == nullptr ? nullptr : ctx_->shm->Find(header_.shm_session());
-      if (region_ == nullptr) {
-        return absl::FailedPreconditionError(
-            "header.shm_session names no open shared-memory session of this server (closed, "
-            "or the server restarted): reconnect or send the payloads in the stream");
-      }
+      ASSIGN_OR_RETURN(region_,
+                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session"));
     }
     const uint64_t raw_size = ns_.layout.BytesPerBlock();
     // Generous bound for an encoded blob: the raw size plus header and codec metadata.
@@ -748,12 +759,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(req_.keys(), *ctx_, false));
     std::shared_ptr<ShmRegion> region;
     if (!req_.shm_session().empty()) {
-      region = ctx_->shm == nullptr ? nullptr : ctx_->shm->Find(req_.shm_session());
-      if (region == nullptr) {
-        return absl::FailedPreconditionError(
-            "shm_session names no open shared-memory session of this server (closed, or the "
-            "server restarted): reconnect or fetch without shared memory");
-      }
+      ASSIGN_OR_RETURN(region, FindShmSession(*ctx_, req_.shm_session(), "shm_session"));
       if (req_.shm_destinations_size() != static_cast<int>(keys.size())) {
         return absl::InvalidArgumentError(absl::StrCat("shm_destinations: ",
                                                        req_.shm_destinations_size(),
