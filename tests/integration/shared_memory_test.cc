@@ -64,13 +64,14 @@ class SharedMemoryTest : public ::testing::Test {
   }
 
   std::unique_ptr<Client> Connect(const std::string& ns, v1::Codec codec = v1::CODEC_FP16,
-                                  bool shared_memory = true, std::string socket = "") {
+                                  bool shared_memory = true, std::string socket = "",
+                                  uint64_t region_bytes = 16 << 20) {
     ClientOptions o;
     o.server = server_->address();
     o.namespace_spec = Spec(ns, codec);
     o.num_channels = 2;
     o.shared_memory = shared_memory;
-    o.shared_memory_bytes = 16 << 20;
+    o.shared_memory_bytes = region_bytes;
     o.shared_memory_socket = std::move(socket);
     auto c = Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
@@ -148,6 +149,30 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   auto stats = tcp->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->shm_sessions(), 1u);  // `shm`'s; `tcp` has none
+}
+
+// Calls whose payloads or buffers do not fit the region go over TCP, and still round-trip.
+// A 48 KiB region holds one ~32 KiB block but never two: PutBlocks / GetBlocksInto split
+// six blocks into runs of one and two (max_streams_per_call 4), so the two-block runs
+// always take TCP while one-block runs may use the region.
+TEST_F(SharedMemoryTest, CallsLargerThanTheRegionFallBackToTcp) {
+  auto small = Connect("fp16", v1::CODEC_FP16, true, "", /*region_bytes=*/48 << 10);
+  ASSERT_NE(small, nullptr);
+  ASSERT_TRUE(small->uses_shared_memory());
+  const Sequence c = MakeSequence("fp16", kLayout, 6, 16);
+  auto put = small->PutBlocks("fp16", c.blocks);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->blocks_stored, 6u);
+  std::vector<std::string> bufs(6, std::string(c.encoded[0].size(), '\0'));
+  std::vector<std::span<uint8_t>> spans;
+  for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  auto infos = small->GetBlocksInto("fp16", c.keys, spans);
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(bufs[i], c.encoded[i]) << i;
+  EXPECT_TRUE(small->uses_shared_memory());  // still in use for calls that fit
+  auto one = small->GetBlocksInto("fp16", std::span(c.keys).first(1), std::span(spans).first(1));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(bufs[0], c.encoded[0]);
 }
 
 TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
