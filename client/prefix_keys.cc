@@ -1,6 +1,7 @@
 #include "client/prefix_keys.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -33,16 +34,7 @@ absl::StatusOr<std::vector<std::string>> PrefixKeysForTokens(
   return out;
 }
 
-std::string KeyToHex(std::string_view key) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(key.size() * 2);
-  for (unsigned char c : key) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
+std::string KeyToHex(std::string_view key) { return absl::BytesToHexString(Sv(key)); }
 
 absl::StatusOr<std::string> KeyFromHex(std::string_view hex) {
   auto nibble = [](char c) -> int {

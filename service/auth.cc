@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvtier::service {
@@ -33,13 +34,8 @@ bool ValidSha256Hex(const std::string& hex) {
 std::string Sha256Hex(std::string_view text) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
 absl::StatusOr<Authenticator> Authenticator::FromConfig(const v1::ServerConfig& config) {
@@ -78,7 +74,7 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
   auto t = tenants_.find(Sha256Hex(value.substr(kBearer.size())));
   if (t == tenants_.end()) return absl::UnauthenticatedError("authorization: unknown token");
   if (t->second == "*") return Caller{};
-  return Caller{.tenant = t->second, .operator_ = false};
+  return Caller{.tenant = t->second, .is_operator = false};
 }
 
 absl::Status CheckNamespaceAccess(const Caller& caller, const std::string& ns_name,

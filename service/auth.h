@@ -22,10 +22,10 @@ namespace kvtier::service {
 // Who is calling.
 struct Caller {
   std::string tenant;   // the caller's tenant ("" for operators)
-  bool operator_ = true;  // may use every tenant's namespaces
+  bool is_operator = true;  // may use every tenant's namespaces
 
   // True if this caller may use a namespace owned by `tenant`.
-  bool MayUse(std::string_view tenant) const { return operator_ || tenant == this->tenant; }
+  bool MayUse(std::string_view tenant) const { return is_operator || tenant == this->tenant; }
 };
 
 // Lowercase hex SHA-256 of `text`.

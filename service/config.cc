@@ -1,8 +1,5 @@
 #include "service/config.h"
 
-#include "service/auth.h"
-#include "service/cluster.h"
-
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -10,10 +7,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "service/auth.h"
+#include "service/cluster.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
@@ -334,17 +334,6 @@ kv::Layout LayoutFromProto(const v1::Layout& l) {
   return out;
 }
 
-v1::Layout LayoutToProto(const kv::Layout& l) {
-  v1::Layout out;
-  out.set_num_layers(l.num_layers);
-  out.set_num_kv_heads(l.num_kv_heads);
-  out.set_head_dim(l.head_dim);
-  out.set_tokens_per_block(l.tokens_per_block);
-  out.set_dtype(l.dtype == kv::Dtype::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
-  out.set_sink_tokens(l.sink_tokens);
-  return out;
-}
-
 v1::Tier TierToProto(storage::Tier tier) {
   switch (tier) {
     case storage::Tier::kHot:
@@ -406,7 +395,7 @@ v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns) {
   spec.set_name(ns.name);
   spec.set_tenant(ns.tenant);
   spec.set_model_id(ns.model_id);
-  *spec.mutable_layout() = LayoutToProto(ns.layout);
+  *spec.mutable_layout() = client::ToProto(ns.layout);
   spec.set_codec(CodecToProto(ns.codec));
   spec.set_disable_sink_protection(!ns.keep_sinks);
   spec.set_write_through(ns.write_through);

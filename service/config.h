@@ -70,8 +70,9 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& config);
 absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::NamespaceSpec& spec,
                                                              std::string_view field);
 v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns);
+// Without validation (an unspecified dtype reads as fp16); the other direction is
+// client::ToProto.
 kv::Layout LayoutFromProto(const v1::Layout& layout);
-v1::Layout LayoutToProto(const kv::Layout& layout);
 v1::Tier TierToProto(storage::Tier tier);
 v1::Codec CodecToProto(kv::CodecId codec);
 

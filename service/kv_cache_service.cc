@@ -806,18 +806,26 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         item.owner = ref->owner();
         item.bytes = blob->subspan(parsed->encoded_bytes - parsed->raw_bytes);
       } else if (raw) {
-        auto decoded = std::make_shared<std::string>();
-        decoded->resize(parsed->raw_bytes);
-        absl::Status ds = kv::Decode(
-            *blob,
-            std::span<uint8_t>(reinterpret_cast<uint8_t*>(decoded->data()), decoded->size()));
+        // Decoded straight into the client's region when the block fits its destination;
+        // otherwise into a buffer of our own.
+        const v1::ShmRange* dest =
+            region != nullptr ? &req_.shm_destinations(header->blocks_size() - 1) : nullptr;
+        std::shared_ptr<std::string> decoded;
+        std::span<uint8_t> out;
+        if (dest != nullptr && parsed->raw_bytes <= dest->capacity()) {
+          out = std::span<uint8_t>(region->base() + dest->offset(), parsed->raw_bytes);
+        } else {
+          decoded = std::make_shared<std::string>(parsed->raw_bytes, '\0');
+          out = std::span<uint8_t>(reinterpret_cast<uint8_t*>(decoded->data()), decoded->size());
+        }
+        absl::Status ds = kv::Decode(*blob, out);
         if (!ds.ok()) {
           KVTIER_LOG(ERROR) << "namespace " << ns.name << " key " << KeyForMessage(key)
                             << ": cannot decode stored blob: " << ds.message();
           info->clear_positions();
           continue;
         }
-        item.bytes = kv::AsBytes(*decoded);
+        item.bytes = out;
         item.owner = std::move(decoded);
       } else {
         item.owner = ref->owner();
@@ -837,7 +845,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
               "shm_destinations[", i, "] holds ", d.capacity(), " bytes, block ",
               KeyForMessage(key), " needs ", item.bytes.size()));
         }
-        std::memcpy(region->base() + d.offset(), item.bytes.data(), item.bytes.size());
+        uint8_t* to = region->base() + d.offset();
+        if (item.bytes.data() != to) std::memcpy(to, item.bytes.data(), item.bytes.size());
         continue;
       }
       remaining_ += item.bytes.size();
@@ -941,7 +950,7 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer) {
 
 void RemoveOtherTenants(const Caller& caller,
                         google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces) {
-  if (caller.operator_) return;
+  if (caller.is_operator) return;
   for (int i = namespaces->size() - 1; i >= 0; --i) {
     if (!caller.MayUse(namespaces->Get(i).tenant())) namespaces->DeleteSubrange(i, 1);
   }
@@ -968,7 +977,7 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
           return absl::InvalidArgumentError("spec is missing");
         }
         ASSIGN_OR_RETURN(storage::NamespaceOptions ns, NamespaceFromProto(request->spec(), "spec"));
-        if (!caller.operator_) {
+        if (!caller.is_operator) {
           // A tenant registers for itself: an empty spec.tenant means its own.
           if (!request->spec().tenant().empty() && request->spec().tenant() != caller.tenant) {
             return absl::PermissionDeniedError(absl::StrCat(
@@ -1172,7 +1181,7 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::Flush(grpc::CallbackServerContext* c
   return RunUnary(ctx_, context, Op::kFlush,
                   [ctx, request](storage::TieredStore& store, const Caller& caller) -> absl::Status {
                     if (request->namespace_().empty()) {
-                      if (!caller.operator_) {
+                      if (!caller.is_operator) {
                         return absl::PermissionDeniedError(
                             "namespace: flushing every namespace needs an operator token");
                       }

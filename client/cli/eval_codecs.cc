@@ -638,31 +638,24 @@ int RunEvalCodecs(int argc, char** argv) {
                                              kUsage)) {
     return *rc;
   }
-  Options opt;
-  opt.json = flags.Has("json");
-  auto seed = flags.GetInt("seed", 1);
-  auto seeds = flags.GetInt("seeds", 3);
-  auto layers = flags.GetInt("layers", 2);
-  auto seq_len = flags.GetInt("seq-len", 1024);
+  const std::optional<EvalSizes> sizes = ParseEvalSizes(flags, "codecs", 128, 1024, 1, 1 << 20);
+  if (!sizes) return 2;
   auto queries = flags.GetInt("queries", 8);
   auto ratio = flags.GetDouble("outlier-ratio", 10.0);
   auto q_scale = flags.GetDouble("query-outlier-scale", 3.0);
-  if (!EvalFlagsParsed("codecs", {seed.status(), seeds.status(), layers.status(),
-                                   seq_len.status(), queries.status(), ratio.status(),
-                                   q_scale.status()})) {
+  if (!EvalFlagsParsed("codecs", {queries.status(), ratio.status(), q_scale.status()})) {
     return 2;
   }
-  if (*seeds < 1 || *seeds > 100 || *layers < 1 || *layers > 128 || *seq_len < 1 ||
-      *seq_len > (1 << 20) || *queries < 1 || *queries > 4096 || *seed < 0) {
-    std::fprintf(stderr,
-                 "kvtier eval codecs: --seeds must be 1..100, --layers 1..128, --seq-len "
-                 "1..1048576, --queries 1..4096, --seed >= 0\n");
+  if (*queries < 1 || *queries > 4096) {
+    std::fprintf(stderr, "kvtier eval codecs: --queries must be 1..4096\n");
     return 2;
   }
-  opt.seed = static_cast<uint64_t>(*seed);
-  opt.seeds = static_cast<uint32_t>(*seeds);
-  opt.layers = static_cast<uint32_t>(*layers);
-  opt.seq_len = static_cast<uint32_t>(*seq_len);
+  Options opt;
+  opt.json = flags.Has("json");
+  opt.seed = sizes->seed;
+  opt.seeds = sizes->seeds;
+  opt.layers = sizes->layers;
+  opt.seq_len = sizes->seq_len;
   opt.queries = static_cast<uint32_t>(*queries);
   opt.outlier_ratio = *ratio;
   opt.query_outlier_scale = *q_scale;

@@ -4,6 +4,7 @@
 #ifndef KVTIER_CLIENT_CLI_EVAL_COMMON_H_
 #define KVTIER_CLIENT_CLI_EVAL_COMMON_H_
 
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -26,6 +27,20 @@ std::optional<int> CheckEvalArgs(const Flags& flags, const char* name,
 // Prints "kvtier eval <name>: <status>" to stderr for the first non-OK status (a flag
 // value that did not parse) and returns false; true when all are OK.
 bool EvalFlagsParsed(const char* name, std::initializer_list<absl::Status> statuses);
+
+// The run-size flags every eval takes, as validated numbers.
+struct EvalSizes {
+  uint64_t seed = 1;      // --seed (>= 0; default 1): first generator seed
+  uint32_t seeds = 3;     // --seeds (1..100; default 3): seeds averaged over
+  uint32_t layers = 2;    // --layers (1..max_layers; default 2)
+  uint32_t seq_len = 0;   // --seq-len (min_seq_len..max_seq_len; default default_seq_len)
+};
+
+// Reads --seed, --seeds, --layers and --seq-len. On a value that does not parse or is out
+// of range prints "kvtier eval <name>: <why>" to stderr and returns nullopt.
+std::optional<EvalSizes> ParseEvalSizes(const Flags& flags, const char* name,
+                                        uint32_t max_layers, uint32_t default_seq_len,
+                                        uint32_t min_seq_len, uint32_t max_seq_len);
 
 // Mean and sample std (kv::ComputeMeanStd) of `field` over `items` (e.g. one metric of
 // every seed's sample).

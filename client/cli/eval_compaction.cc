@@ -705,27 +705,15 @@ int RunEvalCompaction(int argc, char** argv) {
           flags, "compaction", {"json", "help", "seed", "seeds", "layers", "seq-len"}, kUsage)) {
     return *rc;
   }
+  const std::optional<EvalSizes> sizes =
+      ParseEvalSizes(flags, "compaction", 64, 1024, 512, 1 << 16);
+  if (!sizes) return 2;
   Options opt;
   opt.json = flags.Has("json");
-  auto seed = flags.GetInt("seed", 1);
-  auto seeds = flags.GetInt("seeds", 3);
-  auto layers = flags.GetInt("layers", 2);
-  auto seq_len = flags.GetInt("seq-len", 1024);
-  if (!EvalFlagsParsed("compaction",
-                       {seed.status(), seeds.status(), layers.status(), seq_len.status()})) {
-    return 2;
-  }
-  if (*seeds < 1 || *seeds > 100 || *layers < 1 || *layers > 64 || *seq_len < 512 ||
-      *seq_len > (1 << 16) || *seed < 0) {
-    std::fprintf(stderr,
-                 "kvtier eval compaction: --seeds must be 1..100, --layers 1..64, --seq-len "
-                 "512..65536, --seed >= 0\n");
-    return 2;
-  }
-  opt.seed = static_cast<uint64_t>(*seed);
-  opt.seeds = static_cast<uint32_t>(*seeds);
-  opt.layers = static_cast<uint32_t>(*layers);
-  opt.seq_len = static_cast<uint32_t>(*seq_len);
+  opt.seed = sizes->seed;
+  opt.seeds = sizes->seeds;
+  opt.layers = sizes->layers;
+  opt.seq_len = sizes->seq_len;
   return Run(opt);
 }
 

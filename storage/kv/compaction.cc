@@ -8,87 +8,17 @@
 #include <limits>
 #include <numeric>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "storage/kv/codec.h"
+#include "storage/kv/half.h"
 
 namespace kvtier::kv {
 namespace {
 
 constexpr uint8_t kEntryVersion = 1;
 constexpr size_t kEntryHeaderBytes = 24;
-
-// --- fp16 / bf16 <-> fp32 (private; round to nearest even) ---------------------------
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) {  // inf or nan
-    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-  }
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // subnormal or zero in half
-    if (abs < 0x33000000u) return sign;  // rounds to zero
-    // value = mant24 * 2^(exp - 150); half subnormal code = value / 2^-24.
-    const uint32_t exp = abs >> 23;  // 102..112 here
-    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - exp;  // 14..24
-    uint32_t half_mant = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half_mant & 1))) ++half_mant;
-    return static_cast<uint16_t>(sign | half_mant);
-  }
-  uint32_t h = ((abs >> 23) - 127 + 15) << 10 | ((abs >> 13) & 0x3ff);
-  const uint32_t rem = abs & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // may carry into the exponent
-  return static_cast<uint16_t>(sign | h);
-}
-
-float Bf16ToFloat(uint16_t b) {
-  const uint32_t bits = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // nan
-  const uint32_t lsb = (x >> 16) & 1;
-  x += 0x7fff + lsb;
-  return static_cast<uint16_t>(x >> 16);
-}
 
 // --- little-endian helpers -----------------------------------------------------------
 
@@ -105,9 +35,8 @@ uint32_t GetU32(const uint8_t* p) {
 std::string Sha256Hex(const void* data, size_t size) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(static_cast<const unsigned char*>(data), size, digest);
-  std::string hex;
-  for (int i = 0; i < 8; ++i) absl::StrAppend(&hex, absl::StrFormat("%02x", digest[i]));
-  return hex;  // 64 bits are plenty to tell score vectors apart in a key
+  // 64 bits are plenty to tell score vectors apart in a key.
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), 8));
 }
 
 std::string FloatToken(float v) { return absl::StrFormat("%.9g", v); }
@@ -492,7 +421,6 @@ absl::StatusOr<KvSequence> KvSequenceFromRawBlocks(const Layout& layout,
   }
   KvSequence kv = KvSequence::Zeros(layout.num_layers, layout.num_kv_heads, layout.head_dim,
                                     static_cast<uint32_t>(total));
-  const bool bf16 = layout.dtype == Dtype::kBf16;
   uint32_t base = 0;
   for (const std::string& block : raw_blocks) {
     const uint32_t tokens = static_cast<uint32_t>(block.size() / bpt);
@@ -505,7 +433,7 @@ absl::StatusOr<KvSequence> KvSequenceFromRawBlocks(const Layout& layout,
             float* out = &kv.data[kv.Index(l, kvi, h, base + t)];
             for (uint32_t c = 0; c < layout.head_dim; ++c) {
               const uint16_t e = static_cast<uint16_t>(in[2 * c] | (in[2 * c + 1] << 8));
-              out[c] = bf16 ? Bf16ToFloat(e) : HalfToFloat(e);
+              out[c] = DtypeToFloat(layout.dtype, e);
             }
           }
         }
@@ -519,9 +447,8 @@ absl::StatusOr<KvSequence> KvSequenceFromRawBlocks(const Layout& layout,
 std::string KvSequenceToRaw(const KvSequence& kv, Dtype dtype) {
   std::string out(kv.data.size() * 2, '\0');
   auto* dst = reinterpret_cast<uint8_t*>(out.data());
-  const bool bf16 = dtype == Dtype::kBf16;
   for (size_t i = 0; i < kv.data.size(); ++i) {
-    const uint16_t e = bf16 ? FloatToBf16(kv.data[i]) : FloatToHalf(kv.data[i]);
+    const uint16_t e = FloatToDtype(dtype, kv.data[i]);
     dst[2 * i] = static_cast<uint8_t>(e & 0xff);
     dst[2 * i + 1] = static_cast<uint8_t>(e >> 8);
   }

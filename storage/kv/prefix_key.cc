@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "common/logging.h"
 
 namespace kvtier::kv {
@@ -103,14 +104,8 @@ std::string PrefixKeyBytes(const PrefixKey& key) {
 }
 
 std::string PrefixKeyHex(std::span<const uint8_t> key) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(key.size() * 2);
-  for (uint8_t b : key) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
 }
 
 }  // namespace kvtier::kv

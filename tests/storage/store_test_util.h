@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "storage/hot_arena.h"
 #include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
 
@@ -25,6 +26,13 @@ inline kv::Layout SmallLayout() {
   layout.head_dim = 32;
   layout.tokens_per_block = 16;
   return layout;
+}
+
+// Hot-tier bytes one full SmallLayout() fp16 block takes (its slot, rounded).
+inline uint64_t SlotBytes() {
+  const kv::Layout l = SmallLayout();
+  return HotArena::RoundUp(
+      kv::EncodedSize(kv::CodecId::kFp16, l, l.tokens_per_block, l.sink_tokens));
 }
 
 inline NamespaceOptions SmallNamespace(std::string name = "ns", bool write_through = false) {

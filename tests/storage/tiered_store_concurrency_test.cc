@@ -35,8 +35,7 @@ class ConcurrencyTest : public ::testing::TestWithParam<bool> {};  // write_thro
 TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
   kvtier::testing::TempDir dir;
   const kv::Layout layout = SmallLayout();
-  const uint64_t slot = HotArena::RoundUp(
-      kv::EncodedSize(kv::CodecId::kFp16, layout, layout.tokens_per_block, layout.sink_tokens));
+  const uint64_t slot = testing::SlotBytes();
   StoreOptions o;
   o.data_dir = dir.Sub("db");
   o.hot_capacity_bytes = 24 * slot;

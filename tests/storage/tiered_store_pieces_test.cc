@@ -22,15 +22,10 @@ using ::kvtier::storage::testing::ManualClock;
 using ::kvtier::storage::testing::NsStats;
 using ::kvtier::storage::testing::RefBytes;
 using ::kvtier::storage::testing::SmallLayout;
+using ::kvtier::storage::testing::SlotBytes;
 using ::kvtier::storage::testing::SmallNamespace;
 using ::kvtier::storage::testing::TierOf;
 using ::testing::HasSubstr;
-
-uint64_t SlotBytes() {
-  kv::Layout l = SmallLayout();
-  return HotArena::RoundUp(
-      kv::EncodedSize(kv::CodecId::kFp16, l, l.tokens_per_block, l.sink_tokens));
-}
 
 // Splits `s` at the given offsets (ascending, <= s.size()); repeated offsets give empty
 // pieces.

@@ -32,8 +32,7 @@ TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
   kvtier::testing::TempDir dir;
   ManualClock clock;
   const kv::Layout layout = SmallLayout();
-  const uint64_t slot = HotArena::RoundUp(
-      kv::EncodedSize(kv::CodecId::kFp16, layout, layout.tokens_per_block, layout.sink_tokens));
+  const uint64_t slot = testing::SlotBytes();
   StoreOptions o;
   o.data_dir = dir.Sub("db");
   o.hot_capacity_bytes = 16 * slot;

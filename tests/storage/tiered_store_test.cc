@@ -22,14 +22,10 @@ using ::kvtier::storage::testing::ManualClock;
 using ::kvtier::storage::testing::NsStats;
 using ::kvtier::storage::testing::RefBytes;
 using ::kvtier::storage::testing::SmallLayout;
+using ::kvtier::storage::testing::SlotBytes;
 using ::kvtier::storage::testing::SmallNamespace;
 using ::kvtier::storage::testing::TierOf;
 using ::testing::HasSubstr;
-
-uint64_t SlotBytes() {
-  kv::Layout l = SmallLayout();
-  return HotArena::RoundUp(kv::EncodedSize(kv::CodecId::kFp16, l, l.tokens_per_block, l.sink_tokens));
-}
 
 class TieredStoreTest : public ::testing::Test {
  protected:
