@@ -18,11 +18,11 @@
 #include "client/cli/flags.h"
 #include "client/client.h"
 #include "client/prefix_keys.h"
-#include "client/synthetic_blocks.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "google/protobuf/util/json_util.h"
 #include "storage/kv/codec.h"
+#include "tools/synthetic_blocks.h"
 
 namespace kvtier::cli {
 namespace {
@@ -377,7 +377,7 @@ absl::StatusOr<Sequence> SequenceFromFlags(const Flags& flags, const v1::Namespa
     ASSIGN_OR_RETURN(int64_t shared, flags.GetInt("shared-prefix", 0));
     if (n < 1 || n > 100000) return absl::InvalidArgumentError("--generate must be in 1..100000");
     seq.seed = static_cast<uint64_t>(seed);
-    tokens = client::SyntheticTokens(seq.seed, static_cast<uint32_t>(n),
+    tokens = tools::SyntheticTokens(seq.seed, static_cast<uint32_t>(n),
                                      static_cast<uint32_t>(shared), params.tokens_per_block);
   } else {
     return absl::InvalidArgumentError("give one of --keys, --tokens or --generate");
@@ -472,7 +472,7 @@ absl::Status RunPut(const Flags& flags) {
       // Shared-prefix blocks carry the same KV whatever the seed.
       ASSIGN_OR_RETURN(int64_t shared, flags.GetInt("shared-prefix", 0));
       const uint64_t data_seed = static_cast<int64_t>(i) < shared ? 0 : seq.seed;
-      payloads.push_back(client::SyntheticRawBlock(layout, data_seed, static_cast<uint32_t>(i)));
+      payloads.push_back(tools::SyntheticRawBlock(layout, data_seed, static_cast<uint32_t>(i)));
       client::PutBlock b;
       b.key = seq.keys[i];
       b.parent_key = i == 0 ? "" : seq.keys[i - 1];

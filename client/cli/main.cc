@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "client/cli/commands.h"
+#include "tools/commands.h"
 
 namespace {
 
@@ -51,9 +52,9 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (command == "eval") return kvtier::cli::RunEval(argc - 1, argv + 1);
-  if (command == "replay") return kvtier::cli::RunReplay(argc - 1, argv + 1);
-  if (command == "bench") return kvtier::cli::RunBench(argc - 1, argv + 1);
+  if (command == "eval") return kvtier::tools::RunEval(argc - 1, argv + 1);
+  if (command == "replay") return kvtier::tools::RunReplay(argc - 1, argv + 1);
+  if (command == "bench") return kvtier::tools::RunBench(argc - 1, argv + 1);
   if (command == "stats" || command == "namespaces" || command == "lookup" ||
       command == "put" || command == "get" || command == "evict" || command == "flush") {
     return kvtier::cli::RunAdmin(argc - 1, argv + 1);

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/synthetic_blocks.h"
 #include "common/cuda_runtime.h"
 #include "storage/kv/codec.h"
+#include "tools/synthetic_blocks.h"
 
 namespace {
 
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
                 shm->connect_info().shared_memory_error.c_str());
   }
   std::vector<std::string> keys;
-  const std::string raw = kvtier::client::SyntheticRawBlock(BlockLayout(), 5, 0);
+  const std::string raw = kvtier::tools::SyntheticRawBlock(BlockLayout(), 5, 0);
   const std::string blob =
       *kvtier::kv::Encode(kvtier::kv::CodecId::kFp16, BlockLayout(), 0, kvtier::kv::AsBytes(raw));
   for (int i = 0; i < num_keys; ++i) {

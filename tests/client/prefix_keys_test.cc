@@ -3,9 +3,9 @@
 #include <set>
 #include <vector>
 
-#include "client/synthetic_blocks.h"
 #include "gtest/gtest.h"
 #include "storage/kv/prefix_key.h"
+#include "tools/synthetic_blocks.h"
 
 namespace kvtier::client {
 namespace {
@@ -19,7 +19,7 @@ PrefixKeyParams Params(std::string ns = "llama3", std::string tenant = "") {
 }
 
 TEST(PrefixKeysTest, OneKeyPerFullBlockMatchingTheCanonicalScheme) {
-  const auto tokens = SyntheticTokens(3, 5, 0, 16);
+  const auto tokens = tools::SyntheticTokens(3, 5, 0, 16);
   std::vector<uint32_t> with_tail = tokens;
   with_tail.insert(with_tail.end(), {1, 2, 3});  // a partial block gets no key
   auto keys = PrefixKeysForTokens(Params(), with_tail);
@@ -36,8 +36,8 @@ TEST(PrefixKeysTest, OneKeyPerFullBlockMatchingTheCanonicalScheme) {
 }
 
 TEST(PrefixKeysTest, SharedPrefixSharesKeysAndDivergesAfter) {
-  const auto a = SyntheticTokens(1, 6, 3, 16);
-  const auto b = SyntheticTokens(2, 6, 3, 16);
+  const auto a = tools::SyntheticTokens(1, 6, 3, 16);
+  const auto b = tools::SyntheticTokens(2, 6, 3, 16);
   auto ka = PrefixKeysForTokens(Params(), a);
   auto kb = PrefixKeysForTokens(Params(), b);
   ASSERT_TRUE(ka.ok() && kb.ok());
@@ -47,7 +47,7 @@ TEST(PrefixKeysTest, SharedPrefixSharesKeysAndDivergesAfter) {
 }
 
 TEST(PrefixKeysTest, NamespaceTenantAndExtraChangeEveryKey) {
-  const auto tokens = SyntheticTokens(1, 2, 0, 16);
+  const auto tokens = tools::SyntheticTokens(1, 2, 0, 16);
   std::set<std::string> first_keys;
   for (const auto& p : {Params("a"), Params("b"), Params("a", "acme")}) {
     auto k = PrefixKeysForTokens(p, tokens);
@@ -79,15 +79,6 @@ TEST(KeyHexTest, RoundTripsAndRejectsJunk) {
   EXPECT_FALSE(KeyFromHex("").ok());
   EXPECT_FALSE(KeyFromHex("abc").ok());
   EXPECT_FALSE(KeyFromHex("zz").ok());
-}
-
-TEST(SyntheticBlocksTest, DeterministicAndSeedDependent) {
-  kv::Layout layout;
-  layout.num_layers = 2;
-  EXPECT_EQ(SyntheticRawBlock(layout, 1, 0), SyntheticRawBlock(layout, 1, 0));
-  EXPECT_NE(SyntheticRawBlock(layout, 1, 0), SyntheticRawBlock(layout, 2, 0));
-  EXPECT_NE(SyntheticRawBlock(layout, 1, 0), SyntheticRawBlock(layout, 1, 1));
-  EXPECT_EQ(SyntheticRawBlock(layout, 1, 0).size(), layout.BytesPerBlock());
 }
 
 }  // namespace

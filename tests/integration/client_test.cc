@@ -15,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/prefix_keys.h"
-#include "client/synthetic_blocks.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "storage/kv/codec.h"

@@ -8,9 +8,9 @@
 
 #include "client/client.h"
 #include "client/prefix_keys.h"
-#include "client/synthetic_blocks.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
+#include "tools/synthetic_blocks.h"
 
 namespace kvtier::client {
 
@@ -30,9 +30,9 @@ inline Sequence MakeSequence(const std::string& ns, const kv::Layout& layout, ui
   PrefixKeyParams p;
   p.namespace_name = ns;
   p.tokens_per_block = layout.tokens_per_block;
-  s.keys = *PrefixKeysForTokens(p, SyntheticTokens(seed, n, 0, layout.tokens_per_block));
+  s.keys = *PrefixKeysForTokens(p, tools::SyntheticTokens(seed, n, 0, layout.tokens_per_block));
   for (uint32_t i = 0; i < n; ++i) {
-    s.raw.push_back(SyntheticRawBlock(layout, seed, i));
+    s.raw.push_back(tools::SyntheticRawBlock(layout, seed, i));
     s.encoded.push_back(*kv::Encode(kv::CodecId::kFp16, layout, i, kv::AsBytes(s.raw.back())));
   }
   for (uint32_t i = 0; i < n; ++i) {

@@ -1,11 +1,11 @@
-#include "storage/kv/attention.h"
+#include "tools/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-namespace kvtier::kv {
+namespace kvtier::tools {
 
 void AttentionWeights(std::span<const float> query, std::span<const float> keys,
                       uint32_t head_dim, std::span<double> weights) {
@@ -168,4 +168,4 @@ MeanStd ComputeMeanStd(std::span<const double> values) {
   return r;
 }
 
-}  // namespace kvtier::kv
+}  // namespace kvtier::tools

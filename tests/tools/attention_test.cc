@@ -1,4 +1,4 @@
-#include "storage/kv/attention.h"
+#include "tools/attention.h"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace kvtier::kv {
+namespace kvtier::tools {
 namespace {
 
 TEST(AttentionTest, WeightsMatchHandComputedSoftmax) {
@@ -126,4 +126,4 @@ TEST(AttentionTest, PercentileAndMeanStd) {
 }
 
 }  // namespace
-}  // namespace kvtier::kv
+}  // namespace kvtier::tools

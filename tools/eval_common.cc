@@ -1,13 +1,13 @@
-#include "client/cli/eval_common.h"
+#include "tools/eval_common.h"
 
 #include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 
-std::optional<int> CheckEvalArgs(const Flags& flags, const char* name,
+std::optional<int> CheckEvalArgs(const cli::Flags& flags, const char* name,
                                  std::initializer_list<std::string_view> known, const char* usage) {
   if (flags.Has("help")) {
     std::fputs(usage, stdout);
@@ -31,7 +31,7 @@ bool EvalFlagsParsed(const char* name, std::initializer_list<absl::Status> statu
   return true;
 }
 
-std::optional<EvalSizes> ParseEvalSizes(const Flags& flags, const char* name,
+std::optional<EvalSizes> ParseEvalSizes(const cli::Flags& flags, const char* name,
                                         uint32_t max_layers, uint32_t default_seq_len,
                                         uint32_t min_seq_len, uint32_t max_seq_len) {
   auto seed = flags.GetInt("seed", 1);
@@ -62,4 +62,4 @@ std::string JsonNumber(double v, int significant_digits) {
   return absl::StrFormat("%.*g", significant_digits, v);
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools

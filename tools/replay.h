@@ -1,5 +1,5 @@
 // Trace replay against the real TieredStore (storage/tiered_store.h), plus the offline
-// references computed with storage/cache_sim.h, for `kvtier replay`.
+// references computed with tools/cache_sim.h, for `kvtier replay`.
 //
 // Semantics per request (same as cache_sim.h): Lookup all keys; a block *hits* if it is
 // resident in the HOT tier (the cache being sized); prefix hits are the leading run of hot
@@ -10,21 +10,21 @@
 //
 // Keys: 16 bytes, the hash id little-endian in the first 8 bytes, zero padded; parent =
 // previous id of the request; block_index = position in the request.
-#ifndef KVTIER_STORAGE_REPLAY_H_
-#define KVTIER_STORAGE_REPLAY_H_
+#ifndef KVTIER_TOOLS_REPLAY_H_
+#define KVTIER_TOOLS_REPLAY_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "storage/cache_sim.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 #include "storage/tiered_store.h"
-#include "storage/trace.h"
+#include "tools/cache_sim.h"
+#include "tools/trace.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 
 // Returns the 16-byte store key of a trace hash id.
 std::string TraceKey(uint64_t hash_id);
@@ -39,7 +39,7 @@ struct ReplayOptions {
   // block size rounded up to the arena alignment). When set, the capacity in blocks is
   // capacity_bytes / slot size.
   uint64_t capacity_bytes = 0;
-  EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  storage::EvictionPolicyKind policy = storage::EvictionPolicyKind::kPrefixLru;
   kv::Layout layout = ReplayLayout();
   kv::CodecId codec = kv::CodecId::kFp16;
   // Cold tier size in multiples of the hot size (the store's memory of evicted keys).
@@ -71,6 +71,6 @@ struct ReplayResult {
 // invalid layout; any store error is returned as is, prefixed with the request number.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions& options);
 
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools
 
-#endif  // KVTIER_STORAGE_REPLAY_H_
+#endif  // KVTIER_TOOLS_REPLAY_H_

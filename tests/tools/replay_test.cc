@@ -1,6 +1,5 @@
-// Tests for the cache simulator (storage/cache_sim.h), the reuse_lru policy
-// (storage/eviction_policy_reuse.h) and the replay against the real TieredStore
-// (storage/replay.h).
+// Tests for the cache simulator (tools/cache_sim.h) and the replay against the real
+// TieredStore (tools/replay.h).
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -11,13 +10,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "storage/cache_sim.h"
+#include "storage/tiered_store.h"
 #include "storage/kv/codec.h"
-#include "storage/eviction_policy_reuse.h"
-#include "storage/replay.h"
-#include "storage/trace.h"
+#include "tools/cache_sim.h"
+#include "tools/replay.h"
+#include "tools/trace.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 namespace {
 
 Trace MakeTrace(const std::vector<std::vector<uint64_t>>& requests) {
@@ -240,33 +239,6 @@ TEST(SharedTraceTest, ReproducesReferenceNumbersAndPolicyOrder) {
   }
 }
 
-TEST(ReuseRankTest, ReusedBlocksOutrankFreshOnesForSeveralLifetimes) {
-  EXPECT_LT(ReuseRank(1000, 0, 100), ReuseRank(900, 1, 100));
-  EXPECT_GT(ReuseRank(1000, 0, 100), ReuseRank(500, 1, 100));  // aged out (> 4 x 100)
-  EXPECT_EQ(ReuseRank(7, 0, 100), 7.0);
-}
-
-TEST(ReuseLruPolicyTest, EvictsFreshLeavesBeforeReusedOnes) {
-  ReuseLruPolicy policy;
-  EXPECT_STREQ(policy.name(), "reuse_lru");
-  EXPECT_TRUE(policy.structure_aware());
-  BlockInfo fresh;
-  fresh.tick = 10;
-  BlockInfo reused;  // older, but referenced before: its head start (4 x resident) wins
-  reused.tick = 9;
-  reused.hits = 2;
-  policy.OnInsert(1, reused);
-  policy.OnInsert(2, fresh);
-  EXPECT_EQ(policy.PickVictim(), kInvalidBlock);  // nothing eligible yet
-  policy.OnEligible(1, true);
-  policy.OnEligible(2, true);
-  EXPECT_EQ(policy.PickVictim(), 2u);  // newer but never reused
-  policy.OnRemove(2);
-  EXPECT_EQ(policy.PickVictim(), 1u);
-  policy.OnEligible(1, false);
-  EXPECT_EQ(policy.PickVictim(), kInvalidBlock);
-}
-
 TEST(ReplayTest, KeysAreSixteenBytesLittleEndian) {
   std::string k = TraceKey(0x0102);
   ASSERT_EQ(k.size(), 16u);
@@ -283,7 +255,7 @@ TEST(ReplayTest, RealStoreMatchesSimulatorAndIsDeterministic) {
   const uint64_t kCap = 60;
   ReplayOptions o;
   o.capacity_blocks = kCap;
-  o.policy = EvictionPolicyKind::kLru;
+  o.policy = storage::EvictionPolicyKind::kLru;
   absl::StatusOr<ReplayResult> a = ReplayTrace(t, o);
   ASSERT_TRUE(a.ok()) << a.status();
   absl::StatusOr<ReplayResult> b = ReplayTrace(t, o);
@@ -302,7 +274,7 @@ TEST(ReplayTest, RealStoreMatchesSimulatorAndIsDeterministic) {
 
   // prefix_lru (sink protection on: a sink is not demoted while a descendant is hot, which
   // the leaves-only rule already implies) is exactly the simulator's prefix_lru.
-  o.policy = EvictionPolicyKind::kPrefixLru;
+  o.policy = storage::EvictionPolicyKind::kPrefixLru;
   absl::StatusOr<ReplayResult> p = ReplayTrace(t, o);
   ASSERT_TRUE(p.ok()) << p.status();
   SimResult plru = Sim(t, SimPolicy::kPrefixLru, kCap);
@@ -348,4 +320,4 @@ TEST(ReplayTest, RejectsZeroCapacity) {
 }
 
 }  // namespace
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools

@@ -1,4 +1,4 @@
-#include "storage/kv/synthetic.h"
+#include "tools/synthetic_kv.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "storage/kv/attention.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/half.h"
+#include "tools/attention.h"
 
-namespace kvtier::kv {
+namespace kvtier::tools {
 namespace {
 
 // Small but statistically meaningful: 2 layers x 8 heads x 32 queries over 512 tokens.
@@ -113,7 +113,7 @@ TEST(SyntheticTest, DeterministicForSeed) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->kv().k, b->kv().k);
   EXPECT_EQ(a->kv().v, b->kv().v);
-  EXPECT_EQ(a->RawBlock(1, Dtype::kFp16), b->RawBlock(1, Dtype::kFp16));
+  EXPECT_EQ(a->RawBlock(1, kv::Dtype::kFp16), b->RawBlock(1, kv::Dtype::kFp16));
   std::vector<float> qa(a->Queries(0, 3).begin(), a->Queries(0, 3).end());
   std::vector<float> qb(b->Queries(0, 3).begin(), b->Queries(0, 3).end());
   EXPECT_EQ(qa, qb);
@@ -158,25 +158,26 @@ TEST(SyntheticTest, PackUnpackRoundTripAndLayoutOrder) {
   auto g = SyntheticKv::Generate(p);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->num_blocks(), 3u);
-  const std::string raw = g->RawBlock(1, Dtype::kFp16);
-  const Layout& lay = g->layout();
+  const std::string raw = g->RawBlock(1, kv::Dtype::kFp16);
+  const kv::Layout& lay = g->layout();
   ASSERT_EQ(raw.size(), lay.BytesPerToken() * 32);
   // Element (layer 1, V, head 5, token 3 of block 1, channel 7).
   uint16_t bits;
   std::memcpy(&bits, raw.data() + 2 * lay.Index(1, 1, 5, 3, 7, 32), 2);
   const float want = g->kv().Values(1, 5)[(32 + 3) * 128 + 7];
-  EXPECT_EQ(bits, FloatToHalf(want));
+  EXPECT_EQ(bits, kv::FloatToHalf(want));
 
   KvTensors back = KvTensors::Zeros(2, 8, 128, 80);
   for (uint32_t b = 0; b < 3; ++b) {
-    const std::string r = g->RawBlock(b, Dtype::kBf16);
-    ASSERT_TRUE(UnpackRaw(AsBytes(r), Dtype::kBf16, b * 32, std::min(32u, 80 - b * 32), &back)
+    const std::string r = g->RawBlock(b, kv::Dtype::kBf16);
+    ASSERT_TRUE(UnpackRaw(kv::AsBytes(r), kv::Dtype::kBf16, b * 32, std::min(32u, 80 - b * 32),
+                          &back)
                     .ok());
   }
   EXPECT_LT(RelativeL2Error(g->kv().k, back.k), 4e-3);
   EXPECT_GT(RelativeL2Error(g->kv().k, back.k), 0.0);
-  EXPECT_FALSE(UnpackRaw(AsBytes(raw), Dtype::kFp16, 60, 32, &back).ok());
-  EXPECT_FALSE(UnpackRaw(AsBytes(raw).subspan(2), Dtype::kFp16, 0, 32, &back).ok());
+  EXPECT_FALSE(UnpackRaw(kv::AsBytes(raw), kv::Dtype::kFp16, 60, 32, &back).ok());
+  EXPECT_FALSE(UnpackRaw(kv::AsBytes(raw).subspan(2), kv::Dtype::kFp16, 0, 32, &back).ok());
 }
 
 TEST(SyntheticTest, NeedleDrawsItsTopicQuery) {
@@ -209,17 +210,17 @@ struct CodecFidelity {
   bool sinks_exact = true;
 };
 
-CodecFidelity Measure(const SyntheticKv& g, CodecId codec) {
-  const Layout& lay = g.layout();
+CodecFidelity Measure(const SyntheticKv& g, kv::CodecId codec) {
+  const kv::Layout& lay = g.layout();
   const uint32_t d = lay.head_dim, n = g.params().seq_len, tpb = lay.tokens_per_block;
   KvTensors recon = KvTensors::Zeros(lay.num_layers, lay.num_kv_heads, d, n);
   CodecFidelity f;
   for (uint32_t b = 0; b < g.num_blocks(); ++b) {
-    const std::string raw = g.RawBlock(b, Dtype::kFp16);
-    auto blob = Encode(codec, lay, b, AsBytes(raw));
+    const std::string raw = g.RawBlock(b, kv::Dtype::kFp16);
+    auto blob = kv::Encode(codec, lay, b, kv::AsBytes(raw));
     EXPECT_TRUE(blob.ok()) << blob.status();
     if (!blob.ok()) return f;
-    auto decoded = DecodeToString(AsBytes(*blob));
+    auto decoded = kv::DecodeToString(kv::AsBytes(*blob));
     EXPECT_TRUE(decoded.ok()) << decoded.status();
     if (!decoded.ok()) return f;
     if (b == 0) {
@@ -233,7 +234,7 @@ CodecFidelity Measure(const SyntheticKv& g, CodecId codec) {
         }
       }
     }
-    EXPECT_TRUE(UnpackRaw(AsBytes(*decoded), Dtype::kFp16, b * tpb, tpb, &recon).ok());
+    EXPECT_TRUE(UnpackRaw(kv::AsBytes(*decoded), kv::Dtype::kFp16, b * tpb, tpb, &recon).ok());
   }
   std::vector<double> w(n), w_hat(n), o(d), o_hat(d);
   uint32_t rows = 0;
@@ -263,11 +264,11 @@ TEST(SyntheticTest, CodecClaimsHoldOnTheGenerator) {
   p.queries_per_head = 4;
   auto g = SyntheticKv::Generate(p);
   ASSERT_TRUE(g.ok()) << g.status();
-  const CodecFidelity int8 = Measure(*g, CodecId::kInt8);
-  const CodecFidelity fp8 = Measure(*g, CodecId::kFp8E4M3);
-  const CodecFidelity int4 = Measure(*g, CodecId::kInt4);
-  const CodecFidelity kivi4 = Measure(*g, CodecId::kKivi4);
-  const CodecFidelity kivi2 = Measure(*g, CodecId::kKivi2);
+  const CodecFidelity int8 = Measure(*g, kv::CodecId::kInt8);
+  const CodecFidelity fp8 = Measure(*g, kv::CodecId::kFp8E4M3);
+  const CodecFidelity int4 = Measure(*g, kv::CodecId::kInt4);
+  const CodecFidelity kivi4 = Measure(*g, kv::CodecId::kKivi4);
+  const CodecFidelity kivi2 = Measure(*g, kv::CodecId::kKivi2);
   std::printf("attn err: int8 %.4f fp8 %.4f int4 %.4f kivi4 %.4f kivi2 %.4f; "
               "KL int4 %.5f kivi4 %.5f\n",
               int8.attn_err, fp8.attn_err, int4.attn_err, kivi4.attn_err, kivi2.attn_err,
@@ -301,4 +302,4 @@ TEST(SyntheticTest, ValidateRejectsBadParams) {
 }
 
 }  // namespace
-}  // namespace kvtier::kv
+}  // namespace kvtier::tools

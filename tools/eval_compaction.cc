@@ -1,6 +1,6 @@
 // `kvtier eval compaction`: token compaction (storage/kv/compaction.h) vs attention fidelity
 // and needle retrieval on the synthetic K/V generator (DESIGN.md section 7, notes section
-// 7.2). The generator is used exactly as storage/kv/synthetic.h builds it; needles are
+// 7.2). The generator is used exactly as tools/synthetic_kv.h builds it; needles are
 // planted with its own PlantNeedle (one needle per needle topic, at the generator's
 // topic_logit) and asked about with its own MakeQuery.
 //
@@ -43,16 +43,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cli/eval_commands.h"
-#include "client/cli/eval_common.h"
 #include "client/cli/flags.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "storage/kv/attention.h"
 #include "storage/kv/compaction.h"
-#include "storage/kv/synthetic.h"
+#include "tools/attention.h"
+#include "tools/eval_commands.h"
+#include "tools/eval_common.h"
+#include "tools/synthetic_kv.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 namespace {
 
 constexpr char kUsage[] =
@@ -99,7 +99,7 @@ struct Row {
   std::string method;
   double budget = 0;
   uint32_t budget_tokens = 0;
-  kv::MeanStd attn_err, recall_aware, recall_agnostic, salient_aware, salient_agnostic;
+  MeanStd attn_err, recall_aware, recall_agnostic, salient_aware, salient_agnostic;
 };
 
 struct NeedleCase {
@@ -108,7 +108,7 @@ struct NeedleCase {
 
 // Everything one seed needs.
 struct World {
-  const kv::SyntheticKv* g = nullptr;
+  const SyntheticKv* g = nullptr;
   kv::KvSequence seq;                       // post-RoPE K/V in compaction order
   uint32_t L = 0, H = 0, D = 0, T = 0, G = 0;
   std::vector<uint32_t> needle_pos;         // per needle
@@ -118,7 +118,7 @@ struct World {
   std::vector<double> ref_out;              // [layer][head][query][d] full attention
 };
 
-kv::KvSequence ToSequence(const kv::KvTensors& t) {
+kv::KvSequence ToSequence(const KvTensors& t) {
   kv::KvSequence s = kv::KvSequence::Zeros(t.num_layers, t.num_kv_heads, t.head_dim, t.seq_len);
   for (uint32_t l = 0; l < t.num_layers; ++l) {
     for (uint32_t h = 0; h < t.num_kv_heads; ++h) {
@@ -143,7 +143,7 @@ uint64_t QuerySeed(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b) {
 
 // Observation-window queries [layer][query_head][obs][d] (query_head = kv_head * G + qh).
 absl::StatusOr<std::vector<float>> WindowQueries(const World& w, uint64_t seed, bool aware) {
-  const kv::SyntheticKv& g = *w.g;
+  const SyntheticKv& g = *w.g;
   std::vector<float> q(size_t{w.L} * w.H * w.G * kObsWindow * w.D);
   for (uint32_t l = 0; l < w.L; ++l) {
     for (uint32_t h = 0; h < w.H; ++h) {
@@ -171,7 +171,7 @@ absl::StatusOr<std::vector<float>> WindowQueries(const World& w, uint64_t seed, 
 // observation-window query with weight 1.
 absl::StatusOr<std::vector<float>> H2oScores(const World& w, uint64_t seed,
                                              const std::vector<float>& window_q) {
-  const kv::SyntheticKv& g = *w.g;
+  const SyntheticKv& g = *w.g;
   std::vector<float> scores(size_t{w.L} * w.H * w.T, 0.0f);
   std::vector<double> weights(w.T);
   for (uint32_t l = 0; l < w.L; ++l) {
@@ -180,7 +180,7 @@ absl::StatusOr<std::vector<float>> H2oScores(const World& w, uint64_t seed,
       auto keys = HeadKeys(w.seq, l, h);
       auto add = [&](std::span<const float> q, uint32_t pos, double weight) {
         std::span<double> wt(weights.data(), pos + 1);
-        kv::AttentionWeights(q, keys, w.D, wt);
+        AttentionWeights(q, keys, w.D, wt);
         for (uint32_t t = 0; t <= pos; ++t) acc[t] += static_cast<float>(weight * wt[t]);
       };
       for (uint32_t qh = 0; qh < w.G; ++qh) {
@@ -211,7 +211,7 @@ std::vector<float> OracleScores(const World& w) {
       float* acc = &scores[(size_t{l} * w.H + h) * w.T];
       auto keys = HeadKeys(w.seq, l, h);
       auto add = [&](std::span<const float> q) {
-        kv::AttentionWeights(q, keys, w.D, weights);
+        AttentionWeights(q, keys, w.D, weights);
         for (uint32_t t = 0; t < w.T; ++t) acc[t] += static_cast<float>(weights[t]);
       };
       auto queries = w.g->Queries(l, h);
@@ -256,10 +256,10 @@ double AttnError(const World& w, const kv::Selection& sel) {
     for (uint32_t h = 0; h < w.H; ++h) {
       auto queries = w.g->Queries(l, h);
       for (uint32_t i = 0; i < nq; ++i, ++rows) {
-        kv::AttentionWeights(queries.subspan(size_t{i} * w.D, w.D), HeadKeys(*kept, l, h), w.D,
+        AttentionWeights(queries.subspan(size_t{i} * w.D, w.D), HeadKeys(*kept, l, h), w.D,
                              weights);
-        kv::AttentionOutput(weights, HeadValues(*kept, l, h), w.D, out);
-        sum += kv::RelativeL2Error(
+        AttentionOutput(weights, HeadValues(*kept, l, h), w.D, out);
+        sum += RelativeL2Error(
             std::span<const double>(w.ref_out).subspan(rows * w.D, w.D), out);
       }
     }
@@ -293,7 +293,7 @@ struct SeedResult {
   double rope_check_err = 0;  // max |RopeRotate(k, -p) - k_pre_rope|
 };
 
-std::vector<uint32_t> NeedlePositions(const kv::SyntheticParams& p, uint64_t seed) {
+std::vector<uint32_t> NeedlePositions(const SyntheticParams& p, uint64_t seed) {
   std::mt19937_64 rng(seed * 7777 + 1);
   const uint32_t lo = 64, hi = p.seq_len - 2 * kObsWindow - 64;
   std::vector<uint32_t> out;
@@ -313,12 +313,12 @@ std::vector<uint32_t> NeedlePositions(const kv::SyntheticParams& p, uint64_t see
 // Moves token `pos`'s topic component (pre-RoPE) to `needle_topic` with `logit` worth of
 // magnitude, in every head of w.seq.
 void PlantQuestionOnlyNeedle(World& w, uint32_t pos, uint32_t needle_topic, double logit) {
-  const kv::SyntheticKv& g = *w.g;
-  const kv::SyntheticParams& p = g.params();
+  const SyntheticKv& g = *w.g;
+  const SyntheticParams& p = g.params();
   const uint32_t old_topic = g.token_topics()[pos];
   for (uint32_t l = 0; l < w.L; ++l) {
     for (uint32_t h = 0; h < w.H; ++h) {
-      const kv::HeadLatents& lat = g.latents(l, h);
+      const HeadLatents& lat = g.latents(l, h);
       auto pre_all = g.kv_pre_rope().Keys(l, h);
       // Key magnitude per unit of logit along a topic direction, measured from the
       // generator's own tokens (mean projection of each token on its topic, noise averages
@@ -349,9 +349,9 @@ void PlantQuestionOnlyNeedle(World& w, uint32_t pos, uint32_t needle_topic, doub
 }
 
 // Builds the world for one needle kind. `g` must outlive the world.
-absl::StatusOr<World> BuildWorld(const kv::SyntheticKv& g, const std::vector<uint32_t>& needles,
+absl::StatusOr<World> BuildWorld(const SyntheticKv& g, const std::vector<uint32_t>& needles,
                                  NeedleKind kind, uint64_t seed) {
-  const kv::SyntheticParams& p = g.params();
+  const SyntheticParams& p = g.params();
   World w;
   w.g = &g;
   w.L = p.layout.num_layers;
@@ -383,7 +383,7 @@ absl::StatusOr<World> BuildWorld(const kv::SyntheticKv& g, const std::vector<uin
           std::copy(q.begin(), q.end(),
                     w.needle_queries.begin() +
                         ((((size_t{n} * w.L + l) * w.H + h) * w.G) + qh) * w.D);
-          kv::AttentionWeights(q, HeadKeys(w.seq, l, h), w.D, weights);
+          AttentionWeights(q, HeadKeys(w.seq, l, h), w.D, weights);
           const auto best = std::max_element(weights.begin() + kSinks, weights.end());
           if (static_cast<uint32_t>(best - weights.begin()) == needles[n]) {
             w.cases.push_back({l, h, qh, n});
@@ -399,9 +399,9 @@ absl::StatusOr<World> BuildWorld(const kv::SyntheticKv& g, const std::vector<uin
     for (uint32_t h = 0; h < w.H; ++h) {
       auto queries = g.Queries(l, h);
       for (uint32_t i = 0; i < nq; ++i) {
-        kv::AttentionWeights(queries.subspan(size_t{i} * w.D, w.D), HeadKeys(w.seq, l, h), w.D,
+        AttentionWeights(queries.subspan(size_t{i} * w.D, w.D), HeadKeys(w.seq, l, h), w.D,
                              weights);
-        kv::AttentionOutput(
+        AttentionOutput(
             weights, HeadValues(w.seq, l, h), w.D,
             std::span<double>(w.ref_out).subspan(((size_t{l} * w.H + h) * nq + i) * w.D, w.D));
       }
@@ -466,12 +466,12 @@ absl::Status EvaluateWorld(const World& w, uint64_t seed, NeedleKind kind,
   return absl::OkStatus();
 }
 
-absl::StatusOr<SeedResult> RunSeed(const kv::SyntheticParams& base, uint64_t seed,
-                                   kv::SyntheticStats* stats) {
-  kv::SyntheticParams p = base;
+absl::StatusOr<SeedResult> RunSeed(const SyntheticParams& base, uint64_t seed,
+                                   SyntheticStats* stats) {
+  SyntheticParams p = base;
   p.seed = seed;
-  ASSIGN_OR_RETURN(kv::SyntheticKv g, kv::SyntheticKv::Generate(p));
-  *stats = kv::ComputeStats(g);  // the generator as built, before any needle
+  ASSIGN_OR_RETURN(SyntheticKv g, SyntheticKv::Generate(p));
+  *stats = ComputeStats(g);  // the generator as built, before any needle
   SeedResult result;
   const std::vector<uint32_t> needles = NeedlePositions(p, seed);
 
@@ -495,7 +495,7 @@ absl::StatusOr<SeedResult> RunSeed(const kv::SyntheticParams& base, uint64_t see
     RETURN_IF_ERROR(EvaluateWorld(w, seed, NeedleKind::kQuestionOnly, &result.samples));
   }
   {
-    kv::SyntheticKv planted = g;
+    SyntheticKv planted = g;
     for (uint32_t n = 0; n < needles.size(); ++n) {
       RETURN_IF_ERROR(planted.PlantNeedle(needles[n], p.num_topics + n, p.topic_logit));
     }
@@ -509,18 +509,18 @@ absl::StatusOr<SeedResult> RunSeed(const kv::SyntheticParams& base, uint64_t see
 struct Section {
   std::string name;
   std::vector<Row> rows;
-  std::vector<kv::SyntheticStats> stats;
+  std::vector<SyntheticStats> stats;
   size_t needle_cases = 0, needle_candidates = 0, salient_cases = 0;
   double rope_check_err = 0;
 };
 
 absl::StatusOr<Section> RunSection(const Options& opt, const std::string& name,
-                                   const kv::SyntheticParams& base) {
+                                   const SyntheticParams& base) {
   Section sec;
   sec.name = name;
   std::map<std::pair<std::string, double>, std::vector<Sample>> all;
   for (uint32_t i = 0; i < opt.seeds; ++i) {
-    kv::SyntheticStats st;
+    SyntheticStats st;
     ASSIGN_OR_RETURN(SeedResult r, RunSeed(base, opt.seed + i, &st));
     sec.stats.push_back(st);
     sec.needle_cases += r.needle_cases;
@@ -544,11 +544,11 @@ absl::StatusOr<Section> RunSection(const Options& opt, const std::string& name,
       row.method = method;
       row.budget = frac;
       row.budget_tokens = static_cast<uint32_t>(std::floor(frac * base.seq_len));
-      row.attn_err = kv::ComputeMeanStd(e);
-      row.recall_aware = kv::ComputeMeanStd(a);
-      row.recall_agnostic = kv::ComputeMeanStd(g);
-      row.salient_aware = kv::ComputeMeanStd(sa);
-      row.salient_agnostic = kv::ComputeMeanStd(sg);
+      row.attn_err = ComputeMeanStd(e);
+      row.recall_aware = ComputeMeanStd(a);
+      row.recall_agnostic = ComputeMeanStd(g);
+      row.salient_aware = ComputeMeanStd(sa);
+      row.salient_agnostic = ComputeMeanStd(sg);
       if (a.empty()) row.recall_aware.mean = NAN;
       if (g.empty()) row.recall_agnostic.mean = NAN;
       if (sa.empty()) row.salient_aware.mean = NAN;
@@ -561,22 +561,22 @@ absl::StatusOr<Section> RunSection(const Options& opt, const std::string& name,
 
 std::string Num(double v) { return JsonNumber(v, 4); }
 
-double MeanOf(const std::vector<kv::SyntheticStats>& s, double kv::SyntheticStats::*f) {
+double MeanOf(const std::vector<SyntheticStats>& s, double SyntheticStats::*f) {
   return MeanStdOf(s, f).mean;
 }
 
 std::string StatsJson(const Section& sec) {
   const auto& s = sec.stats;
   return absl::StrCat(
-      "{\"first_token_share\": ", Num(MeanOf(s, &kv::SyntheticStats::first_token_share)),
-      ", \"sparsity_1pct\": ", Num(MeanOf(s, &kv::SyntheticStats::sparsity_1pct)),
-      ", \"zipf_slope\": ", Num(MeanOf(s, &kv::SyntheticStats::zipf_slope)),
-      ", \"top10pct_attention_mass\": ", Num(MeanOf(s, &kv::SyntheticStats::top10pct_mass)),
+      "{\"first_token_share\": ", Num(MeanOf(s, &SyntheticStats::first_token_share)),
+      ", \"sparsity_1pct\": ", Num(MeanOf(s, &SyntheticStats::sparsity_1pct)),
+      ", \"zipf_slope\": ", Num(MeanOf(s, &SyntheticStats::zipf_slope)),
+      ", \"top10pct_attention_mass\": ", Num(MeanOf(s, &SyntheticStats::top10pct_mass)),
       ", \"recent32_share_local_heads\": ",
-      Num(MeanOf(s, &kv::SyntheticStats::recent_share_local)),
+      Num(MeanOf(s, &SyntheticStats::recent_share_local)),
       ", \"recent32_share_other_heads\": ",
-      Num(MeanOf(s, &kv::SyntheticStats::recent_share_other)),
-      ", \"key_channel_max_median\": ", Num(MeanOf(s, &kv::SyntheticStats::key_channel_ratio)),
+      Num(MeanOf(s, &SyntheticStats::recent_share_other)),
+      ", \"key_channel_max_median\": ", Num(MeanOf(s, &SyntheticStats::key_channel_ratio)),
       ", \"needle_cases\": ", sec.needle_cases, ", \"salient_needle_cases\": ",
       sec.salient_cases, ", \"needle_candidates\": ", sec.needle_candidates, ", \"rope_convention_max_abs_err\": ", Num(sec.rope_check_err),
       "}");
@@ -590,12 +590,12 @@ void PrintSection(const Section& sec) {
       "heads %.3f/%.3f,\n  key channel max/median %.1f; the full cache retrieves question-only "
       "needles in %zu and salient needles in %zu of %zu (needle, layer, kv_head, query_head) "
       "cases\n",
-      sec.name.c_str(), MeanOf(s, &kv::SyntheticStats::first_token_share),
-      MeanOf(s, &kv::SyntheticStats::sparsity_1pct), MeanOf(s, &kv::SyntheticStats::zipf_slope),
-      MeanOf(s, &kv::SyntheticStats::top10pct_mass),
-      MeanOf(s, &kv::SyntheticStats::recent_share_local),
-      MeanOf(s, &kv::SyntheticStats::recent_share_other),
-      MeanOf(s, &kv::SyntheticStats::key_channel_ratio), sec.needle_cases, sec.salient_cases,
+      sec.name.c_str(), MeanOf(s, &SyntheticStats::first_token_share),
+      MeanOf(s, &SyntheticStats::sparsity_1pct), MeanOf(s, &SyntheticStats::zipf_slope),
+      MeanOf(s, &SyntheticStats::top10pct_mass),
+      MeanOf(s, &SyntheticStats::recent_share_local),
+      MeanOf(s, &SyntheticStats::recent_share_other),
+      MeanOf(s, &SyntheticStats::key_channel_ratio), sec.needle_cases, sec.salient_cases,
       sec.needle_candidates);
   std::printf("  %-12s %-7s %-7s %-18s %-15s %-15s %-15s %s\n", "method", "budget%", "tokens",
               "attn_rel_err_mean", "needle_aware", "needle_agnostic", "salient_aware",
@@ -619,10 +619,10 @@ const Row* FindRow(const Section& s, const std::string& method, double budget) {
 }
 
 int Run(const Options& opt) {
-  kv::SyntheticParams base;
+  SyntheticParams base;
   base.layout.num_layers = opt.layers;
   base.seq_len = opt.seq_len;
-  kv::SyntheticParams no_sinks = base;
+  SyntheticParams no_sinks = base;
   no_sinks.sinks = false;
   auto on = RunSection(opt, "sinks on", base);
   auto off = on.ok() ? RunSection(opt, "sinks off", no_sinks) : on;
@@ -700,7 +700,7 @@ int Run(const Options& opt) {
 }  // namespace
 
 int RunEvalCompaction(int argc, char** argv) {
-  const Flags flags = Flags::Parse(argc, argv, 1, {"json", "help"});
+  const cli::Flags flags = cli::Flags::Parse(argc, argv, 1, {"json", "help"});
   if (std::optional<int> rc = CheckEvalArgs(
           flags, "compaction", {"json", "help", "seed", "seeds", "layers", "seq-len"}, kUsage)) {
     return *rc;
@@ -717,4 +717,4 @@ int RunEvalCompaction(int argc, char** argv) {
   return Run(opt);
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools

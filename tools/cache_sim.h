@@ -1,8 +1,8 @@
-// A fast in-memory, block-level cache simulator for Mooncake traces (storage/trace.h).
+// A fast in-memory, block-level cache simulator for Mooncake traces (tools/trace.h).
 // It models only which block ids are resident in a cache of `capacity_blocks` slots, so
 // policies can be compared in milliseconds; `kvtier replay` drives the real TieredStore.
 //
-// Replay semantics (shared with storage/replay.h): for each request, in trace order,
+// Replay semantics (shared with tools/replay.h): for each request, in trace order,
 //   1. every id is looked up; hits = ids resident, prefix hits = the leading run of
 //      resident ids (the part of the prompt whose prefill is saved);
 //   2. every id is then touched in request order: resident ones as a read (recency and
@@ -16,8 +16,8 @@
 //             is farthest; ties evict the deeper block first, which keeps every resident
 //             block's prefix resident. Its hit count is an upper bound on the hits, hence
 //             on the prefix hits, of any policy with the same capacity.
-#ifndef KVTIER_STORAGE_CACHE_SIM_H_
-#define KVTIER_STORAGE_CACHE_SIM_H_
+#ifndef KVTIER_TOOLS_CACHE_SIM_H_
+#define KVTIER_TOOLS_CACHE_SIM_H_
 
 #include <cstdint>
 #include <string>
@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "storage/trace.h"
+#include "tools/trace.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 
 enum class SimPolicy {
   kLru,        // global LRU, ignores prefix structure (children may outlive parents)
@@ -76,6 +76,6 @@ struct SimResult {
 absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
                                    const SimOptions& options);
 
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools
 
-#endif  // KVTIER_STORAGE_CACHE_SIM_H_
+#endif  // KVTIER_TOOLS_CACHE_SIM_H_

@@ -3,8 +3,8 @@
 // `hash_ids` are prefix-chained ids of 512-token blocks: two requests share an id only if
 // they share every token up to the end of that block, so an id always has the same
 // parent (the id before it). Unknown keys are ignored; blank lines are skipped.
-#ifndef KVTIER_STORAGE_TRACE_H_
-#define KVTIER_STORAGE_TRACE_H_
+#ifndef KVTIER_TOOLS_TRACE_H_
+#define KVTIER_TOOLS_TRACE_H_
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 
 struct TraceRequest {
   uint64_t timestamp_ms = 0;
@@ -61,6 +61,6 @@ ReuseStats ComputeReuseStats(const Trace& trace);
 // ParseTrace with the path prefixed to errors.
 absl::StatusOr<Trace> ReadTrace(const std::string& path);
 
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools
 
-#endif  // KVTIER_STORAGE_TRACE_H_
+#endif  // KVTIER_TOOLS_TRACE_H_

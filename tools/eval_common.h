@@ -1,8 +1,8 @@
-// Pieces shared by the `kvtier eval` subcommands (client/cli/eval_codecs.cc,
-// client/cli/eval_compaction.cc): argument checks with the common exit codes, mean +- std
+// Pieces shared by the `kvtier eval` subcommands (tools/eval_codecs.cc,
+// tools/eval_compaction.cc): argument checks with the common exit codes, mean +- std
 // of one metric over seeds, and JSON number formatting. Stateless; thread-safe.
-#ifndef KVTIER_CLIENT_CLI_EVAL_COMMON_H_
-#define KVTIER_CLIENT_CLI_EVAL_COMMON_H_
+#ifndef KVTIER_TOOLS_EVAL_COMMON_H_
+#define KVTIER_TOOLS_EVAL_COMMON_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -13,15 +13,15 @@
 
 #include "absl/status/status.h"
 #include "client/cli/flags.h"
-#include "storage/kv/attention.h"
+#include "tools/attention.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 
 // The checks every `kvtier eval <name>` makes before reading its flags: --help prints
 // `usage` to stdout (returns 0); a flag not in `known` or any positional argument prints
 // "kvtier eval <name>: <why>" and `usage` to stderr (returns 2). Returns nullopt when the
 // command should go on.
-std::optional<int> CheckEvalArgs(const Flags& flags, const char* name,
+std::optional<int> CheckEvalArgs(const cli::Flags& flags, const char* name,
                                  std::initializer_list<std::string_view> known, const char* usage);
 
 // Prints "kvtier eval <name>: <status>" to stderr for the first non-OK status (a flag
@@ -38,24 +38,24 @@ struct EvalSizes {
 
 // Reads --seed, --seeds, --layers and --seq-len. On a value that does not parse or is out
 // of range prints "kvtier eval <name>: <why>" to stderr and returns nullopt.
-std::optional<EvalSizes> ParseEvalSizes(const Flags& flags, const char* name,
+std::optional<EvalSizes> ParseEvalSizes(const cli::Flags& flags, const char* name,
                                         uint32_t max_layers, uint32_t default_seq_len,
                                         uint32_t min_seq_len, uint32_t max_seq_len);
 
-// Mean and sample std (kv::ComputeMeanStd) of `field` over `items` (e.g. one metric of
+// Mean and sample std (ComputeMeanStd) of `field` over `items` (e.g. one metric of
 // every seed's sample).
 template <typename T>
-kv::MeanStd MeanStdOf(const std::vector<T>& items, double T::*field) {
+MeanStd MeanStdOf(const std::vector<T>& items, double T::*field) {
   std::vector<double> v;
   v.reserve(items.size());
   for (const T& x : items) v.push_back(x.*field);
-  return kv::ComputeMeanStd(v);
+  return ComputeMeanStd(v);
 }
 
 // `v` with `significant_digits` significant digits (printf %g), or "null" when not finite
 // (JSON has no NaN or infinity).
 std::string JsonNumber(double v, int significant_digits);
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools
 
-#endif  // KVTIER_CLIENT_CLI_EVAL_COMMON_H_
+#endif  // KVTIER_TOOLS_EVAL_COMMON_H_

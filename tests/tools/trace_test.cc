@@ -1,4 +1,4 @@
-#include "storage/trace.h"
+#include "tools/trace.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 namespace {
 
 using ::testing::ElementsAre;
@@ -149,4 +149,4 @@ TEST(ReuseStatsTest, CountsOnceReferencedBlocksAndReuseGaps) {
 }
 
 }  // namespace
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools

@@ -17,8 +17,8 @@
 //   - GQA: several query heads per KV head, each with its own query distribution.
 //
 // Everything is deterministic for a given SyntheticParams (including seed).
-#ifndef KVTIER_STORAGE_KV_SYNTHETIC_H_
-#define KVTIER_STORAGE_KV_SYNTHETIC_H_
+#ifndef KVTIER_TOOLS_SYNTHETIC_KV_H_
+#define KVTIER_TOOLS_SYNTHETIC_KV_H_
 
 #include <cstdint>
 #include <span>
@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "storage/kv/layout.h"
 
-namespace kvtier::kv {
+namespace kvtier::tools {
 
 // Generator parameters. Defaults describe a Llama-3-8B-like layout reduced to 2 layers,
 // with 32-token blocks (so KIVI key groups span one block), 1024 tokens and the
@@ -37,7 +37,7 @@ namespace kvtier::kv {
 struct SyntheticParams {
   // num_kv_heads, head_dim, tokens_per_block and sink_tokens are used as given;
   // layout.dtype is the dtype of RawBlock's default. Default: L2 H8 D128 T32 fp16 sinks4.
-  Layout layout = {.num_layers = 2, .tokens_per_block = 32};
+  kv::Layout layout = {.num_layers = 2, .tokens_per_block = 32};
   uint32_t seq_len = 1024;                 // tokens in the sequence (positions 0..seq_len-1)
   uint32_t query_heads_per_kv_head = 4;    // GQA group size (Llama-3-8B: 32 / 8)
   uint32_t queries_per_head = 16;          // decode queries per query head
@@ -122,12 +122,12 @@ struct KvTensors {
 // (layout.h order [layer][k|v][kv_head][token][head_dim]) in `dtype`, rounding to nearest
 // even. REQUIRES: the range lies inside kv.seq_len.
 std::string PackRaw(const KvTensors& kv, uint32_t first_token, uint32_t num_tokens,
-                    Dtype dtype);
+                    kv::Dtype dtype);
 
 // Reads a raw payload of `num_tokens` tokens in `dtype` into tokens
 // [first_token, first_token + num_tokens) of `kv`. INVALID_ARGUMENT if the size does not
 // match kv's shape or the range exceeds kv.seq_len.
-absl::Status UnpackRaw(std::span<const uint8_t> raw, Dtype dtype, uint32_t first_token,
+absl::Status UnpackRaw(std::span<const uint8_t> raw, kv::Dtype dtype, uint32_t first_token,
                        uint32_t num_tokens, KvTensors* kv);
 
 // Applies RoPE in place to one head vector at `position` (half-split pairs (i, i + d/2),
@@ -197,10 +197,10 @@ class SyntheticKv {
 
   // Raw payload (layout.h order) of block `block_index` (tokens_per_block tokens, the last
   // block possibly shorter) in `dtype`. REQUIRES: block_index < num_blocks().
-  std::string RawBlock(uint32_t block_index, Dtype dtype) const;
+  std::string RawBlock(uint32_t block_index, kv::Dtype dtype) const;
   uint32_t num_blocks() const;
   // Layout of the sequence's blocks (params().layout).
-  const Layout& layout() const { return params_.layout; }
+  const kv::Layout& layout() const { return params_.layout; }
 
  private:
   SyntheticKv() = default;
@@ -234,6 +234,6 @@ struct SyntheticStats {
 };
 SyntheticStats ComputeStats(const SyntheticKv& kv);
 
-}  // namespace kvtier::kv
+}  // namespace kvtier::tools
 
-#endif  // KVTIER_STORAGE_KV_SYNTHETIC_H_
+#endif  // KVTIER_TOOLS_SYNTHETIC_KV_H_

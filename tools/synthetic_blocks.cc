@@ -1,11 +1,11 @@
-#include "client/synthetic_blocks.h"
+#include "tools/synthetic_blocks.h"
 
 #include <cstring>
 #include <random>
 
 #include "storage/kv/half.h"
 
-namespace kvtier::client {
+namespace kvtier::tools {
 namespace {
 
 uint64_t Mix(uint64_t x) {
@@ -45,4 +45,4 @@ std::string SyntheticRawBlock(const kv::Layout& layout, uint64_t seed, uint32_t 
   return out;
 }
 
-}  // namespace kvtier::client
+}  // namespace kvtier::tools

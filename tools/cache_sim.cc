@@ -1,4 +1,4 @@
-#include "storage/cache_sim.h"
+#include "tools/cache_sim.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,7 +13,7 @@
 #include "common/strings.h"
 #include "storage/eviction_policy_reuse.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 namespace {
 
 constexpr int32_t kNoParent = -1;
@@ -124,7 +124,7 @@ class PriorityCache {
       case SimPolicy::kLfu:
         return static_cast<double>(hits_[id]);
       case SimPolicy::kReuse:
-        return ReuseRank(sig.now, sig.prior_refs, size_);
+        return storage::ReuseRank(sig.now, sig.prior_refs, size_);
       default:
         return static_cast<double>(sig.now);
     }
@@ -336,7 +336,7 @@ const char* SimPolicyName(SimPolicy policy) {
     case SimPolicy::kPrefixLru: return "prefix_lru";
     case SimPolicy::kLfu: return "lfu";
     case SimPolicy::kS3Fifo: return "s3fifo";
-    case SimPolicy::kReuse: return kReusePolicyName;
+    case SimPolicy::kReuse: return storage::kReusePolicyName;
     case SimPolicy::kBelady: return "belady";
     case SimPolicy::kInfinite: return "infinite";
   }
@@ -354,7 +354,7 @@ absl::StatusOr<SimPolicy> ParseSimPolicy(std::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown policy: ", Sv(name),
-                   " (want lru, prefix_lru, lfu, s3fifo, ", kReusePolicyName,
+                   " (want lru, prefix_lru, lfu, s3fifo, ", storage::kReusePolicyName,
                    ", belady, infinite)"));
 }
 
@@ -403,4 +403,4 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
   }
 }
 
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools

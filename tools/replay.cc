@@ -1,4 +1,4 @@
-#include "storage/replay.h"
+#include "tools/replay.h"
 
 #include <stdlib.h>
 
@@ -14,7 +14,7 @@
 #include "common/status_macros.h"
 #include "storage/hot_arena.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 namespace {
 
 constexpr char kNamespace[] = "replay";
@@ -74,10 +74,10 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   ASSIGN_OR_RETURN(std::string payload,
                    kv::Encode(options.codec, options.layout, 1, raw));
   ReplayResult result;
-  result.policy = EvictionPolicyName(options.policy);
+  result.policy = storage::EvictionPolicyName(options.policy);
   result.block_bytes = payload.size();
   // The hot arena rounds every slot up to its alignment: size the cache in slots.
-  const uint64_t slot_bytes = HotArena::RoundUp(payload.size());
+  const uint64_t slot_bytes = storage::HotArena::RoundUp(payload.size());
   uint64_t hot_bytes = options.capacity_bytes;
   if (hot_bytes == 0) hot_bytes = options.capacity_blocks * slot_bytes;
   result.capacity_blocks = hot_bytes / slot_bytes;
@@ -99,7 +99,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   }
   TempDirGuard cleanup(temp);
 
-  StoreOptions so;
+  storage::StoreOptions so;
   so.data_dir = dir;
   so.hot_capacity_bytes = hot_bytes;
   so.cold_capacity_bytes = std::max<uint64_t>(
@@ -110,9 +110,9 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   so.policy = options.policy;
   so.hot_allocator = "malloc";
   so.background_demotion = false;
-  ASSIGN_OR_RETURN(std::unique_ptr<TieredStore> store, TieredStore::Open(so));
+  ASSIGN_OR_RETURN(std::unique_ptr<storage::TieredStore> store, storage::TieredStore::Open(so));
 
-  NamespaceOptions ns;
+  storage::NamespaceOptions ns;
   ns.name = kNamespace;
   ns.layout = options.layout;
   ns.codec = options.codec;
@@ -121,7 +121,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   RETURN_IF_ERROR(store->RegisterNamespace(ns).status());
 
   std::vector<std::string> keys;
-  std::vector<BlockPut> batch;
+  std::vector<storage::BlockPut> batch;
   for (size_t q = 0; q < trace.requests.size(); ++q) {
     const std::vector<uint64_t>& ids = trace.requests[q].hash_ids;
     keys.clear();
@@ -129,14 +129,14 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
     auto fail = [q](const absl::Status& st) {
       return absl::Status(st.code(), absl::StrCat("request ", q, ": ", st.message()));
     };
-    absl::StatusOr<LookupResult> lookup = store->Lookup(kNamespace, keys);
+    absl::StatusOr<storage::LookupResult> lookup = store->Lookup(kNamespace, keys);
     if (!lookup.ok()) return fail(lookup.status());
     auto count = [&](SimResult& r) {
       r.requests++;
       r.requested_blocks += ids.size();
       bool prefix = true;
-      for (Tier t : lookup->tiers) {
-        if (t == Tier::kHot) {
+      for (storage::Tier t : lookup->tiers) {
+        if (t == storage::Tier::kHot) {
           r.hit_blocks++;
           if (prefix) r.prefix_hit_blocks++;
         } else {
@@ -154,14 +154,14 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
       return st;
     };
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (lookup->tiers[i] != Tier::kNone) {
+      if (lookup->tiers[i] != storage::Tier::kNone) {
         if (absl::Status st = flush(); !st.ok()) return fail(st);
-        absl::StatusOr<BlockRef> ref = store->Get(kNamespace, keys[i]);
+        absl::StatusOr<storage::BlockRef> ref = store->Get(kNamespace, keys[i]);
         // A block demoted and then dropped between Lookup and Get is simply re-put.
         if (ref.ok()) continue;
         if (!absl::IsNotFound(ref.status())) return fail(ref.status());
       }
-      BlockPut put;
+      storage::BlockPut put;
       put.key = keys[i];
       put.parent_key = i == 0 ? std::string_view() : std::string_view(keys[i - 1]);
       put.block_index = static_cast<uint32_t>(i);
@@ -170,19 +170,19 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
     }
     if (absl::Status st = flush(); !st.ok()) return fail(st);
     if ((q & 63) == 0 || q + 1 == trace.requests.size()) {
-      StoreStats stats = store->Stats();
-      for (const NamespaceStats& n : stats.namespaces) {
+      storage::StoreStats stats = store->Stats();
+      for (const storage::NamespaceStats& n : stats.namespaces) {
         result.max_hot_blocks = std::max(result.max_hot_blocks, n.hot.blocks);
       }
     }
     if (options.progress) options.progress(q + 1, trace.requests.size());
   }
-  StoreStats stats = store->Stats();
-  for (const NamespaceStats& n : stats.namespaces) {
+  storage::StoreStats stats = store->Stats();
+  for (const storage::NamespaceStats& n : stats.namespaces) {
     result.hot_evictions += n.demotions + n.evictions_hot_capacity;
   }
   store.reset();
   return result;
 }
 
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools

@@ -4,14 +4,14 @@
 //
 // Conventions: keys and values are row-major [num_tokens][head_dim] float arrays; a query
 // is head_dim floats; attention weights are softmax(q . k / sqrt(head_dim)) in double.
-#ifndef KVTIER_STORAGE_KV_ATTENTION_H_
-#define KVTIER_STORAGE_KV_ATTENTION_H_
+#ifndef KVTIER_TOOLS_ATTENTION_H_
+#define KVTIER_TOOLS_ATTENTION_H_
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
-namespace kvtier::kv {
+namespace kvtier::tools {
 
 // Writes the softmax attention weights of `query` over the first `weights.size()` keys of
 // `keys` (scale 1/sqrt(head_dim), max-subtracted, so it never overflows).
@@ -68,6 +68,6 @@ struct MeanStd {
 };
 MeanStd ComputeMeanStd(std::span<const double> values);
 
-}  // namespace kvtier::kv
+}  // namespace kvtier::tools
 
-#endif  // KVTIER_STORAGE_KV_ATTENTION_H_
+#endif  // KVTIER_TOOLS_ATTENTION_H_

@@ -32,15 +32,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "client/client.h"
-#include "client/synthetic_blocks.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "storage/kv/codec.h"
+#include "tools/commands.h"
+#include "tools/synthetic_blocks.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 namespace {
 
 namespace v1 = ::kvtier::v1;
@@ -483,7 +483,7 @@ void PrintResult(const PhaseResult& r, const std::string& target, const std::str
   std::fflush(stdout);
 }
 
-absl::Status Bench(const Flags& flags) {
+absl::Status Bench(const cli::Flags& flags) {
   const bool redis = flags.Has("redis");
   if (redis == flags.Has("server")) {
     return absl::InvalidArgumentError("give exactly one of --server or --redis");
@@ -520,7 +520,7 @@ absl::Status Bench(const Flags& flags) {
     w.keys.push_back(absl::StrFormat("kvtier-bench-%03d", static_cast<int>(i % 1000)) +
                      std::string(i >= 1000 ? absl::StrCat("-", i / 1000) : ""));
   }
-  const std::string raw = client::SyntheticRawBlock(layout, 7, 0);
+  const std::string raw = SyntheticRawBlock(layout, 7, 0);
   // The kvtier payload is an encoded fp16 blob (header + raw); Redis stores the same bytes.
   ASSIGN_OR_RETURN(w.payload, kv::Encode(kv::CodecId::kFp16, layout, 0, kv::AsBytes(raw)));
 
@@ -562,7 +562,7 @@ absl::Status Bench(const Flags& flags) {
   } else {
     client::ClientOptions options;
     options.server = target;
-    options.auth_token = AuthTokenFromFlags(flags);
+    options.auth_token = cli::AuthTokenFromFlags(flags);
     options.num_channels = static_cast<int>(std::max<int64_t>(1, channels));
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
@@ -643,8 +643,8 @@ absl::Status Bench(const Flags& flags) {
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  Flags flags =
-      Flags::Parse(argc, argv, 1, {"json", "redis-raw-get", "no-shm", "shared-buffers", "help"});
+  cli::Flags flags = cli::Flags::Parse(
+      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "shared-buffers", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
@@ -670,4 +670,4 @@ int RunBench(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools

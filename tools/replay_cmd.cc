@@ -1,6 +1,6 @@
-// `kvtier replay`: replays a Mooncake trace (storage/trace.h) against the real TieredStore
+// `kvtier replay`: replays a Mooncake trace (tools/trace.h) against the real TieredStore
 // in-process and reports hot-tier hit rates next to infinite capacity and Belady's offline
-// optimum (storage/replay.h, storage/cache_sim.h).
+// optimum (tools/replay.h, tools/cache_sim.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,17 +12,17 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "common/strings.h"
-#include "storage/cache_sim.h"
 #include "storage/eviction_policy_reuse.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
-#include "storage/replay.h"
-#include "storage/trace.h"
+#include "tools/cache_sim.h"
+#include "tools/commands.h"
+#include "tools/replay.h"
+#include "tools/trace.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 namespace {
 
 namespace st = ::kvtier::storage;
@@ -67,8 +67,8 @@ struct Row {
   uint64_t trace_block_bytes = 0;
   uint64_t capacity_blocks = 0;
   size_t point = 0;  // index of the capacity point (and its Refs) this row belongs to
-  st::SimResult all;
-  st::SimResult halves[2];
+  SimResult all;
+  SimResult halves[2];
 };
 
 struct Settings {
@@ -90,32 +90,32 @@ void Progress(const std::string& label, size_t done, size_t total) {
   std::fflush(stderr);
 }
 
-absl::StatusOr<Row> RunSim(const st::Trace& trace, st::SimPolicy policy, uint64_t capacity,
+absl::StatusOr<Row> RunSim(const Trace& trace, SimPolicy policy, uint64_t capacity,
                            const Settings& s) {
   Row row;
-  row.policy = st::SimPolicyName(policy);
+  row.policy = SimPolicyName(policy);
   row.engine = "sim";
   row.capacity_blocks = capacity;
-  st::SimOptions o;
+  SimOptions o;
   o.capacity_blocks = capacity;
   o.reuse_history_capacities = s.history;
-  absl::StatusOr<st::SimResult> r = st::Simulate(trace, policy, o);
+  absl::StatusOr<SimResult> r = Simulate(trace, policy, o);
   if (!r.ok()) return r.status();
   row.all = *r;
   const size_t half = trace.requests.size() / 2;
   for (int h = 0; h < 2; ++h) {
     o.measure_begin = h == 0 ? 0 : half;
     o.measure_end = h == 0 ? half : 0;
-    r = st::Simulate(trace, policy, o);
+    r = Simulate(trace, policy, o);
     if (!r.ok()) return r.status();
     row.halves[h] = *r;
   }
   return row;
 }
 
-absl::StatusOr<Row> RunStore(const st::Trace& trace, st::EvictionPolicyKind policy,
+absl::StatusOr<Row> RunStore(const Trace& trace, st::EvictionPolicyKind policy,
                              uint64_t capacity_blocks, const Settings& s) {
-  st::ReplayOptions o;
+  ReplayOptions o;
   o.capacity_blocks = capacity_blocks;
   o.policy = policy;
   o.history_capacities = s.history;
@@ -124,7 +124,7 @@ absl::StatusOr<Row> RunStore(const st::Trace& trace, st::EvictionPolicyKind poli
   const std::string label =
       absl::StrCat(st::EvictionPolicyName(policy), " @ ", capacity_blocks, " blocks");
   if (s.tty) o.progress = [label](size_t d, size_t t) { Progress(label, d, t); };
-  absl::StatusOr<st::ReplayResult> r = st::ReplayTrace(trace, o);
+  absl::StatusOr<ReplayResult> r = ReplayTrace(trace, o);
   if (!r.ok()) return r.status();
   Row row;
   row.policy = r->policy;
@@ -137,11 +137,11 @@ absl::StatusOr<Row> RunStore(const st::Trace& trace, st::EvictionPolicyKind poli
 }
 
 // Runs `name` in the store when the store knows it (and not --sim), else the simulator.
-absl::StatusOr<Row> RunPolicy(const st::Trace& trace, const std::string& name,
+absl::StatusOr<Row> RunPolicy(const Trace& trace, const std::string& name,
                               uint64_t capacity, const Settings& s) {
   absl::StatusOr<st::EvictionPolicyKind> kind = st::ParseEvictionPolicy(name);
   if (!s.sim && kind.ok()) return RunStore(trace, *kind, capacity, s);
-  absl::StatusOr<st::SimPolicy> sp = st::ParseSimPolicy(name);
+  absl::StatusOr<SimPolicy> sp = ParseSimPolicy(name);
   if (!sp.ok()) return absl::InvalidArgumentError(absl::StrCat("--policy: ", sp.status().message()));
   return RunSim(trace, *sp, capacity, s);
 }
@@ -186,7 +186,7 @@ struct Refs {
   Row infinite;
 };
 
-void PrintJson(const std::string& path, const st::Trace& trace, const std::vector<Row>& rows,
+void PrintJson(const std::string& path, const Trace& trace, const std::vector<Row>& rows,
                const std::vector<Refs>& refs, const Settings& s) {
   std::printf(
       "{\n  \"trace\": \"%s\",\n  \"requests\": %zu,\n  \"block_refs\": %llu,\n"
@@ -236,7 +236,7 @@ void PrintTableRow(const Row& r, const Row& belady, bool with_halves) {
 }  // namespace
 
 int RunReplay(int argc, char** argv) {
-  Flags flags = Flags::Parse(argc, argv, 1,
+  cli::Flags flags = cli::Flags::Parse(argc, argv, 1,
                              {"json", "sweep", "sweep-codecs", "sim", "trace-stats", "help"});
   if (flags.Has("help")) {
     std::fputs(kReplayUsage, stdout);
@@ -257,12 +257,12 @@ int RunReplay(int argc, char** argv) {
   if (path.empty()) return usage_error("--trace is required");
   const bool json = flags.Has("json");
   if (flags.Has("trace-stats")) {
-    absl::StatusOr<st::Trace> trace = st::ReadTrace(path);
+    absl::StatusOr<Trace> trace = ReadTrace(path);
     if (!trace.ok()) {
       std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
       return 1;
     }
-    const st::ReuseStats r = st::ComputeReuseStats(*trace);
+    const ReuseStats r = ComputeReuseStats(*trace);
     std::printf(json ? "{\"unique_blocks\": %llu, \"referenced_once\": %.4f, "
                        "\"reused_after_first\": %.4f, \"reused_after_repeat\": %.4f, "
                        "\"median_first_gap\": %llu, \"median_repeat_gap\": %llu}\n"
@@ -350,7 +350,7 @@ int RunReplay(int argc, char** argv) {
   }
   if (policies.empty()) return usage_error("--policies: empty");
 
-  absl::StatusOr<st::Trace> trace = st::ReadTrace(path);
+  absl::StatusOr<Trace> trace = ReadTrace(path);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
     return 1;
@@ -361,8 +361,8 @@ int RunReplay(int argc, char** argv) {
   for (const Point& p : points) {
     Refs ref;
     ref.capacity_blocks = p.capacity_blocks;
-    absl::StatusOr<Row> belady = RunSim(*trace, st::SimPolicy::kBelady, p.capacity_blocks, settings);
-    absl::StatusOr<Row> inf = RunSim(*trace, st::SimPolicy::kInfinite, p.capacity_blocks, settings);
+    absl::StatusOr<Row> belady = RunSim(*trace, SimPolicy::kBelady, p.capacity_blocks, settings);
+    absl::StatusOr<Row> inf = RunSim(*trace, SimPolicy::kInfinite, p.capacity_blocks, settings);
     if (!belady.ok() || !inf.ok()) {
       std::fprintf(stderr, "kvtier replay: %s\n",
                    std::string((belady.ok() ? inf : belady).status().message()).c_str());
@@ -451,4 +451,4 @@ int RunReplay(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools

@@ -1,4 +1,4 @@
-#include "storage/kv/synthetic.h"
+#include "tools/synthetic_kv.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,10 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "storage/kv/attention.h"
 #include "storage/kv/half.h"
+#include "tools/attention.h"
 
-namespace kvtier::kv {
+namespace kvtier::tools {
 namespace {
 
 // Magnitudes of the query's latent components, in units of the per-channel std of key
@@ -165,7 +165,7 @@ KvTensors KvTensors::Zeros(uint32_t num_layers, uint32_t num_kv_heads, uint32_t 
 }
 
 std::string PackRaw(const KvTensors& kv, uint32_t first_token, uint32_t num_tokens,
-                    Dtype dtype) {
+                    kv::Dtype dtype) {
   const uint32_t d = kv.head_dim;
   std::string out(size_t{kv.num_layers} * 2 * kv.num_kv_heads * num_tokens * d * 2, '\0');
   uint16_t* dst = reinterpret_cast<uint16_t*>(out.data());
@@ -175,7 +175,7 @@ std::string PackRaw(const KvTensors& kv, uint32_t first_token, uint32_t num_toke
       for (uint32_t h = 0; h < kv.num_kv_heads; ++h) {
         const float* src = (which == 0 ? kv.k.data() : kv.v.data()) + kv.HeadOffset(l, h) +
                            size_t{first_token} * d;
-        FloatToDtypeN(dtype, src, tmp.data(), tmp.size());
+        kv::FloatToDtypeN(dtype, src, tmp.data(), tmp.size());
         std::memcpy(dst, tmp.data(), tmp.size() * 2);
         dst += tmp.size();
       }
@@ -184,7 +184,7 @@ std::string PackRaw(const KvTensors& kv, uint32_t first_token, uint32_t num_toke
   return out;
 }
 
-absl::Status UnpackRaw(std::span<const uint8_t> raw, Dtype dtype, uint32_t first_token,
+absl::Status UnpackRaw(std::span<const uint8_t> raw, kv::Dtype dtype, uint32_t first_token,
                        uint32_t num_tokens, KvTensors* kv) {
   const uint32_t d = kv->head_dim;
   const size_t expect = size_t{kv->num_layers} * 2 * kv->num_kv_heads * num_tokens * d * 2;
@@ -204,7 +204,7 @@ absl::Status UnpackRaw(std::span<const uint8_t> raw, Dtype dtype, uint32_t first
         src += tmp.size() * 2;
         float* dst = (which == 0 ? kv->k.data() : kv->v.data()) + kv->HeadOffset(l, h) +
                      size_t{first_token} * d;
-        DtypeToFloatN(dtype, tmp.data(), dst, tmp.size());
+        kv::DtypeToFloatN(dtype, tmp.data(), dst, tmp.size());
       }
     }
   }
@@ -228,7 +228,7 @@ absl::StatusOr<SyntheticKv> SyntheticKv::Generate(const SyntheticParams& params)
   if (absl::Status s = params.Validate(); !s.ok()) return s;
   SyntheticKv g;
   g.params_ = params;
-  const Layout& lay = params.layout;
+  const kv::Layout& lay = params.layout;
   const uint32_t d = lay.head_dim, n = params.seq_len, L = lay.num_layers,
                  H = lay.num_kv_heads;
   g.kv_ = KvTensors::Zeros(L, H, d, n);
@@ -386,7 +386,7 @@ absl::StatusOr<std::vector<float>> SyntheticKv::MakeQuery(uint32_t layer, uint32
                                                           uint32_t query_head, uint32_t topic,
                                                           uint32_t position,
                                                           uint64_t seed) const {
-  const Layout& lay = params_.layout;
+  const kv::Layout& lay = params_.layout;
   if (layer >= lay.num_layers) return absl::InvalidArgumentError("layer out of range");
   if (kv_head >= lay.num_kv_heads) return absl::InvalidArgumentError("kv_head out of range");
   if (query_head >= params_.query_heads_per_kv_head) {
@@ -441,7 +441,7 @@ uint32_t SyntheticKv::num_blocks() const {
   return (params_.seq_len + tpb - 1) / tpb;
 }
 
-std::string SyntheticKv::RawBlock(uint32_t block_index, Dtype dtype) const {
+std::string SyntheticKv::RawBlock(uint32_t block_index, kv::Dtype dtype) const {
   const uint32_t tpb = params_.layout.tokens_per_block;
   const uint32_t first = block_index * tpb;
   return PackRaw(kv_, first, std::min(tpb, params_.seq_len - first), dtype);
@@ -508,4 +508,4 @@ SyntheticStats ComputeStats(const SyntheticKv& g) {
   return s;
 }
 
-}  // namespace kvtier::kv
+}  // namespace kvtier::tools

@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <string_view>
 
-#include "client/cli/commands.h"
-#include "client/cli/eval_commands.h"
+#include "tools/commands.h"
+#include "tools/eval_commands.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 namespace {
 
 constexpr char kEvalUsage[] =
@@ -32,4 +32,4 @@ int RunEval(int argc, char** argv) {
   return 2;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools

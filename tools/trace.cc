@@ -1,4 +1,4 @@
-#include "storage/trace.h"
+#include "tools/trace.h"
 
 #include <algorithm>
 #include <cctype>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
 
-namespace kvtier::storage {
+namespace kvtier::tools {
 namespace {
 
 // A deliberately small JSON reader: enough for one flat object per line with numeric
@@ -318,4 +318,4 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
   return trace;
 }
 
-}  // namespace kvtier::storage
+}  // namespace kvtier::tools

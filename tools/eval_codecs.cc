@@ -18,16 +18,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cli/eval_commands.h"
-#include "client/cli/eval_common.h"
 #include "client/cli/flags.h"
 #include "common/status_macros.h"
-#include "storage/kv/attention.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/half.h"
-#include "storage/kv/synthetic.h"
+#include "tools/attention.h"
+#include "tools/eval_commands.h"
+#include "tools/eval_common.h"
+#include "tools/synthetic_kv.h"
 
-namespace kvtier::cli {
+namespace kvtier::tools {
 namespace {
 
 constexpr char kUsage[] =
@@ -90,7 +90,7 @@ struct Reference {
   std::vector<double> outputs;  // [layer][head][query][dim]
 };
 
-Reference ComputeReference(const kv::SyntheticKv& g) {
+Reference ComputeReference(const SyntheticKv& g) {
   const auto& p = g.params();
   const uint32_t d = p.layout.head_dim, n = p.seq_len, nq = g.num_queries_per_kv_head();
   Reference ref;
@@ -102,8 +102,8 @@ Reference ComputeReference(const kv::SyntheticKv& g) {
       auto queries = g.Queries(l, h);
       for (uint32_t i = 0; i < nq; ++i, ++row) {
         std::span<double> w(ref.weights.data() + row * n, n);
-        kv::AttentionWeights(queries.subspan(size_t{i} * d, d), g.kv().Keys(l, h), d, w);
-        kv::AttentionOutput(w, g.kv().Values(l, h), d,
+        AttentionWeights(queries.subspan(size_t{i} * d, d), g.kv().Keys(l, h), d, w);
+        AttentionOutput(w, g.kv().Values(l, h), d,
                             std::span<double>(ref.outputs.data() + row * d, d));
       }
     }
@@ -166,7 +166,7 @@ std::pair<std::string, uint64_t> PerToken2(const std::string& raw, const kv::Lay
 
 // Encodes and decodes every block of `g` with `variant`, then measures reconstruction
 // and attention fidelity against the exact (fp32) K/V.
-absl::StatusOr<Sample> Evaluate(const kv::SyntheticKv& g, const Reference& ref,
+absl::StatusOr<Sample> Evaluate(const SyntheticKv& g, const Reference& ref,
                                 const Variant& variant) {
   const auto& p = g.params();
   kv::Layout layout = g.layout();
@@ -174,16 +174,16 @@ absl::StatusOr<Sample> Evaluate(const kv::SyntheticKv& g, const Reference& ref,
                      ? kv::Dtype::kBf16
                      : kv::Dtype::kFp16;
   const uint32_t d = layout.head_dim, n = p.seq_len, tpb = layout.tokens_per_block;
-  kv::KvTensors recon =
-      kv::KvTensors::Zeros(layout.num_layers, layout.num_kv_heads, d, n);
+  KvTensors recon =
+      KvTensors::Zeros(layout.num_layers, layout.num_kv_heads, d, n);
   kv::CodecOptions opts;
   opts.keep_sinks = variant.keep_sinks;
   Sample s;
   uint64_t bytes_rest = 0, elems_rest = 0, bytes0 = 0, elems0 = 0;
-  const kv::KvTensors& source = variant.pre_rope ? g.kv_pre_rope() : g.kv();
+  const KvTensors& source = variant.pre_rope ? g.kv_pre_rope() : g.kv();
   for (uint32_t b = 0; b < g.num_blocks(); ++b) {
     const uint32_t tokens = std::min(tpb, n - b * tpb);
-    const std::string raw = kv::PackRaw(source, b * tpb, tokens, layout.dtype);
+    const std::string raw = PackRaw(source, b * tpb, tokens, layout.dtype);
     const uint32_t prot = kv::ProtectedTokens(layout, b, tokens, opts);
     std::string decoded;
     uint64_t bytes = 0;
@@ -227,14 +227,14 @@ absl::StatusOr<Sample> Evaluate(const kv::SyntheticKv& g, const Reference& ref,
       elems_rest += uint64_t{tokens} * layout.ElementsPerToken();
     }
     RETURN_IF_ERROR(
-        kv::UnpackRaw(kv::AsBytes(decoded), layout.dtype, b * tpb, tokens, &recon));
+        UnpackRaw(kv::AsBytes(decoded), layout.dtype, b * tpb, tokens, &recon));
   }
   if (variant.pre_rope) {
     for (uint32_t l = 0; l < layout.num_layers; ++l) {
       for (uint32_t h = 0; h < layout.num_kv_heads; ++h) {
         auto keys = recon.Keys(l, h);
         for (uint32_t t = 0; t < n; ++t) {
-          kv::ApplyRope(keys.subspan(size_t{t} * d, d), t, p.rope_theta);
+          ApplyRope(keys.subspan(size_t{t} * d, d), t, p.rope_theta);
         }
       }
     }
@@ -253,8 +253,8 @@ absl::StatusOr<Sample> Evaluate(const kv::SyntheticKv& g, const Reference& ref,
   }
   s.bits_all = 8.0 * static_cast<double>(bytes0 + bytes_rest) /
                static_cast<double>(elems0 + elems_rest);
-  s.key_rel_err = kv::RelativeL2Error(g.kv().k, recon.k);
-  s.value_rel_err = kv::RelativeL2Error(g.kv().v, recon.v);
+  s.key_rel_err = RelativeL2Error(g.kv().k, recon.k);
+  s.value_rel_err = RelativeL2Error(g.kv().v, recon.v);
 
   const uint32_t nq = g.num_queries_per_kv_head();
   std::vector<double> errs, errs_k;
@@ -267,20 +267,20 @@ absl::StatusOr<Sample> Evaluate(const kv::SyntheticKv& g, const Reference& ref,
       for (uint32_t i = 0; i < nq; ++i, ++row) {
         std::span<const double> w_ref(ref.weights.data() + row * n, n);
         std::span<const double> o_ref(ref.outputs.data() + row * d, d);
-        kv::AttentionWeights(queries.subspan(size_t{i} * d, d), recon.Keys(l, h), d, w);
-        kv::AttentionOutput(w, recon.Values(l, h), d, o);
-        kv::AttentionOutput(w, g.kv().Values(l, h), d, o_k);
-        errs.push_back(kv::RelativeL2Error(o_ref, o));
-        errs_k.push_back(kv::RelativeL2Error(o_ref, o_k));
-        kl += kv::KlDivergence(w_ref, w);
-        top += kv::TopKRecall(w_ref, w, kTopK);
+        AttentionWeights(queries.subspan(size_t{i} * d, d), recon.Keys(l, h), d, w);
+        AttentionOutput(w, recon.Values(l, h), d, o);
+        AttentionOutput(w, g.kv().Values(l, h), d, o_k);
+        errs.push_back(RelativeL2Error(o_ref, o));
+        errs_k.push_back(RelativeL2Error(o_ref, o_k));
+        kl += KlDivergence(w_ref, w);
+        top += TopKRecall(w_ref, w, kTopK);
       }
     }
   }
   const double rows = static_cast<double>(row);
-  s.attn_mean = kv::ComputeMeanStd(errs).mean;
-  s.attn_p99 = kv::Percentile(errs, 99);
-  s.attn_k_only_mean = kv::ComputeMeanStd(errs_k).mean;
+  s.attn_mean = ComputeMeanStd(errs).mean;
+  s.attn_p99 = Percentile(errs, 99);
+  s.attn_k_only_mean = ComputeMeanStd(errs_k).mean;
   s.kl = kl / rows;
   s.top8 = top / rows;
   return s;
@@ -289,7 +289,7 @@ absl::StatusOr<Sample> Evaluate(const kv::SyntheticKv& g, const Reference& ref,
 // Mean and std over seeds of each metric of a variant.
 struct Summary {
   std::string name;
-  std::map<std::string, kv::MeanStd> m;
+  std::map<std::string, MeanStd> m;
   bool sinks_exact = true;
   uint32_t protected_tokens = 0;
 };
@@ -317,22 +317,22 @@ Summary Summarize(const std::string& name, const std::vector<Sample>& samples) {
   return out;
 }
 
-Summary SummarizeStats(const std::string& name, const std::vector<kv::SyntheticStats>& st) {
+Summary SummarizeStats(const std::string& name, const std::vector<SyntheticStats>& st) {
   Summary out;
   out.name = name;
-  auto add = [&](const char* key, double kv::SyntheticStats::*field) {
+  auto add = [&](const char* key, double SyntheticStats::*field) {
     out.m[key] = MeanStdOf(st, field);
   };
-  add("first_token_share", &kv::SyntheticStats::first_token_share);
-  add("sparsity_1pct", &kv::SyntheticStats::sparsity_1pct);
-  add("key_channel_max_median", &kv::SyntheticStats::key_channel_ratio);
-  add("key_channel_max_median_pre_rope", &kv::SyntheticStats::key_channel_ratio_pre_rope);
-  add("value_channel_max_median", &kv::SyntheticStats::value_channel_ratio);
-  add("zipf_slope", &kv::SyntheticStats::zipf_slope);
-  add("top10pct_attention_mass", &kv::SyntheticStats::top10pct_mass);
-  add("recent32_share_local_heads", &kv::SyntheticStats::recent_share_local);
-  add("recent32_share_other_heads", &kv::SyntheticStats::recent_share_other);
-  add("sink_value_norm_ratio", &kv::SyntheticStats::sink_value_norm_ratio);
+  add("first_token_share", &SyntheticStats::first_token_share);
+  add("sparsity_1pct", &SyntheticStats::sparsity_1pct);
+  add("key_channel_max_median", &SyntheticStats::key_channel_ratio);
+  add("key_channel_max_median_pre_rope", &SyntheticStats::key_channel_ratio_pre_rope);
+  add("value_channel_max_median", &SyntheticStats::value_channel_ratio);
+  add("zipf_slope", &SyntheticStats::zipf_slope);
+  add("top10pct_attention_mass", &SyntheticStats::top10pct_mass);
+  add("recent32_share_local_heads", &SyntheticStats::recent_share_local);
+  add("recent32_share_other_heads", &SyntheticStats::recent_share_other);
+  add("sink_value_norm_ratio", &SyntheticStats::sink_value_norm_ratio);
   return out;
 }
 
@@ -342,15 +342,15 @@ struct Section {
   std::vector<Summary> codecs;
 };
 
-absl::StatusOr<Section> RunSection(const Options& opt, const kv::SyntheticParams& base,
+absl::StatusOr<Section> RunSection(const Options& opt, const SyntheticParams& base,
                                    const std::vector<Variant>& variants) {
   std::vector<std::vector<Sample>> samples(variants.size());
-  std::vector<kv::SyntheticStats> stats;
+  std::vector<SyntheticStats> stats;
   for (uint32_t i = 0; i < opt.seeds; ++i) {
-    kv::SyntheticParams p = base;
+    SyntheticParams p = base;
     p.seed = opt.seed + i;
-    ASSIGN_OR_RETURN(kv::SyntheticKv g, kv::SyntheticKv::Generate(p));
-    stats.push_back(kv::ComputeStats(g));
+    ASSIGN_OR_RETURN(SyntheticKv g, SyntheticKv::Generate(p));
+    stats.push_back(ComputeStats(g));
     const Reference ref = ComputeReference(g);
     for (size_t v = 0; v < variants.size(); ++v) {
       ASSIGN_OR_RETURN(Sample s, Evaluate(g, ref, variants[v]));
@@ -400,7 +400,7 @@ std::string PadTo(const std::string& s, size_t width) {
 }
 
 // Formats "mean ± std" with `digits` significant digits.
-std::string MeanPm(const kv::MeanStd& ms, int digits = 3) {
+std::string MeanPm(const MeanStd& ms, int digits = 3) {
   return absl::StrFormat("%.*g ± %.1g", digits, ms.mean, ms.std);
 }
 
@@ -455,7 +455,7 @@ const Summary* Find(const std::vector<Summary>& v, const std::string& name) {
 }
 
 int Run(const Options& opt) {
-  kv::SyntheticParams base;
+  SyntheticParams base;
   base.layout.num_layers = opt.layers;
   base.seq_len = opt.seq_len;
   base.queries_per_head = opt.queries;
@@ -482,7 +482,7 @@ int Run(const Options& opt) {
       {"int8", false, kv::CodecId::kInt8, false}};
   auto unprotected = RunSection(opt, base, nosink_variants);
   // Outlier channels off: KIVI's advantage should mostly disappear.
-  kv::SyntheticParams no_out = base;
+  SyntheticParams no_out = base;
   no_out.outliers = false;
   const std::vector<Variant> pair_variants = {
       {"kivi2", false, kv::CodecId::kKivi2},
@@ -492,7 +492,7 @@ int Run(const Options& opt) {
   auto no_outliers = RunSection(opt, no_out, pair_variants);
   // Adversarial: outliers in high-frequency RoPE pairs oscillate after RoPE, which hurts
   // per-channel key groups post-RoPE; quantizing keys before RoPE (KVQuant) avoids it.
-  kv::SyntheticParams high_freq = base;
+  SyntheticParams high_freq = base;
   high_freq.outliers_high_frequency = true;
   const std::vector<Variant> rope_variants = {
       {"kivi2", false, kv::CodecId::kKivi2},
@@ -501,7 +501,7 @@ int Run(const Options& opt) {
   auto low_freq_rope = RunSection(opt, base, {rope_variants[1]});
   auto adversarial = RunSection(opt, high_freq, rope_variants);
   // Generator statistics with sinks off (stats only).
-  kv::SyntheticParams no_sink = base;
+  SyntheticParams no_sink = base;
   no_sink.sinks = false;
   auto sinks_off = RunSection(opt, no_sink, {});
   for (const auto* s :
@@ -630,7 +630,7 @@ int Run(const Options& opt) {
 }  // namespace
 
 int RunEvalCodecs(int argc, char** argv) {
-  const Flags flags = Flags::Parse(argc, argv, 1, {"json", "help"});
+  const cli::Flags flags = cli::Flags::Parse(argc, argv, 1, {"json", "help"});
   if (std::optional<int> rc = CheckEvalArgs(flags, "codecs",
                                              {"json", "help", "seed", "seeds", "layers",
                                               "seq-len", "queries", "outlier-ratio",
@@ -662,4 +662,4 @@ int RunEvalCodecs(int argc, char** argv) {
   return Run(opt);
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier::tools
