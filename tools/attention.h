@@ -1,6 +1,8 @@
 // Attention math and fidelity metrics used to judge KV codecs and token compaction on
-// synthetic K/V (DESIGN.md section 7, notes/kv-compression-algorithms.md section 7.2).
-// Pure functions over caller-owned spans; no I/O, no allocation beyond returned vectors.
+// synthetic K/V (`kvtier eval`; offline only, see docs/design.md §1 Layout and dependency
+// rules).
+// Pure functions over caller-owned spans; no I/O, no allocation beyond returned vectors;
+// thread-safe.
 //
 // Conventions: keys and values are row-major [num_tokens][head_dim] float arrays; a query
 // is head_dim floats; attention weights are softmax(q . k / sqrt(head_dim)) in double.

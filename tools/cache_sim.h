@@ -16,6 +16,9 @@
 //             is farthest; ties evict the deeper block first, which keeps every resident
 //             block's prefix resident. Its hit count is an upper bound on the hits, hence
 //             on the prefix hits, of any policy with the same capacity.
+//
+// Thread safety: Simulate keeps no shared state (thread-safe); the option and result
+// structs are thread-compatible values.
 #ifndef KVTIER_TOOLS_CACHE_SIM_H_
 #define KVTIER_TOOLS_CACHE_SIM_H_
 

@@ -1,8 +1,8 @@
 // `kvtier eval compaction`: token compaction (storage/kv/compaction.h) vs attention fidelity
-// and needle retrieval on the synthetic K/V generator (DESIGN.md section 7, notes section
-// 7.2). The generator is used exactly as tools/synthetic_kv.h builds it; needles are
-// planted with its own PlantNeedle (one needle per needle topic, at the generator's
-// topic_logit) and asked about with its own MakeQuery.
+// and needle retrieval on the synthetic K/V generator (README "Token compaction"). The
+// generator is used exactly as tools/synthetic_kv.h builds it; needles are planted with
+// its own PlantNeedle (one needle per needle topic, at the generator's topic_logit) and
+// asked about with its own MakeQuery.
 //
 // Methods at each budget B (kept tokens per KV head, a fraction of the sequence):
 //   random       B tokens uniformly at random per head (no sinks)

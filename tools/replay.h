@@ -10,6 +10,9 @@
 //
 // Keys: 16 bytes, the hash id little-endian in the first 8 bytes, zero padded; parent =
 // previous id of the request; block_index = position in the request.
+//
+// Thread safety: ReplayTrace opens its own store (thread-safe unless two calls share a
+// data_dir); the option and result structs are thread-compatible values.
 #ifndef KVTIER_TOOLS_REPLAY_H_
 #define KVTIER_TOOLS_REPLAY_H_
 

@@ -1,6 +1,7 @@
 // Deterministic synthetic token sequences and raw KV blocks for the CLI tour, the load
 // generator and tests. Not a model of real KV statistics (see tools/synthetic_kv.h for
-// that); just reproducible, incompressible-looking fp16/bf16 data.
+// that); just reproducible, incompressible-looking fp16/bf16 data. Pure functions;
+// thread-safe.
 #ifndef KVTIER_TOOLS_SYNTHETIC_BLOCKS_H_
 #define KVTIER_TOOLS_SYNTHETIC_BLOCKS_H_
 

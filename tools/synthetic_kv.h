@@ -1,7 +1,7 @@
 // Synthetic K/V generator for judging codecs and token compaction without a real model
-// (DESIGN.md section 7; notes/kv-compression-algorithms.md section 7.1). It reproduces
-// the documented statistics of real K/V, with parameters fixed from those statistics and
-// never tuned to a method's result:
+// (`kvtier eval`; offline only, see docs/design.md §1 Layout and dependency rules). It
+// reproduces the documented statistics of real K/V, with parameters fixed from those
+// statistics and never tuned to a method's result:
 //   - a few fixed key outlier channels, in the lowest-frequency RoPE pairs, large and
 //     consistent across tokens (KIVI section 3); queries share them (QServe/SmoothQuant);
 //   - real RoPE (half-split "rotate_half" convention of HF Llama, theta 5e5 for Llama-3)
@@ -50,7 +50,7 @@ struct SyntheticParams {
   // RoPE). Queries carry sign * query_outlier_scale in the same channels.
   bool outliers = true;
   uint32_t outlier_channels = 4;
-  double outlier_ratio = 10.0;             // notes 7.1: sweep 3x-30x; 10x is the middle
+  double outlier_ratio = 10.0;             // the literature: 3x-30x; 10x is the middle
   double query_outlier_scale = 3.0;
   bool outliers_high_frequency = false;
 
@@ -218,8 +218,8 @@ class SyntheticKv {
   std::vector<float> key_noise_;         // [layer][head][token][d], for PlantNeedle
 };
 
-// Generator statistics (notes section 7.1 "validate the generator"), computed with the
-// generator's own decode queries over all layers and heads.
+// Generator statistics (to validate the generator against the literature), computed with
+// the generator's own decode queries over all layers and heads.
 struct SyntheticStats {
   double first_token_share = 0;      // mean attention weight on token 0
   double sparsity_1pct = 0;          // share of weights < 1% of the row max

@@ -3,6 +3,7 @@
 // `hash_ids` are prefix-chained ids of 512-token blocks: two requests share an id only if
 // they share every token up to the end of that block, so an id always has the same
 // parent (the id before it). Unknown keys are ignored; blank lines are skipped.
+// Every function is thread-safe (no shared state).
 #ifndef KVTIER_TOOLS_TRACE_H_
 #define KVTIER_TOOLS_TRACE_H_
 

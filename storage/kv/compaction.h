@@ -1,6 +1,6 @@
-// Token compaction over one sequence's KV (DESIGN.md section 5): choose which tokens'
-// K/V to keep, gather them, optionally re-index their positions, and (de)serialize the
-// compacted entry that kvtierd stores. Pure functions, no I/O; every function is
+// Token compaction over one sequence's KV (the Compact RPC, service/compact.h): choose
+// which tokens' K/V to keep, gather them, optionally re-index their positions, and
+// (de)serialize the compacted entry that kvtierd stores. Pure functions, no I/O; every function is
 // thread-safe (no shared state).
 //
 // Policies (all keep the first n_sink tokens whatever the budget; default n_sink = 4):
