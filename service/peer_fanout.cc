@@ -38,7 +38,9 @@ bool IsServing(const grpc::ByteBuffer& response) {
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return false;
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
   return bytes == std::string("\x08\x01", 2);
 }
 
@@ -102,11 +104,10 @@ void PeerFanout::SyncMembership(const std::vector<Peer>& peers) {
   {
     absl::MutexLock lock(&mu_);
     // Drop retired stubs no call holds any more (only this list references them).
-    retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
-                                  [](const std::shared_ptr<PeerStubs>& s) {
-                                    return s.use_count() == 1;
-                                  }),
-                   retired_.end());
+    retired_.erase(
+        std::remove_if(retired_.begin(), retired_.end(),
+                       [](const std::shared_ptr<PeerStubs>& s) { return s.use_count() == 1; }),
+        retired_.end());
     if (version == membership_version_) return;
     membership_version_ = version;
     std::set<std::string> addresses;
@@ -175,9 +176,9 @@ void PeerFanout::Probe(const Peer& peer) {
 // ---------------------------------------------------------------------------------------
 // Lookup
 
-// One LookupAsync in progress. Steps: Plan() on the caller's thread (local hits, then
-// the other keys grouped into per-peer batches, skipping down peers), Send() the
-// batches, Merge() each answer as it arrives (any gRPC thread), and the last answer
+// One LookupAsync in progress. Steps, on the caller's thread: Plan() = TakeLocalHits()
+// (this node's copies) then MakeBatches() (the other keys per live owner), then Send().
+// Then on gRPC threads, OnAnswer() for each batch: Merge() its copies, and the last one
 // builds the response (Result()) and calls `done`. Shared by its batches' callbacks.
 class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
  public:
@@ -217,43 +218,54 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     std::vector<size_t> rank;
   };
 
+  // (key index, ring rank) of each key a peer should be asked about, per peer id.
+  using Wanted = std::map<std::string, std::vector<std::pair<size_t, size_t>>>;
+
   void Plan(const std::string& ns, const std::vector<std::string>& keys,
             const std::vector<v1::Tier>& local_tiers) {
     Membership& membership = *fanout_->membership_;
-    const std::string self_id = membership.self_id();
-    const std::shared_ptr<const client::RendezvousRing> ring = membership.ring();
     const std::vector<Peer> members = membership.peers();
     fanout_->SyncMembership(members);
+    const Wanted wanted =
+        TakeLocalHits(ns, keys, local_tiers, *membership.ring(), membership.self_id());
+    MakeBatches(ns, keys, members, wanted);
+  }
 
-    // (key index, ring rank) of every key each other owner should be asked about.
-    std::map<std::string, std::vector<std::pair<size_t, size_t>>> wanted;
+  // Records this node's own copies as answers and returns what to ask the other owners.
+  Wanted TakeLocalHits(const std::string& ns, const std::vector<std::string>& keys,
+                       const std::vector<v1::Tier>& local_tiers, const client::RendezvousRing& ring,
+                       const std::string& self_id) {
+    Wanted wanted;
     primary_.assign(keys.size(), "");
-    {
-      absl::MutexLock lock(&mu_);
-      answers_.assign(keys.size(), Answer{});
-      for (size_t i = 0; i < keys.size(); ++i) {
-        const std::vector<size_t> owners =
-            ring->Owners(ns, keys[i], fanout_->options_.replication_factor);
-        if (!owners.empty()) primary_[i] = ring->nodes()[owners[0]];
-        const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
-        if (local != v1::TIER_NONE) {
-          answers_[i] = Answer{local, self_id, 0};
-          continue;
-        }
-        for (size_t r = 0; r < owners.size(); ++r) {
-          const std::string& id = ring->nodes()[owners[r]];
-          if (id != self_id) wanted[id].emplace_back(i, r);
-        }
+    absl::MutexLock lock(&mu_);
+    answers_.assign(keys.size(), Answer{});
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::vector<size_t> owners =
+          ring.Owners(ns, keys[i], fanout_->options_.replication_factor);
+      if (!owners.empty()) primary_[i] = ring.nodes()[owners[0]];
+      const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
+      if (local != v1::TIER_NONE) {
+        answers_[i] = Answer{local, self_id, 0};
+        continue;
+      }
+      for (size_t r = 0; r < owners.size(); ++r) {
+        const std::string& id = ring.nodes()[owners[r]];
+        if (id != self_id) wanted[id].emplace_back(i, r);
       }
     }
+    return wanted;
+  }
 
+  // Splits each live peer's keys into batches of max_keys_per_call. A down peer gets no
+  // batch (its keys stay misses) but perhaps a background probe.
+  void MakeBatches(const std::string& ns, const std::vector<std::string>& keys,
+                   const std::vector<Peer>& members, const Wanted& wanted) {
+    PeerHealth& health = fanout_->health_;
     const size_t per_call = std::max<uint32_t>(1, fanout_->options_.max_keys_per_call);
     for (const Peer& peer : members) {
       auto it = wanted.find(peer.id);
       if (it == wanted.end()) continue;
-      PeerHealth& health = fanout_->health_;
       if (!health.ShouldCall(peer.id)) {
-        // Down: its keys are misses now; maybe probe it for the lookups to come.
         if (health.TakeProbe(peer.id)) fanout_->Probe(peer);
         continue;
       }
@@ -287,11 +299,10 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     std::vector<std::unique_ptr<Batch>> batches = std::move(batches_);
     for (std::unique_ptr<Batch>& owned : batches) {
       Batch* batch = owned.release();  // owned by its completion callback
-      batch->stubs->kv->async()->Lookup(
-          &batch->ctx, &batch->request, &batch->response,
-          [self = shared_from_this(), batch](grpc::Status status) {
-            self->OnAnswer(std::unique_ptr<Batch>(batch), status);
-          });
+      batch->stubs->kv->async()->Lookup(&batch->ctx, &batch->request, &batch->response,
+                                        [self = shared_from_this(), batch](grpc::Status status) {
+                                          self->OnAnswer(std::unique_ptr<Batch>(batch), status);
+                                        });
     }
   }
 

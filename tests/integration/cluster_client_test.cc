@@ -259,7 +259,8 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
   EXPECT_EQ(again->replicas_skipped, owned_by_dead);
   EXPECT_EQ(again->blocks_stored, 2 * b.keys.size() - owned_by_dead);
 
-  auto l = cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
+  auto l =
+      cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen));
   EXPECT_TRUE(cluster_->Refresh().ok());  // a live member answers ClusterStatus

@@ -14,68 +14,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "tests/testing/fake_resolver.h"
 
 namespace kvtier::service {
 namespace {
 
+using ::kvtier::testing::FakeResolver;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// A scripted resolver: a name -> IPs table, IP -> reverse names, and local IPs.
-class FakeResolver : public Resolver {
- public:
-  absl::StatusOr<std::vector<std::string>> Resolve(const std::string& host) override {
-    absl::MutexLock lock(&mu_);
-    ++resolves_;
-    if (!fail_.ok()) return fail_;
-    auto it = names_.find(host);
-    if (it == names_.end()) return absl::NotFoundError(host);
-    return it->second;
-  }
-  absl::StatusOr<std::string> ReverseLookup(const std::string& ip) override {
-    absl::MutexLock lock(&mu_);
-    auto it = reverse_.find(ip);
-    if (it == reverse_.end()) return absl::NotFoundError(ip);
-    return it->second;
-  }
-  bool IsLocalAddress(const std::string& ip) override {
-    absl::MutexLock lock(&mu_);
-    return local_.count(ip) != 0;
-  }
-
-  void Set(const std::string& host, std::vector<std::string> ips) {
-    absl::MutexLock lock(&mu_);
-    names_[host] = std::move(ips);
-  }
-  void SetReverse(const std::string& ip, const std::string& name) {
-    absl::MutexLock lock(&mu_);
-    reverse_[ip] = name;
-  }
-  void AddLocal(const std::string& ip) {
-    absl::MutexLock lock(&mu_);
-    local_.insert(ip);
-  }
-  void Fail(absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    fail_ = std::move(s);
-  }
-  // Blocks until Resolve() has been called at least n times (or 10 s passed).
-  bool AwaitResolves(int n) {
-    absl::MutexLock lock(&mu_);
-    want_ = n;
-    return mu_.AwaitWithTimeout(absl::Condition(this, &FakeResolver::Reached), absl::Seconds(10));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::vector<std::string>> names_;
-  std::map<std::string, std::string> reverse_;
-  std::set<std::string> local_;
-  absl::Status fail_;
-  int resolves_ = 0;
-  int want_ = 0;
-  bool Reached() const { return resolves_ >= want_; }
-};
 
 std::vector<std::string> Ids(const std::vector<Peer>& peers) {
   std::vector<std::string> ids;

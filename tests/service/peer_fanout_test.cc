@@ -18,11 +18,13 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/fake_resolver.h"
 
 namespace kvtier::service {
 namespace {
 
 using ::kvtier::testing::FakeClock;
+using ::kvtier::testing::FakeResolver;
 
 // A real gRPC server for one peer: KvCache/Lookup answered from an in-memory key -> tier
 // map, KvCacheAdmin/Stats, and grpc.health.v1.Health/Check (counted). It can be made
@@ -89,7 +91,8 @@ class LookupServer final : public v1::KvCache::Service {
   // ignored, the answer is HealthCheckResponse{status: SERVING (1) or NOT_SERVING (2)}.
   class Health final : public grpc::CallbackGenericService {
    public:
-    grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    grpc::ServerGenericBidiReactor* CreateReactor(
+        grpc::GenericCallbackServerContext* ctx) override {
       if (ctx->method() != "/grpc.health.v1.Health/Check") {
         return grpc::CallbackGenericService::CreateReactor(ctx);  // UNIMPLEMENTED
       }
@@ -387,7 +390,6 @@ TEST_F(FanoutTest, ClusterStatusCarriesEveryMembersStatsAndHealth) {
   EXPECT_NEAR(shares, 1.0, 1e-9);
 }
 
-
 // Issue 16: a down peer must not slow the survivors. Once detected it gets no Lookup at
 // all; a probe (a health check, not a user's Lookup) is sent at most once per interval
 // of the fake clock, no lookup waits for it, and the first answer brings the peer back.
@@ -411,12 +413,14 @@ TEST_F(FanoutTest, DownPeerGetsNoCallsUntilARateLimitedProbeFindsItBack) {
   };
 
   a_->SetDown(true);
-  for (int i = 0; i < 2; ++i) expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  for (int i = 0; i < 2; ++i)
+    expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
   EXPECT_EQ(a_->calls(), 2);
   ASSERT_FALSE(fanout.health().IsHealthy(down));
 
   // Known down: no call and no probe before the interval, however many lookups.
-  for (int i = 0; i < 5; ++i) expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  for (int i = 0; i < 5; ++i)
+    expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
   fanout.AwaitIdle();
   EXPECT_EQ(a_->calls(), 2);
   EXPECT_EQ(a_->health_checks(), 0);
@@ -429,7 +433,8 @@ TEST_F(FanoutTest, DownPeerGetsNoCallsUntilARateLimitedProbeFindsItBack) {
   EXPECT_EQ(a_->health_checks(), 1);
   EXPECT_FALSE(fanout.health().IsHealthy(down));
   clock.AdvanceMillis(999);
-  for (int i = 0; i < 3; ++i) expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  for (int i = 0; i < 3; ++i)
+    expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
   fanout.AwaitIdle();
   EXPECT_EQ(a_->health_checks(), 1);  // at most one per interval
 
@@ -464,8 +469,7 @@ TEST_F(FanoutTest, HungPeerCostsOneDeadlineThenNoCall) {
     const v1::LookupResponse r = fanout.Lookup("ns", keys_, local_tiers_);
     for (size_t k = 0; k < keys_.size(); ++k) {
       const std::string owner = membership_->ring()->OwnerIds("ns", keys_[k], 1)[0];
-      EXPECT_EQ(r.blocks(static_cast<int>(k)).tier() == v1::TIER_NONE, owner == b_->address())
-          << k;
+      EXPECT_EQ(r.blocks(static_cast<int>(k)).tier() == v1::TIER_NONE, owner == b_->address()) << k;
     }
   }
   EXPECT_EQ(b_->calls(), 1);
@@ -490,6 +494,46 @@ TEST_F(FanoutTest, StubsAreCachedPerAddressAndOwnedByTheCaller) {
   v1::LookupResponse resp;
   EXPECT_TRUE(s->kv->Lookup(&ctx, req, &resp).ok());
   EXPECT_EQ(resp.blocks_size(), 1);
+}
+
+// The review's hazard: stubs taken before a membership change must stay usable after the
+// change drops the peer's cached channel.
+TEST(PeerFanoutStubsTest, StubsHeldAcrossAMembershipChangeStayUsable) {
+  LookupServer peer;
+  peer.Add("k", v1::TIER_HOT);
+  FakeResolver resolver;
+  resolver.Set("peers", {"127.0.0.1"});
+  MembershipOptions o;
+  o.self_id = "self:1";
+  o.self_port = 1;
+  o.peer_dns = "peers";
+  o.peer_port =
+      static_cast<uint32_t>(std::stoi(peer.address().substr(peer.address().rfind(':') + 1)));
+  o.resolver = &resolver;
+  auto m = Membership::Create(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->peers().size(), 2u);
+  PeerFanout fanout(m->get(), FanoutOptions());
+  const std::vector<std::string> keys = {"k"};
+  fanout.Lookup("ns", keys, {});
+  std::shared_ptr<PeerStubs> held = fanout.StubsFor(peer.address());
+
+  resolver.Set("peers", {});  // the peer leaves
+  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_EQ((*m)->peers().size(), 1u);
+  const v1::LookupResponse after = fanout.Lookup("ns", keys, {});  // sees the change
+  EXPECT_EQ(after.blocks(0).tier(), v1::TIER_NONE);
+  EXPECT_NE(fanout.StubsFor(peer.address()), held);  // the cached channel was dropped
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::LookupRequest req;
+  req.set_namespace_("ns");
+  req.set_local_only(true);
+  req.add_keys("k");
+  v1::LookupResponse resp;
+  ASSERT_TRUE(held->kv->Lookup(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.blocks(0).tier(), v1::TIER_HOT);
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ TEST(PeerHealthTest, RetainForgetsDepartedPeersAndTheirProbes) {
   ASSERT_TRUE(h.TakeProbe("q"));
   h.Retain({Peer{"p", "p", false}});
   EXPECT_EQ(h.LastSeenMsAgo("p"), 1000);
-  EXPECT_TRUE(h.IsHealthy("q"));        // unknown again
+  EXPECT_TRUE(h.IsHealthy("q"));           // unknown again
   h.FinishProbe("q", /*answered=*/false);  // a probe that outlived its peer: no-op
   EXPECT_TRUE(h.IsHealthy("q"));
   EXPECT_FALSE(h.TakeProbe("q"));
