@@ -32,7 +32,7 @@
 
 namespace kvtier::service {
 
-// One cluster member.
+// One cluster member. A value type.
 struct Peer {
   std::string id;       // ring identity (see file comment)
   std::string address;  // "host:port" to dial
@@ -74,6 +74,7 @@ absl::Status SplitHostPort(const std::string& address, const std::string& field,
 // given. INVALID_ARGUMENT naming the field.
 absl::Status ValidateClusterConfig(const v1::ClusterConfig& config);
 
+// How to find the members. Validated by Membership::Create().
 struct MembershipOptions {
   std::string self_id;     // this node's ring id (cluster.node_id or DefaultNodeId())
   uint32_t self_port = 0;  // the port this node serves on
@@ -114,10 +115,11 @@ class Membership {
   std::vector<Peer> peers() const;
   // Returns the ring over the member ids; never null. Cheap (shared, immutable).
   std::shared_ptr<const client::RendezvousRing> ring() const;
+  // Returns this node's ring id: the static_peers entry naming this node if there is
+  // one, else options.self_id. Fixed by Create().
   const std::string& self_id() const { return options_.self_id; }
   // Returns a counter that increases whenever the member list changes.
   uint64_t version() const;
-  bool dns_mode() const { return !options_.peer_dns.empty(); }
 
  private:
   explicit Membership(MembershipOptions options);
