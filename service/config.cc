@@ -13,7 +13,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "service/auth.h"
-#include "service/cluster.h"
+#include "service/membership.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {

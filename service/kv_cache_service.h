@@ -35,7 +35,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "service/auth.h"
-#include "service/cluster.h"
+#include "service/peer_fanout.h"
 #include "service/metrics.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"

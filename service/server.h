@@ -18,7 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "service/kv_cache_service.h"
-#include "service/cluster.h"
+#include "service/peer_fanout.h"
 #include "service/metrics.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"

@@ -3,11 +3,8 @@
 //
 // Puts must land only on the blocks' rendezvous owners (checked with each node's Stats),
 // gets must be answered by the owners and be bit-exact, and with R=2 a SIGKILLed node
-// must cost no block and no hang.
-//
-// Pending wiring: while kvtierd does not build its membership from the config,
-// ClusterStatus lists only the answering node and these tests GTEST_SKIP (run them with
-// KVTIER_KVTIERD pointing at a kvtierd that has the wiring).
+// must cost no block and no hang. Every test first asserts that the ClusterClient sees all
+// the nodes, so a regression in kvtierd's cluster wiring fails the suite.
 #include "client/cluster_client.h"
 
 #include <signal.h>
@@ -100,13 +97,12 @@ class ClusterClientTest : public ::testing::Test {
     ASSERT_TRUE(started.ok()) << started;
   }
 
-  // Connects a ClusterClient through node 0; false (after GTEST_SKIP) while kvtierd
-  // lacks the cluster wiring.
-  bool ConnectCluster(int64_t per_owner_get_deadline_ms = 0) {
-    auto c = NewClusterClient(per_owner_get_deadline_ms);
-    if (c == nullptr) return false;
-    cluster_ = std::move(c);
-    return cluster_->members().size() == kNodes;
+  // Connects a ClusterClient through node 0 and asserts that it sees every node.
+  void ConnectCluster(int64_t per_owner_get_deadline_ms = 0) {
+    cluster_ = NewClusterClient(per_owner_get_deadline_ms);
+    ASSERT_NE(cluster_, nullptr);
+    ASSERT_EQ(cluster_->members().size(), static_cast<size_t>(kNodes))
+        << "node " << ids_[0] << " does not list the whole cluster in ClusterStatus";
   }
 
   std::unique_ptr<client::ClusterClient> NewClusterClient(int64_t per_owner_get_deadline_ms) {
@@ -164,13 +160,9 @@ class ClusterClientTest : public ::testing::Test {
   std::unique_ptr<client::ClusterClient> cluster_;
 };
 
-constexpr char kSkip[] =
-    "cluster membership is not wired into kvtierd (ClusterStatus lists one peer); set "
-    "KVTIER_KVTIERD to a kvtierd with the wiring";
-
 TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1));
-  if (!ConnectCluster()) GTEST_SKIP() << kSkip;
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
   ASSERT_EQ(cluster_->replication_factor(), 1u);
   EXPECT_EQ(cluster_->ring()->nodes(), ring_.nodes());
   for (const client::ClusterMember& m : cluster_->members()) EXPECT_TRUE(m.connected) << m.node_id;
@@ -228,7 +220,7 @@ TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
 
 TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2));
-  if (!ConnectCluster()) GTEST_SKIP() << kSkip;
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
   ASSERT_EQ(cluster_->replication_factor(), 2u);
 
   const Blocks b = MakeBlocks(22);
@@ -267,7 +259,8 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
   EXPECT_EQ(again->replicas_skipped, owned_by_dead);
   EXPECT_EQ(again->blocks_stored, 2 * b.keys.size() - owned_by_dead);
 
-  auto l = cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
+  auto l =
+      cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen));
   EXPECT_TRUE(cluster_->Refresh().ok());  // a live member answers ClusterStatus
@@ -290,7 +283,7 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
 
 TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2));
-  if (!ConnectCluster()) GTEST_SKIP() << kSkip;
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
   std::unique_ptr<client::ClusterClient> fast = NewClusterClient(/*per_owner=*/300);
   ASSERT_NE(fast, nullptr);
   const Blocks b = MakeBlocks(23);

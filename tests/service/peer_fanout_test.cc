@@ -1,277 +1,35 @@
-#include "service/cluster.h"
+// Tests service/peer_fanout.h against two real gRPC peers on 127.0.0.1 port 0: merged
+// cluster-wide answers, batching, dead, slow and down peers (on a fake clock for the
+// probe schedule), replicas, ClusterStatus.
+#include "service/peer_fanout.h"
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/fake_resolver.h"
 
 namespace kvtier::service {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
+using ::kvtier::testing::FakeClock;
+using ::kvtier::testing::FakeResolver;
 
-class FakeClock : public common::Clock {
- public:
-  int64_t NowMicros() const override { return now_us_.load(); }
-  void AdvanceMs(int64_t ms) { now_us_ += ms * 1000; }
-
- private:
-  std::atomic<int64_t> now_us_{1'000'000};
-};
-
-// A scripted resolver: a name -> IPs table, IP -> reverse names, and local IPs.
-class FakeResolver : public Resolver {
- public:
-  absl::StatusOr<std::vector<std::string>> Resolve(const std::string& host) override {
-    absl::MutexLock lock(&mu_);
-    ++resolves_;
-    if (!fail_.ok()) return fail_;
-    auto it = names_.find(host);
-    if (it == names_.end()) return absl::NotFoundError(host);
-    return it->second;
-  }
-  absl::StatusOr<std::string> ReverseLookup(const std::string& ip) override {
-    absl::MutexLock lock(&mu_);
-    auto it = reverse_.find(ip);
-    if (it == reverse_.end()) return absl::NotFoundError(ip);
-    return it->second;
-  }
-  bool IsLocalAddress(const std::string& ip) override {
-    absl::MutexLock lock(&mu_);
-    return local_.count(ip) != 0;
-  }
-
-  void Set(const std::string& host, std::vector<std::string> ips) {
-    absl::MutexLock lock(&mu_);
-    names_[host] = std::move(ips);
-  }
-  void SetReverse(const std::string& ip, const std::string& name) {
-    absl::MutexLock lock(&mu_);
-    reverse_[ip] = name;
-  }
-  void AddLocal(const std::string& ip) {
-    absl::MutexLock lock(&mu_);
-    local_.insert(ip);
-  }
-  void Fail(absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    fail_ = std::move(s);
-  }
-  // Blocks until Resolve() has been called at least n times (or 10 s passed).
-  bool AwaitResolves(int n) {
-    absl::MutexLock lock(&mu_);
-    want_ = n;
-    return mu_.AwaitWithTimeout(absl::Condition(this, &FakeResolver::Reached), absl::Seconds(10));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::vector<std::string>> names_;
-  std::map<std::string, std::string> reverse_;
-  std::set<std::string> local_;
-  absl::Status fail_;
-  int resolves_ = 0;
-  int want_ = 0;
-  bool Reached() const { return resolves_ >= want_; }
-};
-
-std::vector<std::string> Ids(const std::vector<Peer>& peers) {
-  std::vector<std::string> ids;
-  for (const Peer& p : peers) ids.push_back(p.id);
-  return ids;
-}
-
-TEST(SplitHostPortTest, AcceptsHostPortAndBracketedIpv6) {
-  std::string host;
-  uint32_t port = 0;
-  ASSERT_TRUE(SplitHostPort("10.0.0.1:50051", "f", &host, &port).ok());
-  EXPECT_EQ(host, "10.0.0.1");
-  EXPECT_EQ(port, 50051u);
-  ASSERT_TRUE(SplitHostPort("[::1]:7", "f", &host, &port).ok());
-  EXPECT_EQ(host, "::1");
-  EXPECT_EQ(port, 7u);
-  for (const char* bad : {"nohost", ":1", "h:", "h:0", "h:70000", "::1:5", "[::1", "h:x"}) {
-    absl::Status s = SplitHostPort(bad, "cluster.static_peers[0]", &host, &port);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("cluster.static_peers[0]")) << bad;
-  }
-}
-
-TEST(ValidateClusterConfigTest, NamesTheBadField) {
-  v1::ClusterConfig c;
-  EXPECT_TRUE(ValidateClusterConfig(c).ok());
-  c.add_static_peers("a:1");
-  c.add_static_peers("b:2");
-  EXPECT_TRUE(ValidateClusterConfig(c).ok());
-  c.set_replication_factor(3);
-  EXPECT_THAT(std::string(ValidateClusterConfig(c).message()),
-              HasSubstr("cluster.replication_factor"));
-  c.set_replication_factor(2);
-  c.add_static_peers("a:1");
-  EXPECT_THAT(std::string(ValidateClusterConfig(c).message()),
-              HasSubstr("cluster.static_peers[2]"));
-  c.clear_static_peers();
-  c.add_static_peers("c");
-  EXPECT_THAT(std::string(ValidateClusterConfig(c).message()),
-              HasSubstr("cluster.static_peers[0]"));
-  c.set_peer_dns("kvtier-peers");
-  EXPECT_THAT(std::string(ValidateClusterConfig(c).message()), HasSubstr("mutually exclusive"));
-  c.clear_static_peers();
-  c.set_peer_dns("kvtier-peers:50051");
-  EXPECT_EQ(ValidateClusterConfig(c).code(), absl::StatusCode::kInvalidArgument);
-  c.set_peer_dns("kvtier-peers.kvtier.svc.cluster.local");
-  EXPECT_TRUE(ValidateClusterConfig(c).ok());
-}
-
-TEST(MembershipTest, StaticListFindsSelfByIdOrByLocalAddressAndPort) {
-  FakeResolver resolver;
-  resolver.AddLocal("127.0.0.1");
-  MembershipOptions o;
-  o.self_id = "some-default-name:2";  // not in the list: found by address + port
-  o.self_port = 2;
-  o.static_peers = {"127.0.0.1:3", "127.0.0.1:1", "127.0.0.1:2"};
-  o.resolver = &resolver;
-  auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ((*m)->self_id(), "127.0.0.1:2");
-  const std::vector<Peer> peers = (*m)->peers();
-  EXPECT_THAT(Ids(peers), ElementsAre("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"));
-  EXPECT_FALSE(peers[0].self);
-  EXPECT_TRUE(peers[1].self);
-  EXPECT_EQ((*m)->ring()->size(), 3u);
-
-  // A node missing from the list still counts itself in.
-  o.static_peers = {"a:1", "b:1"};
-  o.self_id = "c:1";
-  o.self_port = 1;
-  auto lone = Membership::Create(o);
-  ASSERT_TRUE(lone.ok());
-  EXPECT_THAT(Ids((*lone)->peers()), ElementsAre("a:1", "b:1", "c:1"));
-}
-
-TEST(MembershipTest, RejectsBadOptions) {
-  MembershipOptions o;
-  o.self_id = "";
-  EXPECT_EQ(Membership::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
-  o.self_id = "a:1";
-  o.static_peers = {"a:1", "b"};
-  auto bad = Membership::Create(o);
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cluster.static_peers[1]"));
-  o.static_peers = {"a:1"};
-  o.peer_dns = "kvtier-peers";
-  EXPECT_EQ(Membership::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
-}
-
-TEST(MembershipTest, DnsMembersAreNamedByReverseDnsAndFollowJoinsAndLeaves) {
-  FakeResolver r;
-  const std::string dns = "kvtier-peers.kvtier.svc.cluster.local";
-  r.Set(dns, {"10.0.0.1", "10.0.0.2"});
-  r.AddLocal("10.0.0.1");
-  r.SetReverse("10.0.0.2", "kvtier-1.kvtier-peers.kvtier.svc.cluster.local");
-  MembershipOptions o;
-  o.self_id = "kvtier-0.kvtier-peers.kvtier.svc.cluster.local:50051";
-  o.self_port = 50051;
-  o.peer_dns = dns;
-  o.resolver = &r;
-  auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_THAT(Ids((*m)->peers()),
-              ElementsAre("kvtier-0.kvtier-peers.kvtier.svc.cluster.local:50051",
-                          "kvtier-1.kvtier-peers.kvtier.svc.cluster.local:50051"));
-  EXPECT_EQ((*m)->peers()[0].address, "10.0.0.1:50051");
-  EXPECT_TRUE((*m)->peers()[0].self);
-  const uint64_t v1 = (*m)->version();
-
-  // A new pod without a PTR record yet joins under its IP.
-  r.Set(dns, {"10.0.0.1", "10.0.0.2", "10.0.0.3"});
-  ASSERT_TRUE((*m)->Refresh().ok());
-  EXPECT_EQ((*m)->ring()->size(), 3u);
-  EXPECT_EQ((*m)->peers().front().id, "10.0.0.3:50051");  // ids sort; digits first
-  EXPECT_GT((*m)->version(), v1);
-
-  // Same answer: no change. A DNS failure keeps the list.
-  const uint64_t v2 = (*m)->version();
-  ASSERT_TRUE((*m)->Refresh().ok());
-  EXPECT_EQ((*m)->version(), v2);
-  r.Fail(absl::UnavailableError("dns down"));
-  EXPECT_FALSE((*m)->Refresh().ok());
-  EXPECT_EQ((*m)->ring()->size(), 3u);
-  r.Fail(absl::OkStatus());
-
-  // kvtier-1 is deleted; then it restarts with a new IP but the same name: same id.
-  r.Set(dns, {"10.0.0.1", "10.0.0.3"});
-  ASSERT_TRUE((*m)->Refresh().ok());
-  EXPECT_EQ((*m)->ring()->size(), 2u);
-  r.Set(dns, {"10.0.0.1", "10.0.0.3", "10.0.0.9"});
-  r.SetReverse("10.0.0.9", "kvtier-1.kvtier-peers.kvtier.svc.cluster.local");
-  ASSERT_TRUE((*m)->Refresh().ok());
-  const std::vector<Peer> peers = (*m)->peers();
-  ASSERT_EQ(peers.size(), 3u);
-  EXPECT_EQ(peers[2].id, "kvtier-1.kvtier-peers.kvtier.svc.cluster.local:50051");
-  EXPECT_EQ(peers[2].address, "10.0.0.9:50051");
-}
-
-TEST(MembershipTest, StartedMembershipRefreshesInTheBackground) {
-  FakeResolver r;
-  r.Set("peers", {"10.0.0.1"});
-  r.AddLocal("10.0.0.1");
-  MembershipOptions o;
-  o.self_id = "self:9";
-  o.self_port = 9;
-  o.peer_dns = "peers";
-  o.dns_refresh_ms = 1;
-  o.resolver = &r;
-  auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok());
-  EXPECT_EQ((*m)->ring()->size(), 1u);
-  r.Set("peers", {"10.0.0.1", "10.0.0.2"});
-  (*m)->Start();
-  ASSERT_TRUE(r.AwaitResolves(3));  // the initial one + at least two refreshes
-  EXPECT_EQ((*m)->ring()->size(), 2u);
-}
-
-TEST(PeerHealthTest, UnhealthyAfterConsecutiveFailuresProbedThenRecovers) {
-  FakeClock clock;
-  PeerHealth h(&clock, 3, 1000);
-  EXPECT_TRUE(h.IsHealthy("p"));
-  EXPECT_EQ(h.LastSeenMsAgo("p"), -1);
-  h.RecordSuccess("p");
-  clock.AdvanceMs(5);
-  EXPECT_EQ(h.LastSeenMsAgo("p"), 5);
-  h.RecordFailure("p");
-  h.RecordFailure("p");
-  EXPECT_TRUE(h.IsHealthy("p"));
-  EXPECT_TRUE(h.ShouldCall("p"));
-  h.RecordFailure("p");
-  EXPECT_FALSE(h.IsHealthy("p"));
-  EXPECT_FALSE(h.ShouldCall("p"));  // skipped until the probe is due
-  clock.AdvanceMs(1000);
-  EXPECT_TRUE(h.ShouldCall("p"));   // one probe
-  EXPECT_FALSE(h.ShouldCall("p"));  // others keep skipping
-  h.RecordSuccess("p");
-  EXPECT_TRUE(h.IsHealthy("p"));
-  EXPECT_TRUE(h.ShouldCall("p"));
-  h.Retain({Peer{"q", "q", false}});
-  EXPECT_EQ(h.LastSeenMsAgo("p"), -1);
-}
-
-// A real gRPC KvCache server answering Lookup from an in-memory key -> tier map; can be
-// made slow (holds calls until released) or killed.
+// A real gRPC server for one peer: KvCache/Lookup answered from an in-memory key -> tier
+// map, KvCacheAdmin/Stats, and grpc.health.v1.Health/Check (counted). It can be made
+// slow (holds Lookups until released), down (Lookup answers UNAVAILABLE and the health
+// check NOT_SERVING) or stopped.
 class LookupServer final : public v1::KvCache::Service {
  public:
   LookupServer() {
@@ -279,6 +37,7 @@ class LookupServer final : public v1::KvCache::Service {
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(this);
     b.RegisterService(&admin_);
+    b.RegisterCallbackGenericService(&health_);
     server_ = b.BuildAndStart();
     admin_.node_id = address();
   }
@@ -295,6 +54,7 @@ class LookupServer final : public v1::KvCache::Service {
       keys_asked_ += req->keys_size();
       EXPECT_TRUE(req->local_only());
       if (slow_) mu_.Await(absl::Condition(&released_));
+      if (health_.down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "down");
       if (req->namespace_() != ns_) {
         return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown namespace");
       }
@@ -327,6 +87,55 @@ class LookupServer final : public v1::KvCache::Service {
     std::string node_id;
   };
 
+  // grpc.health.v1.Health/Check without the generated health stubs: the request is
+  // ignored, the answer is HealthCheckResponse{status: SERVING (1) or NOT_SERVING (2)}.
+  class Health final : public grpc::CallbackGenericService {
+   public:
+    grpc::ServerGenericBidiReactor* CreateReactor(
+        grpc::GenericCallbackServerContext* ctx) override {
+      if (ctx->method() != "/grpc.health.v1.Health/Check") {
+        return grpc::CallbackGenericService::CreateReactor(ctx);  // UNIMPLEMENTED
+      }
+      absl::MutexLock lock(&mu_);
+      ++checks_;
+      return new Check(down_ ? '\x02' : '\x01');
+    }
+    bool down() {
+      absl::MutexLock lock(&mu_);
+      return down_;
+    }
+    void SetDown(bool down) {
+      absl::MutexLock lock(&mu_);
+      down_ = down;
+    }
+    int checks() {
+      absl::MutexLock lock(&mu_);
+      return checks_;
+    }
+
+   private:
+    class Check final : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Check(char status) {
+        const char bytes[2] = {'\x08', status};
+        grpc::Slice slice(bytes, sizeof(bytes));
+        response_ = grpc::ByteBuffer(&slice, 1);
+        StartRead(&request_);
+      }
+      void OnReadDone(bool) override {
+        StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      grpc::ByteBuffer request_;
+      grpc::ByteBuffer response_;
+    };
+    absl::Mutex mu_;
+    bool down_ ABSL_GUARDED_BY(mu_) = false;
+    int checks_ ABSL_GUARDED_BY(mu_) = 0;
+  };
+
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   void Add(const std::string& key, v1::Tier t) {
     absl::MutexLock lock(&mu_);
@@ -340,6 +149,7 @@ class LookupServer final : public v1::KvCache::Service {
     absl::MutexLock lock(&mu_);
     released_ = true;
   }
+  void SetDown(bool down) { health_.SetDown(down); }
   void Stop() {
     if (server_ != nullptr) {
       server_->Shutdown(std::chrono::system_clock::now());
@@ -354,10 +164,12 @@ class LookupServer final : public v1::KvCache::Service {
     absl::MutexLock lock(&mu_);
     return keys_asked_;
   }
+  int health_checks() { return health_.checks(); }
 
  private:
   int port_ = 0;
   Admin admin_;
+  Health health_;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   std::string ns_ = "ns";
@@ -378,7 +190,6 @@ class FanoutTest : public ::testing::Test {
     o.self_id = "self:1";
     o.self_port = 1;
     o.static_peers = {"self:1", a_->address(), b_->address()};
-    o.resolver = &resolver_;
     auto m = Membership::Create(o);
     ASSERT_TRUE(m.ok()) << m.status();
     membership_ = std::move(*m);
@@ -407,7 +218,6 @@ class FanoutTest : public ::testing::Test {
     }
   }
 
-  FakeResolver resolver_;
   std::unique_ptr<LookupServer> a_, b_;
   std::unique_ptr<Membership> membership_;
   std::vector<std::string> keys_;
@@ -578,6 +388,152 @@ TEST_F(FanoutTest, ClusterStatusCarriesEveryMembersStatsAndHealth) {
     }
   }
   EXPECT_NEAR(shares, 1.0, 1e-9);
+}
+
+// Issue 16: a down peer must not slow the survivors. Once detected it gets no Lookup at
+// all; a probe (a health check, not a user's Lookup) is sent at most once per interval
+// of the fake clock, no lookup waits for it, and the first answer brings the peer back.
+TEST_F(FanoutTest, DownPeerGetsNoCallsUntilARateLimitedProbeFindsItBack) {
+  Place(1);
+  FakeClock clock;
+  FanoutOptions fo;
+  fo.peer_deadline_ms = 60'000;  // a lookup that waited for the down peer would hang
+  fo.failures_to_unhealthy = 2;
+  fo.unhealthy_retry_ms = 1000;
+  PeerFanout fanout(membership_.get(), fo, &clock);
+  const std::string down = a_->address();
+  auto expect_misses_exactly_on = [&](const v1::LookupResponse& r, bool down_keys_missing) {
+    ASSERT_EQ(r.blocks_size(), static_cast<int>(keys_.size()));
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      const bool owned_by_down = membership_->ring()->OwnerIds("ns", keys_[i], 1)[0] == down;
+      EXPECT_EQ(r.blocks(static_cast<int>(i)).tier() == v1::TIER_NONE,
+                owned_by_down && down_keys_missing)
+          << i;
+    }
+  };
+
+  a_->SetDown(true);
+  for (int i = 0; i < 2; ++i)
+    expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  EXPECT_EQ(a_->calls(), 2);
+  ASSERT_FALSE(fanout.health().IsHealthy(down));
+
+  // Known down: no call and no probe before the interval, however many lookups.
+  for (int i = 0; i < 5; ++i)
+    expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  fanout.AwaitIdle();
+  EXPECT_EQ(a_->calls(), 2);
+  EXPECT_EQ(a_->health_checks(), 0);
+  EXPECT_GT(b_->calls(), 5);  // the survivor is still asked
+
+  // Due: the next lookup sends one probe (NOT_SERVING: still down), without waiting.
+  clock.AdvanceMillis(1000);
+  expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  fanout.AwaitIdle();
+  EXPECT_EQ(a_->health_checks(), 1);
+  EXPECT_FALSE(fanout.health().IsHealthy(down));
+  clock.AdvanceMillis(999);
+  for (int i = 0; i < 3; ++i)
+    expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);
+  fanout.AwaitIdle();
+  EXPECT_EQ(a_->health_checks(), 1);  // at most one per interval
+
+  // Back up: the next due probe finds it serving, and lookups ask it again.
+  a_->SetDown(false);
+  clock.AdvanceMillis(1);
+  expect_misses_exactly_on(fanout.Lookup("ns", keys_, local_tiers_), true);  // did not wait
+  fanout.AwaitIdle();
+  EXPECT_EQ(a_->health_checks(), 2);
+  EXPECT_TRUE(fanout.health().IsHealthy(down));
+  const v1::LookupResponse r = fanout.Lookup("ns", keys_, local_tiers_);
+  expect_misses_exactly_on(r, false);
+  EXPECT_EQ(r.prefix_blocks(), keys_.size());
+  EXPECT_EQ(a_->calls(), 3);
+  EXPECT_EQ(a_->health_checks(), 2);
+}
+
+// A hung peer (accepts, never answers) costs the lookup that detects it one peer
+// deadline; after that it is not called, so lookups do not wait for it.
+TEST_F(FanoutTest, HungPeerCostsOneDeadlineThenNoCall) {
+  Place(1);
+  b_->MakeSlow();
+  FakeClock clock;  // never advanced: no probe
+  FanoutOptions fo;
+  fo.peer_deadline_ms = 200;
+  fo.failures_to_unhealthy = 1;
+  PeerFanout fanout(membership_.get(), fo, &clock);
+  fanout.Lookup("ns", keys_, local_tiers_);
+  EXPECT_EQ(b_->calls(), 1);
+  ASSERT_FALSE(fanout.health().IsHealthy(b_->address()));
+  for (int i = 0; i < 5; ++i) {
+    const v1::LookupResponse r = fanout.Lookup("ns", keys_, local_tiers_);
+    for (size_t k = 0; k < keys_.size(); ++k) {
+      const std::string owner = membership_->ring()->OwnerIds("ns", keys_[k], 1)[0];
+      EXPECT_EQ(r.blocks(static_cast<int>(k)).tier() == v1::TIER_NONE, owner == b_->address()) << k;
+    }
+  }
+  EXPECT_EQ(b_->calls(), 1);
+  EXPECT_EQ(a_->calls(), 6);
+  EXPECT_EQ(b_->health_checks(), 0);
+  b_->Release();
+}
+
+TEST_F(FanoutTest, StubsAreCachedPerAddressAndOwnedByTheCaller) {
+  FanoutOptions fo;
+  PeerFanout fanout(membership_.get(), fo);
+  std::shared_ptr<PeerStubs> s = fanout.StubsFor(a_->address());
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(fanout.StubsFor(a_->address()), s);
+  EXPECT_NE(fanout.StubsFor(b_->address()), s);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::LookupRequest req;
+  req.set_namespace_("ns");
+  req.set_local_only(true);
+  req.add_keys("k");
+  v1::LookupResponse resp;
+  EXPECT_TRUE(s->kv->Lookup(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.blocks_size(), 1);
+}
+
+// The review's hazard: stubs taken before a membership change must stay usable after the
+// change drops the peer's cached channel.
+TEST(PeerFanoutStubsTest, StubsHeldAcrossAMembershipChangeStayUsable) {
+  LookupServer peer;
+  peer.Add("k", v1::TIER_HOT);
+  FakeResolver resolver;
+  resolver.Set("peers", {"127.0.0.1"});
+  MembershipOptions o;
+  o.self_id = "self:1";
+  o.self_port = 1;
+  o.peer_dns = "peers";
+  o.peer_port =
+      static_cast<uint32_t>(std::stoi(peer.address().substr(peer.address().rfind(':') + 1)));
+  o.resolver = &resolver;
+  auto m = Membership::Create(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->peers().size(), 2u);
+  PeerFanout fanout(m->get(), FanoutOptions());
+  const std::vector<std::string> keys = {"k"};
+  fanout.Lookup("ns", keys, {});
+  std::shared_ptr<PeerStubs> held = fanout.StubsFor(peer.address());
+
+  resolver.Set("peers", {});  // the peer leaves
+  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_EQ((*m)->peers().size(), 1u);
+  const v1::LookupResponse after = fanout.Lookup("ns", keys, {});  // sees the change
+  EXPECT_EQ(after.blocks(0).tier(), v1::TIER_NONE);
+  EXPECT_NE(fanout.StubsFor(peer.address()), held);  // the cached channel was dropped
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::LookupRequest req;
+  req.set_namespace_("ns");
+  req.set_local_only(true);
+  req.add_keys("k");
+  v1::LookupResponse resp;
+  ASSERT_TRUE(held->kv->Lookup(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.blocks(0).tier(), v1::TIER_HOT);
 }
 
 }  // namespace

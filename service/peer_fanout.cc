@@ -1,0 +1,513 @@
+#include "service/peer_fanout.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iterator>
+#include <set>
+#include <utility>
+
+namespace kvtier::service {
+namespace {
+
+// True when a status means the peer did not answer (as opposed to answering with an
+// error, e.g. NOT_FOUND for a namespace it does not have).
+bool IsPeerDown(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Tier preference when two owners answer: hot beats cold beats none.
+int TierRank(v1::Tier t) { return t == v1::TIER_HOT ? 2 : t == v1::TIER_COLD ? 1 : 0; }
+
+constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+
+// HealthCheckResponse{status: SERVING} on the wire (field 1, varint 1). The only other
+// answers are NOT_SERVING (the peer's store is not open yet, or it is draining) and
+// SERVICE_UNKNOWN.
+bool IsServing(const grpc::ByteBuffer& response) {
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return bytes == std::string("\x08\x01", 2);
+}
+
+}  // namespace
+
+FanoutOptions FanoutOptionsFromConfig(const v1::ServerConfig& config) {
+  FanoutOptions o;
+  o.replication_factor = std::max<uint32_t>(1, config.cluster().replication_factor());
+  o.peer_deadline_ms =
+      config.cluster().peer_deadline_ms() != 0 ? config.cluster().peer_deadline_ms() : 200;
+  // Peers run the same config, so their per-request key limit is ours.
+  if (config.max_keys_per_request() != 0) {
+    o.max_keys_per_call = std::min<uint32_t>(o.max_keys_per_call, config.max_keys_per_request());
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------
+// Channels, health probes and the in-flight count
+
+PeerFanout::PeerFanout(Membership* membership, FanoutOptions options, common::Clock* clock)
+    : membership_(membership),
+      options_(std::move(options)),
+      health_(clock, options_.failures_to_unhealthy, options_.unhealthy_retry_ms) {}
+
+PeerFanout::~PeerFanout() { AwaitIdle(); }
+
+void PeerFanout::AwaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &in_flight_));
+}
+
+std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<PeerStubs>& c = channels_[address];
+  if (c == nullptr) {
+    auto stubs = std::make_shared<PeerStubs>();
+    grpc::ChannelArguments args;
+    // Fail fast and reconnect quickly: a restarted peer should be usable again within
+    // about a second, and a dead one must not stall calls behind connection attempts.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    // Our own subchannels: a peer restarted on the same address must not inherit the
+    // backoff state of a subchannel another channel left in TRANSIENT_FAILURE.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto creds =
+        options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials();
+    stubs->channel = grpc::CreateCustomChannel(address, creds, args);
+    stubs->kv = v1::KvCache::NewStub(stubs->channel);
+    stubs->admin = v1::KvCacheAdmin::NewStub(stubs->channel);
+    stubs->generic = std::make_unique<grpc::GenericStub>(stubs->channel);
+    c = std::move(stubs);
+  }
+  return c;
+}
+
+void PeerFanout::SyncMembership(const std::vector<Peer>& peers) {
+  const uint64_t version = membership_->version();
+  {
+    absl::MutexLock lock(&mu_);
+    // Drop retired stubs no call holds any more (only this list references them).
+    retired_.erase(
+        std::remove_if(retired_.begin(), retired_.end(),
+                       [](const std::shared_ptr<PeerStubs>& s) { return s.use_count() == 1; }),
+        retired_.end());
+    if (version == membership_version_) return;
+    membership_version_ = version;
+    std::set<std::string> addresses;
+    for (const Peer& p : peers) addresses.insert(p.address);
+    for (auto it = channels_.begin(); it != channels_.end();) {
+      if (addresses.count(it->first) != 0) {
+        ++it;
+        continue;
+      }
+      if (it->second.use_count() > 1) retired_.push_back(std::move(it->second));
+      it = channels_.erase(it);
+    }
+  }
+  health_.Retain(peers);
+}
+
+void PeerFanout::PrepareContext(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(options_.peer_deadline_ms));
+  if (options_.prepare_context) options_.prepare_context(ctx);
+}
+
+void PeerFanout::CallsStarted(int n) {
+  absl::MutexLock lock(&mu_);
+  in_flight_ += n;
+}
+
+void PeerFanout::CallFinished() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
+namespace {
+
+struct ProbeCall {
+  std::string peer_id;
+  std::shared_ptr<PeerStubs> stubs;
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;  // HealthCheckRequest{service: ""}: no bytes
+  grpc::ByteBuffer response;
+};
+
+}  // namespace
+
+void PeerFanout::Probe(const Peer& peer) {
+  auto* call = new ProbeCall;  // owned by its completion callback
+  call->peer_id = peer.id;
+  call->stubs = StubsFor(peer.address);
+  grpc::Slice empty;
+  call->request = grpc::ByteBuffer(&empty, 1);
+  PrepareContext(&call->ctx);
+  CallsStarted(1);
+  call->stubs->generic->UnaryCall(
+      &call->ctx, kHealthCheckMethod, grpc::StubOptions(), &call->request, &call->response,
+      [this, call](grpc::Status status) {
+        std::unique_ptr<ProbeCall> owned(call);
+        // A peer without the health service (UNIMPLEMENTED) still answered.
+        const bool answered =
+            status.ok() ? IsServing(call->response) : !IsPeerDown(status.error_code());
+        health_.FinishProbe(call->peer_id, answered);
+        owned.reset();  // before CallFinished: ~PeerFanout may run right after it
+        CallFinished();
+      });
+}
+
+// ---------------------------------------------------------------------------------------
+// Lookup
+
+// One LookupAsync in progress. Steps, on the caller's thread: Plan() = TakeLocalHits()
+// (this node's copies) then MakeBatches() (the other keys per live owner), then Send().
+// Then on gRPC threads, OnAnswer() for each batch: Merge() its copies, and the last one
+// builds the response (Result()) and calls `done`. Shared by its batches' callbacks.
+class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
+ public:
+  LookupCall(PeerFanout* fanout, std::function<void(v1::LookupResponse)> done)
+      : fanout_(fanout), done_(std::move(done)) {}
+
+  void Run(const std::string& ns, const std::vector<std::string>& keys,
+           const std::vector<v1::Tier>& local_tiers) {
+    Plan(ns, keys, local_tiers);
+    if (batches_.empty()) {
+      v1::LookupResponse out;
+      {
+        absl::MutexLock lock(&mu_);
+        out = Result();
+      }
+      done_(std::move(out));
+      return;
+    }
+    Send();
+  }
+
+ private:
+  // The best copy found so far of one key.
+  struct Answer {
+    v1::Tier tier = v1::TIER_NONE;
+    std::string owner;
+    size_t rank = SIZE_MAX;  // ring rank of `owner` among the key's owners
+  };
+  // One peer call: request key j is key index[j] of the chain, owned at ring rank[j].
+  struct Batch {
+    std::string peer_id;
+    std::shared_ptr<PeerStubs> stubs;
+    grpc::ClientContext ctx;
+    v1::LookupRequest request;
+    v1::LookupResponse response;
+    std::vector<size_t> index;
+    std::vector<size_t> rank;
+  };
+
+  // (key index, ring rank) of each key a peer should be asked about, per peer id.
+  using Wanted = std::map<std::string, std::vector<std::pair<size_t, size_t>>>;
+
+  void Plan(const std::string& ns, const std::vector<std::string>& keys,
+            const std::vector<v1::Tier>& local_tiers) {
+    Membership& membership = *fanout_->membership_;
+    const std::vector<Peer> members = membership.peers();
+    fanout_->SyncMembership(members);
+    const Wanted wanted =
+        TakeLocalHits(ns, keys, local_tiers, *membership.ring(), membership.self_id());
+    MakeBatches(ns, keys, members, wanted);
+  }
+
+  // Records this node's own copies as answers and returns what to ask the other owners.
+  Wanted TakeLocalHits(const std::string& ns, const std::vector<std::string>& keys,
+                       const std::vector<v1::Tier>& local_tiers, const client::RendezvousRing& ring,
+                       const std::string& self_id) {
+    Wanted wanted;
+    primary_.assign(keys.size(), "");
+    absl::MutexLock lock(&mu_);
+    answers_.assign(keys.size(), Answer{});
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::vector<size_t> owners =
+          ring.Owners(ns, keys[i], fanout_->options_.replication_factor);
+      if (!owners.empty()) primary_[i] = ring.nodes()[owners[0]];
+      const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
+      if (local != v1::TIER_NONE) {
+        answers_[i] = Answer{local, self_id, 0};
+        continue;
+      }
+      for (size_t r = 0; r < owners.size(); ++r) {
+        const std::string& id = ring.nodes()[owners[r]];
+        if (id != self_id) wanted[id].emplace_back(i, r);
+      }
+    }
+    return wanted;
+  }
+
+  // Splits each live peer's keys into batches of max_keys_per_call. A down peer gets no
+  // batch (its keys stay misses) but perhaps a background probe.
+  void MakeBatches(const std::string& ns, const std::vector<std::string>& keys,
+                   const std::vector<Peer>& members, const Wanted& wanted) {
+    PeerHealth& health = fanout_->health_;
+    const size_t per_call = std::max<uint32_t>(1, fanout_->options_.max_keys_per_call);
+    for (const Peer& peer : members) {
+      auto it = wanted.find(peer.id);
+      if (it == wanted.end()) continue;
+      if (!health.ShouldCall(peer.id)) {
+        if (health.TakeProbe(peer.id)) fanout_->Probe(peer);
+        continue;
+      }
+      const std::shared_ptr<PeerStubs> stubs = fanout_->StubsFor(peer.address);
+      const std::vector<std::pair<size_t, size_t>>& entries = it->second;
+      for (size_t start = 0; start < entries.size(); start += per_call) {
+        auto batch = std::make_unique<Batch>();
+        batch->peer_id = peer.id;
+        batch->stubs = stubs;
+        batch->request.set_namespace_(ns);
+        batch->request.set_local_only(true);
+        for (size_t j = start; j < std::min(entries.size(), start + per_call); ++j) {
+          batch->request.add_keys(keys[entries[j].first]);
+          batch->index.push_back(entries[j].first);
+          batch->rank.push_back(entries[j].second);
+        }
+        fanout_->PrepareContext(&batch->ctx);
+        batches_.push_back(std::move(batch));
+      }
+    }
+  }
+
+  void Send() {
+    {
+      absl::MutexLock lock(&mu_);
+      remaining_ = static_cast<int>(batches_.size());
+    }
+    fanout_->CallsStarted(static_cast<int>(batches_.size()));
+    // Moved out first: once the first call is started, its answer may arrive and find
+    // this object (batches_ must not be touched concurrently).
+    std::vector<std::unique_ptr<Batch>> batches = std::move(batches_);
+    for (std::unique_ptr<Batch>& owned : batches) {
+      Batch* batch = owned.release();  // owned by its completion callback
+      batch->stubs->kv->async()->Lookup(&batch->ctx, &batch->request, &batch->response,
+                                        [self = shared_from_this(), batch](grpc::Status status) {
+                                          self->OnAnswer(std::unique_ptr<Batch>(batch), status);
+                                        });
+    }
+  }
+
+  void OnAnswer(std::unique_ptr<Batch> batch, const grpc::Status& status) {
+    PeerFanout* const fanout = fanout_;
+    if (!status.ok() && IsPeerDown(status.error_code())) {
+      fanout->health_.RecordFailure(batch->peer_id);
+    } else {
+      fanout->health_.RecordSuccess(batch->peer_id);  // an error answer: its keys are misses
+    }
+    std::function<void(v1::LookupResponse)> done;
+    v1::LookupResponse out;
+    {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) Merge(*batch);
+      if (--remaining_ == 0) {
+        out = Result();
+        done = std::move(done_);
+      }
+    }
+    // Destroy the batch (its ClientContext) before releasing the in-flight count, so
+    // ~PeerFanout never runs while this call still references a channel.
+    batch.reset();
+    if (done) done(std::move(out));
+    fanout->CallFinished();
+  }
+
+  // Takes the peer's copies that beat the current ones: the lowest ring rank (the
+  // primary's copy) wins, then the faster tier.
+  void Merge(const Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto& blocks = batch.response.blocks();
+    const size_t n = std::min(batch.index.size(), static_cast<size_t>(blocks.size()));
+    for (size_t j = 0; j < n; ++j) {
+      const v1::Tier t = blocks[static_cast<int>(j)].tier();
+      if (t == v1::TIER_NONE) continue;
+      Answer& a = answers_[batch.index[j]];
+      if (a.tier == v1::TIER_NONE || batch.rank[j] < a.rank ||
+          (batch.rank[j] == a.rank && TierRank(t) > TierRank(a.tier))) {
+        a = Answer{t, batch.peer_id, batch.rank[j]};
+      }
+    }
+  }
+
+  v1::LookupResponse Result() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    v1::LookupResponse out;
+    uint32_t prefix = 0;
+    bool contiguous = true;
+    for (size_t i = 0; i < answers_.size(); ++i) {
+      v1::BlockLocation* loc = out.add_blocks();
+      const bool found = answers_[i].tier != v1::TIER_NONE;
+      loc->set_tier(answers_[i].tier);
+      loc->set_owner(found ? answers_[i].owner : primary_[i]);
+      contiguous &= found;
+      prefix += contiguous ? 1 : 0;
+    }
+    out.set_prefix_blocks(prefix);
+    return out;
+  }
+
+  PeerFanout* const fanout_;
+  std::function<void(v1::LookupResponse)> done_;  // moved out by the last answer
+  std::vector<std::string> primary_;              // primary owner per key; set by Plan()
+  std::vector<std::unique_ptr<Batch>> batches_;   // Plan() to Send() only
+  absl::Mutex mu_;
+  std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
+  int remaining_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
+                             const std::vector<v1::Tier>& local_tiers,
+                             std::function<void(v1::LookupResponse)> done) {
+  std::make_shared<LookupCall>(this, std::move(done))->Run(ns, keys, local_tiers);
+}
+
+v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<std::string>& keys,
+                                      const std::vector<v1::Tier>& local_tiers) {
+  absl::Mutex mu;
+  bool finished = false;
+  v1::LookupResponse result;
+  LookupAsync(ns, keys, local_tiers, [&](v1::LookupResponse r) {
+    absl::MutexLock lock(&mu);
+    result = std::move(r);
+    finished = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&finished));
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------
+// ClusterStatus
+
+void PeerFanout::FillClusterStatus(v1::ClusterStatusResponse* response) const {
+  response->set_node_id(membership_->self_id());
+  response->set_replication_factor(std::max<uint32_t>(1, options_.replication_factor));
+  const std::shared_ptr<const client::RendezvousRing> ring = membership_->ring();
+  const std::vector<double> shares = ring->OwnershipShares(options_.replication_factor, 16384);
+  std::map<std::string, double> share_of;
+  for (size_t i = 0; i < ring->size(); ++i) share_of[ring->nodes()[i]] = shares[i];
+  for (const Peer& p : membership_->peers()) {
+    v1::PeerStatus* s = response->add_peers();
+    s->set_node_id(p.id);
+    s->set_address(p.address);
+    s->set_healthy(p.self || health_.IsHealthy(p.id));
+    s->set_ownership_share(share_of[p.id]);
+    s->set_last_seen_ms_ago(p.self ? 0 : health_.LastSeenMsAgo(p.id));
+  }
+}
+
+// One ClusterStatusAsync in progress: a Stats call per other member, each answer stored
+// into its row of the response; the last one calls `done`.
+class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
+ public:
+  StatusCall(PeerFanout* fanout, std::function<void(v1::ClusterStatusResponse)> done)
+      : fanout_(fanout), done_(std::move(done)) {}
+
+  void Run(v1::StatsResponse self_stats) {
+    std::vector<std::unique_ptr<Stats>> calls;
+    {
+      absl::MutexLock lock(&mu_);
+      fanout_->FillClusterStatus(&response_);
+      for (int i = 0; i < response_.peers_size(); ++i) {
+        v1::PeerStatus* p = response_.mutable_peers(i);
+        if (p->node_id() == response_.node_id()) {
+          *p->mutable_stats() = self_stats;
+          continue;
+        }
+        auto call = std::make_unique<Stats>();
+        call->peer_id = p->node_id();
+        call->row = i;
+        call->stubs = fanout_->StubsFor(p->address());
+        fanout_->PrepareContext(&call->ctx);
+        calls.push_back(std::move(call));
+      }
+      remaining_ = static_cast<int>(calls.size());
+    }
+    if (calls.empty()) {
+      v1::ClusterStatusResponse out;
+      {
+        absl::MutexLock lock(&mu_);
+        out = std::move(response_);
+      }
+      done_(std::move(out));
+      return;
+    }
+    fanout_->CallsStarted(static_cast<int>(calls.size()));
+    for (std::unique_ptr<Stats>& owned : calls) {
+      Stats* call = owned.release();  // owned by its completion callback
+      call->stubs->admin->async()->Stats(&call->ctx, &call->request, &call->response,
+                                         [self = shared_from_this(), call](grpc::Status status) {
+                                           self->OnAnswer(std::unique_ptr<Stats>(call), status);
+                                         });
+    }
+  }
+
+ private:
+  struct Stats {
+    std::string peer_id;
+    int row = 0;  // index into response_.peers
+    std::shared_ptr<PeerStubs> stubs;
+    grpc::ClientContext ctx;
+    v1::StatsRequest request;
+    v1::StatsResponse response;
+  };
+
+  void OnAnswer(std::unique_ptr<Stats> call, const grpc::Status& status) {
+    PeerFanout* const fanout = fanout_;
+    PeerHealth& health = fanout->health_;
+    if (status.ok() || !IsPeerDown(status.error_code())) {
+      health.RecordSuccess(call->peer_id);
+    } else {
+      health.RecordFailure(call->peer_id);
+    }
+    std::function<void(v1::ClusterStatusResponse)> done;
+    v1::ClusterStatusResponse out;
+    {
+      absl::MutexLock lock(&mu_);
+      v1::PeerStatus* p = response_.mutable_peers(call->row);
+      if (status.ok()) {
+        *p->mutable_stats() = std::move(call->response);
+        p->set_healthy(true);
+        p->set_last_seen_ms_ago(0);
+      } else {
+        p->set_healthy(health.IsHealthy(call->peer_id));
+      }
+      if (--remaining_ == 0) {
+        out = std::move(response_);
+        done = std::move(done_);
+      }
+    }
+    call.reset();  // before CallFinished, as in LookupCall::OnAnswer
+    if (done) done(std::move(out));
+    fanout->CallFinished();
+  }
+
+  PeerFanout* const fanout_;
+  std::function<void(v1::ClusterStatusResponse)> done_;
+  absl::Mutex mu_;
+  v1::ClusterStatusResponse response_ ABSL_GUARDED_BY(mu_);
+  int remaining_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void PeerFanout::ClusterStatusAsync(v1::StatsResponse self_stats,
+                                    std::function<void(v1::ClusterStatusResponse)> done) {
+  std::make_shared<StatusCall>(this, std::move(done))->Run(std::move(self_stats));
+}
+
+}  // namespace kvtier::service
