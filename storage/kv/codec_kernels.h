@@ -29,8 +29,9 @@ struct CodecKernels {
   // Same with per-channel mn/inv[d] shared by all rows.
   void (*quant_cols)(const float* x, uint32_t rows, uint32_t d, const float* mn,
                      const float* inv, uint32_t qmax, uint8_t* q);
-  // out = clamp(q * scale + mn, -limit, limit), per row group / per channel. With `limit`
-  // the largest finite value of the source dtype, every output converts to a finite value.
+  // out = min(q * scale + mn, limit), per row group / per channel. REQUIRES: scale >= 0 and
+  // |mn| <= limit (the codec checks params), so with `limit` the largest finite value of
+  // the source dtype every output is in [-limit, limit] and converts to a finite value.
   void (*dequant_rows)(const uint8_t* q, uint32_t rows, uint32_t d, const float* scale,
                        const float* mn, float limit, float* out);
   void (*dequant_cols)(const uint8_t* q, uint32_t rows, uint32_t d, const float* scale,

@@ -50,15 +50,15 @@ absl::StatusOr<Plane> PackPlane(ZSTD_CCtx* cctx, const uint8_t* in, size_t n, ui
 absl::Status CheckPlane(const char* which, const Plane& plane, size_t n) {
   if (plane.mode == kStored) {
     if (plane.size != n) {
-      return absl::DataLossError(absl::StrCat("lossless block ", which, " plane holds ",
-                                              plane.size, " bytes; want ", n));
+      return absl::DataLossError(
+          absl::StrCat("lossless block ", which, " plane holds ", plane.size, " bytes; want ", n));
     }
     return absl::OkStatus();
   }
   if (ZSTD_findFrameCompressedSize(plane.data, plane.size) != plane.size ||
       ZSTD_getFrameContentSize(plane.data, plane.size) != n) {
-    return absl::DataLossError(absl::StrCat("lossless block ", which,
-                                            " plane is not one zstd frame of ", n, " bytes"));
+    return absl::DataLossError(
+        absl::StrCat("lossless block ", which, " plane is not one zstd frame of ", n, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -70,13 +70,12 @@ absl::StatusOr<const uint8_t*> UnpackPlane(const char* which, const Plane& plane
   if (plane.mode == kStored) return plane.data;
   const size_t got = ZSTD_decompress(scratch, n, plane.data, plane.size);
   if (ZSTD_isError(got)) {
-    return absl::DataLossError(absl::StrCat("lossless block ", which,
-                                            " plane does not decompress: ",
-                                            ZSTD_getErrorName(got)));
+    return absl::DataLossError(absl::StrCat(
+        "lossless block ", which, " plane does not decompress: ", ZSTD_getErrorName(got)));
   }
   if (got != n) {
-    return absl::DataLossError(absl::StrCat("lossless block ", which, " plane decompresses to ",
-                                            got, " bytes; want ", n));
+    return absl::DataLossError(
+        absl::StrCat("lossless block ", which, " plane decompresses to ", got, " bytes; want ", n));
   }
   return scratch;
 }
@@ -144,13 +143,12 @@ absl::Status DecodeLosslessBody(const CodecKernels& kernels, std::span<const uin
   std::memcpy(&ls, b + 8, 4);
   if (b[0] > kZstd || b[1] > kZstd || reserved != 0) {
     return absl::DataLossError(absl::StrCat("lossless block has unknown plane modes ",
-                                            static_cast<int>(b[0]), ", ",
-                                            static_cast<int>(b[1]), " or reserved bits"));
+                                            static_cast<int>(b[0]), ", ", static_cast<int>(b[1]),
+                                            " or reserved bits"));
   }
   if (kDirectoryBytes + uint64_t{hs} + ls != body.size()) {
     return absl::DataLossError(absl::StrCat("lossless block planes of ", hs, " + ", ls,
-                                            " bytes do not fill its ", body.size(),
-                                            "-byte body"));
+                                            " bytes do not fill its ", body.size(), "-byte body"));
   }
   const Plane hp{b[0], b + kDirectoryBytes, hs};
   const Plane lp{b[1], b + kDirectoryBytes + hs, ls};

@@ -17,8 +17,8 @@
 namespace kvtier::kv {
 namespace {
 
-using ::testing::HasSubstr;
 using internal::CodecKernels;
+using ::testing::HasSubstr;
 
 Layout MakeLayout(uint32_t layers, uint32_t heads, uint32_t head_dim, uint32_t tokens,
                   Dtype dtype) {
@@ -49,8 +49,8 @@ std::string RoundTrip(const Layout& layout, uint32_t block_index, const std::str
                       const std::string& what) {
   std::string first;
   for (const CodecKernels* k : KernelSets()) {
-    auto enc = internal::EncodeWithKernels(*k, CodecId::kLossless, layout, block_index,
-                                           AsBytes(raw), {});
+    auto enc =
+        internal::EncodeWithKernels(*k, CodecId::kLossless, layout, block_index, AsBytes(raw), {});
     EXPECT_TRUE(enc.ok()) << what << ": " << enc.status();
     if (!enc.ok()) return "";
     std::string dec(raw.size(), '\x55');
@@ -115,9 +115,8 @@ TEST(CodecLosslessTest, RandomBlocksOfSeveralLayoutsRoundTrip) {
           }
         }
         const std::string raw = Bytes(v);
-        const std::string what = std::string(DtypeName(dtype)) + " D" +
-                                 std::to_string(s.head_dim) + " T" + std::to_string(s.tokens) +
-                                 " kind " + std::to_string(kind);
+        const std::string what = std::string(DtypeName(dtype)) + " D" + std::to_string(s.head_dim) +
+                                 " T" + std::to_string(s.tokens) + " kind " + std::to_string(kind);
         for (uint32_t block : {0u, 2u}) {
           const std::string blob = RoundTrip(layout, block, raw, what);
           ASSERT_FALSE(blob.empty()) << what;
@@ -185,11 +184,11 @@ TEST(CodecLosslessTest, MalformedPlaneDirectoryIsDataLoss) {
     const char* message;
   };
   const Bad bads[] = {
-      {with(40, 2), "plane modes"},                  // unknown mode
-      {with(42, 1), "reserved"},                     // reserved bits
-      {with(44, good[44] + 1), "do not fill"},       // high-plane size
-      {with(40, 0), "high plane holds"},             // a zstd frame read as stored
-      {with(52, good[52] ^ 0x01), "zstd frame"},     // frame magic
+      {with(40, 2), "plane modes"},               // unknown mode
+      {with(42, 1), "reserved"},                  // reserved bits
+      {with(44, good[44] + 1), "do not fill"},    // high-plane size
+      {with(40, 0), "high plane holds"},          // a zstd frame read as stored
+      {with(52, good[52] ^ 0x01), "zstd frame"},  // frame magic
   };
   for (const Bad& bad : bads) {
     absl::Status st = decode(bad.blob);

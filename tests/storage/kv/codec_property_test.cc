@@ -47,11 +47,15 @@ double Ulp(Dtype dtype, double a) {
 
 uint32_t BitsOf(CodecId codec) {
   switch (codec) {
-    case CodecId::kInt8: return 8;
+    case CodecId::kInt8:
+      return 8;
     case CodecId::kInt4:
-    case CodecId::kKivi4: return 4;
-    case CodecId::kKivi2: return 2;
-    default: return 0;
+    case CodecId::kKivi4:
+      return 4;
+    case CodecId::kKivi2:
+      return 2;
+    default:
+      return 0;
   }
 }
 
@@ -79,10 +83,10 @@ std::vector<Pattern> Patterns() {
   p.push_back({"alternating_max", [](Dtype dt, uint32_t, std::mt19937&, std::vector<float>& v) {
                  for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1 : 1) * TopValue(dt);
                }});
-  p.push_back({"alternating_max_by_token",
-               [](Dtype dt, uint32_t, std::mt19937&, std::vector<float>& v) {
-                 for (size_t i = 0; i < v.size(); ++i) v[i] = ((i / 64) % 2 ? -1 : 1) * TopValue(dt);
-               }});
+  p.push_back(
+      {"alternating_max_by_token", [](Dtype dt, uint32_t, std::mt19937&, std::vector<float>& v) {
+         for (size_t i = 0; i < v.size(); ++i) v[i] = ((i / 64) % 2 ? -1 : 1) * TopValue(dt);
+       }});
   p.push_back({"one_max_among_normal",
                [normal](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
                  normal(dt, rng, v);
@@ -94,16 +98,17 @@ std::vector<Pattern> Patterns() {
                  v[rng() % v.size()] = TopValue(dt);
                  v[rng() % v.size()] = -TopValue(dt);
                }});
-  p.push_back({"channel_at_max",
-               [normal](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
-                 normal(dt, rng, v);
-                 for (size_t i = 5; i < v.size(); i += 64) v[i] = TopValue(dt);
-               }});
-  p.push_back({"issue_55712", [normal](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
-                 normal(dt, rng, v);
-                 for (size_t i = 0; i < v.size(); i += 7) v[i] = Round(dt, 55712.0f);
-                 for (size_t i = 3; i < v.size(); i += 11) v[i] = Round(dt, -40000.0f);
-               }});
+  p.push_back(
+      {"channel_at_max", [normal](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
+         normal(dt, rng, v);
+         for (size_t i = 5; i < v.size(); i += 64) v[i] = TopValue(dt);
+       }});
+  p.push_back(
+      {"issue_55712", [normal](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
+         normal(dt, rng, v);
+         for (size_t i = 0; i < v.size(); i += 7) v[i] = Round(dt, 55712.0f);
+         for (size_t i = 3; i < v.size(); i += 11) v[i] = Round(dt, -40000.0f);
+       }});
   p.push_back({"near_top", [](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
                  std::uniform_real_distribution<float> u(0.5f, 1.0f);
                  for (float& x : v) x = Round(dt, (rng() % 2 ? -1 : 1) * u(rng) * TopValue(dt));
@@ -112,7 +117,8 @@ std::vector<Pattern> Patterns() {
   p.push_back({"subnormals_only", [](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
                  const uint32_t mant = dt == Dtype::kFp16 ? 0x3ff : 0x7f;
                  for (float& x : v) {
-                   const auto bits = static_cast<uint16_t>((rng() & mant) | (rng() % 2 ? 0x8000 : 0));
+                   const auto bits =
+                       static_cast<uint16_t>((rng() & mant) | (rng() % 2 ? 0x8000 : 0));
                    x = DtypeToFloat(dt, bits);
                  }
                }});
@@ -125,30 +131,31 @@ std::vector<Pattern> Patterns() {
   // Per group of 32 consecutive values: a min, a scale target t (a dtype value of random
   // magnitude) and values just below the code boundaries min + (k + 1/2) * t, with the
   // max just below min + qmax * t, so the float scale lands just below or just above t.
-  p.push_back({"scale_boundaries", [](Dtype dt, uint32_t qmax, std::mt19937& rng, std::vector<float>& v) {
-                 if (qmax == 0) qmax = 255;
-                 std::uniform_int_distribution<int> e(dt == Dtype::kFp16 ? -20 : -120,
-                                                      dt == Dtype::kFp16 ? 6 : 110);
-                 std::uniform_real_distribution<float> u(1.0f, 2.0f);
-                 const float top = TopValue(dt);
-                 for (size_t g = 0; g < v.size(); g += 32) {
-                   const float t = Round(dt, std::ldexp(u(rng), e(rng)));
-                   const float lo = Round(dt, -std::min(top, t * (rng() % 4) * qmax));
-                   const float hi_raw = lo + t * static_cast<float>(qmax);
-                   const float hi = Round(dt, std::min(top, hi_raw * (1 - (rng() % 2) * 0x1p-12f)));
-                   for (size_t i = g; i < std::min(v.size(), g + 32); ++i) {
-                     const float k = static_cast<float>(rng() % qmax) + 0.5f;
-                     const float b = lo + k * t;
-                     // The largest dtype value below the boundary.
-                     uint16_t bits = FloatToDtype(dt, b);
-                     float x = DtypeToFloat(dt, bits);
-                     if (x >= b) x = Round(dt, std::nextafter(b, -INFINITY));
-                     v[i] = std::min(std::max(x, lo), hi);
-                   }
-                   v[g] = lo;
-                   v[std::min(v.size(), g + 32) - 1] = hi;
-                 }
-               }});
+  p.push_back(
+      {"scale_boundaries", [](Dtype dt, uint32_t qmax, std::mt19937& rng, std::vector<float>& v) {
+         if (qmax == 0) qmax = 255;
+         std::uniform_int_distribution<int> e(dt == Dtype::kFp16 ? -20 : -120,
+                                              dt == Dtype::kFp16 ? 6 : 110);
+         std::uniform_real_distribution<float> u(1.0f, 2.0f);
+         const float top = TopValue(dt);
+         for (size_t g = 0; g < v.size(); g += 32) {
+           const float t = Round(dt, std::ldexp(u(rng), e(rng)));
+           const float lo = Round(dt, -std::min(top, t * (rng() % 4) * qmax));
+           const float hi_raw = lo + t * static_cast<float>(qmax);
+           const float hi = Round(dt, std::min(top, hi_raw * (1 - (rng() % 2) * 0x1p-12f)));
+           for (size_t i = g; i < std::min(v.size(), g + 32); ++i) {
+             const float k = static_cast<float>(rng() % qmax) + 0.5f;
+             const float b = lo + k * t;
+             // The largest dtype value below the boundary.
+             uint16_t bits = FloatToDtype(dt, b);
+             float x = DtypeToFloat(dt, bits);
+             if (x >= b) x = Round(dt, std::nextafter(b, -INFINITY));
+             v[i] = std::min(std::max(x, lo), hi);
+           }
+           v[g] = lo;
+           v[std::min(v.size(), g + 32) - 1] = hi;
+         }
+       }});
   p.push_back({"large_exponents", [](Dtype dt, uint32_t, std::mt19937& rng, std::vector<float>& v) {
                  std::uniform_int_distribution<int> e(dt == Dtype::kFp16 ? 10 : 100,
                                                       dt == Dtype::kFp16 ? 15 : 125);
@@ -196,8 +203,8 @@ void CheckGroup(CodecId codec, Dtype dt, const std::vector<size_t>& group, const
   const double bound = s / 2 + Ulp(dt, a) / 2 + 0x1p-20 * a;
   for (size_t i : group) {
     const double x = At(dt, raw, i), y = At(dt, dec, i);
-    ASSERT_LE(std::fabs(y - x), bound) << where << " element " << i << " x=" << x << " y=" << y
-                                       << " mn=" << mn << " mx=" << mx;
+    ASSERT_LE(std::fabs(y - x), bound)
+        << where << " element " << i << " x=" << x << " y=" << y << " mn=" << mn << " mx=" << mx;
   }
 }
 
