@@ -57,7 +57,10 @@ uint32_t BitsOf(CodecId codec) {
   }
 }
 
-bool IsKnownCodec(uint8_t id) { return id >= 1 && id <= 8; }
+bool IsKnownCodec(uint8_t id) {
+  return std::find(std::begin(kAllCodecs), std::end(kAllCodecs), static_cast<CodecId>(id)) !=
+         std::end(kAllCodecs);
+}
 
 uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
@@ -512,12 +515,11 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
                                             encoded_size - kEncodedHeaderBytes,
                                             " bytes follow the header"));
   }
+  info.raw_bytes = uint64_t{info.num_tokens} * info.layout.BytesPerToken();
   const uint64_t want = EncodedSize(info.codec, info.layout, info.num_tokens, info.raw_tokens);
   if (kind == Kind::kLossless) {
-    // Data-dependent size: anything from the plane directory up to the bound.
-    const uint64_t least =
-        kEncodedHeaderBytes +
-        internal::LosslessMinBodyBytes(uint64_t{info.num_tokens} * info.layout.BytesPerToken() / 2);
+    // Data-dependent size: from what the smallest planes take up to the bound.
+    const uint64_t least = kEncodedHeaderBytes + internal::LosslessMinBodyBytes(info.raw_bytes / 2);
     if (encoded_size > want || encoded_size < least) {
       return absl::DataLossError(absl::StrCat("encoded block is ", encoded_size,
                                               " bytes; its header implies ", least, " to ",
@@ -528,7 +530,6 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
         absl::StrCat("encoded block is ", encoded_size, " bytes; its header implies ", want));
   }
   info.encoded_bytes = encoded_size;
-  info.raw_bytes = uint64_t{info.num_tokens} * info.layout.BytesPerToken();
   return info;
 }
 
