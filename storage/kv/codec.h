@@ -53,7 +53,7 @@
 //     24 u32   raw_tokens (r)        28 u32 reserved, must be 0
 //     32 u64   body bytes (= blob size - 40)
 //   Body of fp16/bf16: the raw payload as given (r == n).
-//   Body of the other codecs:
+//   Body of fp8_e4m3, int8, int4, kivi2, kivi4:
 //     1. raw section: for each slab (layer, k|v, kv_head) in payload order, its first r
 //        tokens in the source dtype (r * head_dim * 2 bytes);
 //     2. quantized section, for the remaining m = n - r tokens: for each slab in payload

@@ -158,10 +158,12 @@ absl::Status DecodeLosslessBody(const CodecKernels& kernels, std::span<const uin
   std::unique_ptr<uint8_t[]> scratch;
   const size_t zstd_planes = (hp.mode == kZstd) + (lp.mode == kZstd);
   if (zstd_planes > 0) scratch = std::make_unique_for_overwrite<uint8_t[]>(zstd_planes * n);
-  absl::StatusOr<const uint8_t*> hi = UnpackPlane("high", hp, n, scratch.get());
+  uint8_t* const hi_scratch = hp.mode == kZstd ? scratch.get() : nullptr;
+  uint8_t* const lo_scratch =
+      lp.mode == kZstd ? scratch.get() + (hp.mode == kZstd ? n : 0) : nullptr;
+  absl::StatusOr<const uint8_t*> hi = UnpackPlane("high", hp, n, hi_scratch);
   if (!hi.ok()) return hi.status();
-  absl::StatusOr<const uint8_t*> lo =
-      UnpackPlane("low", lp, n, scratch.get() + (hp.mode == kZstd ? n : 0));
+  absl::StatusOr<const uint8_t*> lo = UnpackPlane("low", lp, n, lo_scratch);
   if (!lo.ok()) return lo.status();
   kernels.merge_planes(*hi, *lo, n, raw_out.data());
   return absl::OkStatus();
