@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "storage/kv/codec_kernels.h"
+#include "storage/kv/codec_lossless.h"
 #include "storage/kv/half.h"
 
 namespace kvtier::kv {
@@ -25,11 +26,11 @@ using internal::kGroupSize;
 constexpr uint8_t kMagic[4] = {'K', 'V', 'T', 'B'};
 constexpr uint16_t kFormatVersion = 1;
 
-constexpr CodecId kAllCodecs[] = {CodecId::kFp16, CodecId::kBf16,  CodecId::kFp8E4M3,
-                                  CodecId::kInt8, CodecId::kInt4,  CodecId::kKivi2,
-                                  CodecId::kKivi4};
+constexpr CodecId kAllCodecs[] = {CodecId::kFp16,  CodecId::kBf16,  CodecId::kFp8E4M3,
+                                  CodecId::kInt8,  CodecId::kInt4,  CodecId::kKivi2,
+                                  CodecId::kKivi4, CodecId::kLossless};
 
-enum class Kind { kRaw, kFp8, kPerToken, kKivi };
+enum class Kind { kRaw, kFp8, kPerToken, kKivi, kLossless };
 
 Kind KindOf(CodecId codec) {
   switch (codec) {
@@ -40,6 +41,7 @@ Kind KindOf(CodecId codec) {
     case CodecId::kInt4: return Kind::kPerToken;
     case CodecId::kKivi2:
     case CodecId::kKivi4: return Kind::kKivi;
+    case CodecId::kLossless: return Kind::kLossless;
   }
   return Kind::kRaw;
 }
@@ -55,7 +57,10 @@ uint32_t BitsOf(CodecId codec) {
   }
 }
 
-bool IsKnownCodec(uint8_t id) { return id >= 1 && id <= 7; }
+bool IsKnownCodec(uint8_t id) {
+  return std::find(std::begin(kAllCodecs), std::end(kAllCodecs), static_cast<CodecId>(id)) !=
+         std::end(kAllCodecs);
+}
 
 uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
@@ -73,7 +78,8 @@ uint64_t ColSlabBytes(uint32_t d, uint32_t m, uint32_t bits) {
 
 uint64_t SlabBytes(CodecId codec, uint32_t kv, uint32_t d, uint32_t m) {
   switch (KindOf(codec)) {
-    case Kind::kRaw: return uint64_t{m} * d * 2;
+    case Kind::kRaw:
+    case Kind::kLossless: return uint64_t{m} * d * 2;  // unused: their bodies are not slabs
     case Kind::kFp8: return 4 + uint64_t{m} * d;
     case Kind::kPerToken: return RowSlabBytes(d, m, BitsOf(codec));
     case Kind::kKivi:
@@ -91,6 +97,9 @@ uint64_t QuantizedBytes(CodecId codec, const Layout& layout, uint32_t m) {
 }
 
 uint16_t InfBits(Dtype dtype) { return dtype == Dtype::kBf16 ? 0x7f80 : 0x7c00; }
+
+// The largest finite value of `dtype`: decoded values are clamped to +-this.
+float MaxFinite(Dtype dtype) { return DtypeToFloat(dtype, InfBits(dtype) - 1); }
 
 template <typename T>
 void Put(uint8_t* p, T v) {
@@ -195,7 +204,7 @@ absl::Status DecodeRowSlab(const CodecKernels& k, Dtype dtype, uint32_t d, uint3
     k.unpack_rows(codes, m, d, bits, s.q.data());
     codes = s.q.data();
   }
-  k.dequant_rows(codes, m, d, s.scale.data(), s.mn.data(), s.x.data());
+  k.dequant_rows(codes, m, d, s.scale.data(), s.mn.data(), MaxFinite(dtype), s.x.data());
   return absl::OkStatus();
 }
 
@@ -231,7 +240,7 @@ absl::Status DecodeColSlab(const CodecKernels& k, Dtype dtype, uint32_t d, uint3
     const uint32_t t0 = c * kGroupSize;
     const uint32_t rows = std::min(kGroupSize, m - t0);
     k.dequant_cols(s.q.data() + size_t{t0} * d, rows, d, s.scale.data() + size_t{c} * d,
-                   s.mn.data() + size_t{c} * d, s.x.data() + size_t{t0} * d);
+                   s.mn.data() + size_t{c} * d, MaxFinite(dtype), s.x.data() + size_t{t0} * d);
   }
   return absl::OkStatus();
 }
@@ -264,23 +273,29 @@ const char* CodecName(CodecId codec) {
     case CodecId::kInt4: return "int4";
     case CodecId::kKivi2: return "kivi2";
     case CodecId::kKivi4: return "kivi4";
+    case CodecId::kLossless: return "lossless";
   }
   return "unknown";
 }
 
 absl::StatusOr<CodecId> ParseCodecName(std::string_view name) {
+  std::string names;
   for (CodecId codec : kAllCodecs) {
     if (name == CodecName(codec)) return codec;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", CodecName(codec));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown codec name \"", Sv(name),
-      "\" (want fp16, bf16, fp8_e4m3, int8, int4, kivi2 or kivi4)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown codec name \"", Sv(name), "\" (want one of ", names, ")"));
 }
 
 uint64_t EncodedSize(CodecId codec, const Layout& layout, uint32_t num_tokens,
                      uint32_t raw_tokens) {
   if (KindOf(codec) == Kind::kRaw) {
     return kEncodedHeaderBytes + uint64_t{num_tokens} * layout.BytesPerToken();
+  }
+  if (KindOf(codec) == Kind::kLossless) {
+    return kEncodedHeaderBytes +
+           internal::LosslessMaxBodyBytes(uint64_t{num_tokens} * layout.BytesPerToken() / 2);
   }
   raw_tokens = std::min(raw_tokens, num_tokens);
   return kEncodedHeaderBytes + uint64_t{raw_tokens} * layout.BytesPerToken() +
@@ -296,6 +311,15 @@ uint32_t ProtectedTokens(const Layout& layout, uint32_t block_index, uint32_t nu
 absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
                                    uint32_t block_index, std::span<const uint8_t> raw,
                                    const CodecOptions& options) {
+  return internal::EncodeWithKernels(internal::ActiveKernels(), codec, layout, block_index, raw,
+                                     options);
+}
+
+absl::StatusOr<std::string> internal::EncodeWithKernels(const CodecKernels& k, CodecId codec,
+                                                        const Layout& layout,
+                                                        uint32_t block_index,
+                                                        std::span<const uint8_t> raw,
+                                                        const CodecOptions& options) {
   RETURN_IF_ERROR(layout.Validate());
   if (!IsKnownCodec(static_cast<uint8_t>(codec))) {
     return absl::InvalidArgumentError(
@@ -342,7 +366,6 @@ absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
       }
     }
   }
-  const internal::CodecKernels& k = internal::ActiveKernels();
   if (kind == Kind::kPerToken || kind == Kind::kKivi) {
     // Min-max quantization cannot represent inf/NaN; refuse rather than emit garbage.
     // bf16 magnitudes >= 2^126 are refused too, so code * scale + min stays finite.
@@ -354,6 +377,13 @@ absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
     }
   }
 
+  if (kind == Kind::kLossless) {
+    std::string out(kEncodedHeaderBytes, '\0');
+    RETURN_IF_ERROR(internal::AppendLosslessBody(k, raw, out));
+    WriteHeader(codec, layout, n, n, out.size() - kEncodedHeaderBytes,
+                reinterpret_cast<uint8_t*>(out.data()));
+    return out;
+  }
   const uint32_t r = kind == Kind::kRaw ? n : ProtectedTokens(layout, block_index, n, options);
   const uint64_t size = EncodedSize(codec, layout, n, r);
   std::string out(size, '\0');
@@ -409,7 +439,8 @@ absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
           EncodeRowSlab(k, dtype, d, m, bits, s, o);
         }
         break;
-      case Kind::kRaw: break;
+      case Kind::kRaw:
+      case Kind::kLossless: break;
     }
     o += SlabBytes(codec, kv_of_slab, d, m);
   }
@@ -469,10 +500,10 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
     if (want != info.layout.dtype) {
       return absl::InvalidArgumentError("encoded block codec does not match its dtype");
     }
-    if (info.raw_tokens != info.num_tokens) {
-      return absl::InvalidArgumentError(
-          "encoded block raw_tokens must equal num_tokens for a raw codec");
-    }
+  }
+  if ((kind == Kind::kRaw || kind == Kind::kLossless) && info.raw_tokens != info.num_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "encoded block raw_tokens must equal num_tokens for codec ", CodecName(info.codec)));
   } else if (info.raw_tokens > info.num_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("encoded block raw_tokens ",
                                                    info.raw_tokens, " exceeds num_tokens ",
@@ -484,16 +515,31 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
                                             encoded_size - kEncodedHeaderBytes,
                                             " bytes follow the header"));
   }
-  info.encoded_bytes = EncodedSize(info.codec, info.layout, info.num_tokens, info.raw_tokens);
-  if (info.encoded_bytes != encoded_size) {
-    return absl::DataLossError(absl::StrCat("encoded block is ", encoded_size,
-                                            " bytes; its header implies ", info.encoded_bytes));
-  }
   info.raw_bytes = uint64_t{info.num_tokens} * info.layout.BytesPerToken();
+  const uint64_t want = EncodedSize(info.codec, info.layout, info.num_tokens, info.raw_tokens);
+  if (kind == Kind::kLossless) {
+    // Data-dependent size: from what the smallest planes take up to the bound.
+    const uint64_t least = kEncodedHeaderBytes + internal::LosslessMinBodyBytes(info.raw_bytes / 2);
+    if (encoded_size > want || encoded_size < least) {
+      return absl::DataLossError(absl::StrCat("encoded block is ", encoded_size,
+                                              " bytes; its header implies ", least, " to ",
+                                              want));
+    }
+  } else if (want != encoded_size) {
+    return absl::DataLossError(
+        absl::StrCat("encoded block is ", encoded_size, " bytes; its header implies ", want));
+  }
+  info.encoded_bytes = encoded_size;
   return info;
 }
 
 absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out) {
+  return internal::DecodeWithKernels(internal::ActiveKernels(), encoded, raw_out);
+}
+
+absl::Status internal::DecodeWithKernels(const CodecKernels& k,
+                                         std::span<const uint8_t> encoded,
+                                         std::span<uint8_t> raw_out) {
   ASSIGN_OR_RETURN(const EncodedInfo info, ParseHeader(encoded));
   if (raw_out.size() != info.raw_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("raw_out is ", raw_out.size(),
@@ -511,6 +557,9 @@ absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out
     std::memcpy(raw_out.data(), in, info.raw_bytes);
     return absl::OkStatus();
   }
+  if (kind == Kind::kLossless) {
+    return internal::DecodeLosslessBody(k, encoded.subspan(kEncodedHeaderBytes), raw_out);
+  }
   const uint64_t slabs = 2ull * layout.num_layers * layout.num_kv_heads;
   const uint64_t slab_out = uint64_t{n} * d * 2;
   if (r > 0) {
@@ -522,7 +571,6 @@ absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out
   }
   const uint32_t m = n - r;
   if (m == 0) return absl::OkStatus();
-  const internal::CodecKernels& k = internal::ActiveKernels();
   Scratch s;
   const uint64_t elems = uint64_t{m} * d;
   s.Reserve(elems, std::max<uint64_t>(uint64_t{m} * CeilDiv(d, kGroupSize),
@@ -538,7 +586,7 @@ absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out
           return absl::DataLossError(
               absl::StrCat("encoded fp8 block has invalid scale ", scale, " in slab ", sl));
         }
-        k.decode_fp8(in + 4, elems, scale, s.x.data());
+        k.decode_fp8(in + 4, elems, scale, MaxFinite(dtype), s.x.data());
         break;
       }
       case Kind::kPerToken:
@@ -551,7 +599,8 @@ absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out
           RETURN_IF_ERROR(DecodeRowSlab(k, dtype, d, m, bits, in, s));
         }
         break;
-      case Kind::kRaw: break;
+      case Kind::kRaw:
+      case Kind::kLossless: break;
     }
     StoreFloats(dtype, s.x.data(), elems, s, dst);
     in += SlabBytes(info.codec, kv, d, m);

@@ -8,8 +8,11 @@
 // can be decoded or validated without any other context. Sizes always count scales, mins
 // and padding.
 //
-// Codecs (DESIGN.md section 3):
+// Codecs (docs/design.md §2 Data model):
 //   fp16, bf16  raw source-dtype elements (must match layout.dtype).
+//   lossless    fp16 or bf16 split into a high-byte and a low-byte plane, each stored as a
+//               zstd frame when that is smaller (codec_lossless.h). Bit-exact for every
+//               16-bit pattern, NaN and inf included. Size depends on the data.
 //   fp8_e4m3    OCP E4M3FN (max +-448, saturating, round-to-nearest-even), fp32 scale per
 //               (layer, k|v, kv_head) = amax / 448 unless calibrated scales are given.
 //   int8, int4  asymmetric min-max per token, groups of 32 channels, 16-bit scale and min.
@@ -18,6 +21,28 @@
 //               bits first.
 // With sink protection, the first min(layout.sink_tokens, tokens) tokens of block 0 are
 // stored in the source dtype and decode bit-exactly.
+//
+// FINITE DECODE. Decode never produces inf or NaN from a blob Encode made of finite input
+// (fp8_e4m3 gives NaN only where the input was NaN): every decoded value is clamped to the
+// finite range of the source dtype (+-65504 for fp16, +-(2 - 2^-7) * 2^127 for bf16)
+// before rounding, whatever the blob says.
+//
+// ERROR BOUND (checked element by element for both kernel sets by codec_property_test).
+//   int8, int4, kivi2, kivi4: for a group (see "Row groups" / "kivi K" below) with min mn,
+//     max mx and stored scale s, every decoded element y of a source element x satisfies
+//       |y - x| <= s/2 + ulp(a)/2 + 2^-20 * a,     a = max(|mn|, |mx|) + s,
+//     where ulp(a) is the spacing of the source dtype at magnitude min(a, its max finite
+//     value) (fp16: 2^-24 below 2^-14; bf16: 2^-133 below 2^-126), the middle term is the
+//     final rounding to the source dtype and the last one covers float arithmetic. The
+//     scale is s = 0 for a constant group (which decodes exactly), else
+//       s <= (mx - mn) / qmax * (1 + 2^-p + 2^-22) + s_min,   qmax = 2^bits - 1,
+//     with p = 10, s_min = 2^-24 for fp16 and p = 7, s_min = 2^-126 for bf16 (a bf16 scale
+//     is at least 2^-126 so that its reciprocal is finite).
+//   fp8_e4m3 with the default scale s = max(amax / 448, FLT_MIN) (amax: largest finite |x|
+//     of the slab): |y - x| <= |x| * 2^-4 + s * 2^-10 + ulp(a)/2 + 2^-20 * amax with
+//     a = 1.125 * |x| + s.
+//     Calibrated scales saturate values above 448 * scale.
+//   fp16, bf16, lossless, and sink tokens of any codec: bit-exact.
 //
 // ENCODED FORMAT, version 1. All fields little-endian, no implicit padding.
 //   Header (kEncodedHeaderBytes = 40 bytes):
@@ -28,16 +53,18 @@
 //     24 u32   raw_tokens (r)        28 u32 reserved, must be 0
 //     32 u64   body bytes (= blob size - 40)
 //   Body of fp16/bf16: the raw payload as given (r == n).
-//   Body of the other codecs:
+//   Body of fp8_e4m3, int8, int4, kivi2, kivi4:
 //     1. raw section: for each slab (layer, k|v, kv_head) in payload order, its first r
 //        tokens in the source dtype (r * head_dim * 2 bytes);
 //     2. quantized section, for the remaining m = n - r tokens: for each slab in payload
 //        order, the slab record below. Nothing when m == 0.
+//   Body of lossless: the plane directory and the two planes (codec_lossless.h); r == n.
 //   "Params" are G scales followed by G mins, each 16-bit in the SOURCE dtype (fp16 for
 //   fp16 KV, bf16 for bf16 KV, so any source value is representable and the stored min is
 //   exact). Scales are rounded up so min + qmax * scale covers the group's max. Decoding
-//   is x = code * scale + min in float, then rounded (RNE) to the source dtype. Codes are
-//   round-half-up of clamp((x - min) / scale, 0, qmax).
+//   is x = code * scale + min in float, clamped to the source dtype's finite range, then
+//   rounded (RNE) to the source dtype. Codes are round-half-up of
+//   clamp((x - min) / scale, 0, qmax).
 //   Row groups: channels [32g, min(32g + 32, head_dim)) of one token; G = m * ceil(d/32),
 //   ordered by (token, group).
 //     fp8_e4m3   f32 scale, then m * d E4M3FN codes (token-major). x = e4m3(code) * scale.
@@ -52,11 +79,12 @@
 //                bytes: byte (j, channel) holds the codes of quantized tokens j*(8/b) + i
 //                of that channel at bit b * i (lowest bits first; missing trailing
 //                tokens are 0).
-//   Note: DESIGN.md says "fp16 scale and min"; for fp16 KV they are fp16. bf16 KV keeps
-//   them in bf16 because bf16 values can exceed the fp16 range. Same size either way.
+//   Note: the original design said "fp16 scale and min"; for fp16 KV they are fp16. bf16
+//   KV keeps them in bf16 because bf16 values can exceed the fp16 range. Same size either
+//   way.
 //   Bits per element (body only, head_dim a multiple of 32, m a multiple of 32 for kivi
 //   keys): int8 9, int4 5, kivi4 5, kivi2 3 (+ 320 header bits per blob).
-// Encoded size (EncodedSize) counts everything above.
+// Encoded size (EncodedSize) counts everything above; for lossless it is an upper bound.
 #ifndef KVTIER_STORAGE_KV_CODEC_H_
 #define KVTIER_STORAGE_KV_CODEC_H_
 
@@ -81,6 +109,7 @@ enum class CodecId : uint8_t {
   kInt4 = 5,
   kKivi2 = 6,
   kKivi4 = 7,
+  kLossless = 8,
 };
 
 // Size of the fixed header that starts every encoded blob.
@@ -89,7 +118,7 @@ inline constexpr uint64_t kEncodedHeaderBytes = 40;
 // All codecs, in id order.
 std::span<const CodecId> AllCodecs();
 
-// Returns "fp16", "bf16", "fp8_e4m3", "int8", "int4", "kivi2", "kivi4".
+// Returns "fp16", "bf16", "fp8_e4m3", "int8", "int4", "kivi2", "kivi4", "lossless".
 const char* CodecName(CodecId codec);
 
 // Parses a name returned by CodecName. INVALID_ARGUMENT naming the value otherwise.
@@ -114,15 +143,17 @@ struct EncodedInfo {
 };
 
 // Returns the exact encoded size of a blob holding `num_tokens` tokens of which the
-// first `raw_tokens` are unquantized (clamped to num_tokens; ignored by fp16/bf16, which
-// store everything raw). REQUIRES: layout.Validate().ok().
+// first `raw_tokens` are unquantized (clamped to num_tokens; ignored by fp16/bf16 and
+// lossless, which keep every token exact). For lossless, whose size depends on the data,
+// returns the largest size such a blob can have (52 bytes more than the raw payload).
+// REQUIRES: layout.Validate().ok().
 uint64_t EncodedSize(CodecId codec, const Layout& layout, uint32_t num_tokens,
                      uint32_t raw_tokens);
 
 // Returns the number of leading tokens left unquantized when encoding block
 // `block_index` of `num_tokens` tokens under `options`: min(sink_tokens, num_tokens) for
 // block 0 with keep_sinks, else 0. (The fp16/bf16 codecs store every token raw and record
-// raw_tokens = num_tokens in their header.)
+// raw_tokens = num_tokens in their header, and so does lossless.)
 uint32_t ProtectedTokens(const Layout& layout, uint32_t block_index, uint32_t num_tokens,
                          const CodecOptions& options);
 
@@ -131,15 +162,16 @@ uint32_t ProtectedTokens(const Layout& layout, uint32_t block_index, uint32_t nu
 // not a positive multiple of layout.BytesPerToken(), fp8_scales has the wrong length or a
 // value that is not a positive normal float, codec fp16/bf16 does not match layout.dtype,
 // or (int8, int4, kivi2, kivi4) the payload holds inf or NaN (or, for bf16, a
-// magnitude >= 2^126). fp8_e4m3 keeps NaN and
-// saturates inf. A payload may hold any number of tokens, not only tokens_per_block.
+// magnitude >= 2^126). fp8_e4m3 keeps NaN and saturates inf; lossless keeps every bit.
+// INTERNAL if zstd fails (lossless). A payload may hold any number of tokens, not only
+// tokens_per_block.
 absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
                                    uint32_t block_index, std::span<const uint8_t> raw,
                                    const CodecOptions& options = {});
 
 // Parses and validates the header of `encoded` (magic, version, codec, dimensions, body
-// size == rest of the blob). INVALID_ARGUMENT / DATA_LOSS on anything inconsistent; never
-// reads out of bounds.
+// size == rest of the blob, blob size == EncodedSize, or at most that for lossless).
+// INVALID_ARGUMENT / DATA_LOSS on anything inconsistent; never reads out of bounds.
 absl::StatusOr<EncodedInfo> ParseHeader(std::span<const uint8_t> encoded);
 
 // Like ParseHeader, for a blob of `encoded_size` bytes of which only the first
@@ -148,7 +180,9 @@ absl::StatusOr<EncodedInfo> ParseHeader(std::span<const uint8_t> encoded);
 absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
                                               uint64_t encoded_size);
 
-// Decodes `encoded` into `raw_out`, which must be exactly info.raw_bytes long. Any
+// Decodes `encoded` into `raw_out`, which must be exactly info.raw_bytes long. Returns
+// INVALID_ARGUMENT for a wrong raw_out size, ParseHeader's errors, DATA_LOSS for a body
+// that does not decode (a non-finite or negative param, a bad lossless plane). Any
 // malformed input returns an error (never crashes or reads out of bounds).
 absl::Status Decode(std::span<const uint8_t> encoded, std::span<uint8_t> raw_out);
 
@@ -159,6 +193,18 @@ absl::StatusOr<std::string> DecodeToString(std::span<const uint8_t> encoded);
 inline std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
+
+namespace internal {
+struct CodecKernels;  // codec_kernels.h
+// Encode and Decode with an explicit kernel set instead of the fastest one this CPU has,
+// so tests can run both sets (the public functions use internal::ActiveKernels()).
+absl::StatusOr<std::string> EncodeWithKernels(const CodecKernels& kernels, CodecId codec,
+                                              const Layout& layout, uint32_t block_index,
+                                              std::span<const uint8_t> raw,
+                                              const CodecOptions& options);
+absl::Status DecodeWithKernels(const CodecKernels& kernels, std::span<const uint8_t> encoded,
+                               std::span<uint8_t> raw_out);
+}  // namespace internal
 
 }  // namespace kvtier::kv
 

@@ -99,13 +99,14 @@ constexpr CodecKernels MakeTable(bool use_avx2) {
     return {&avx2::MinMaxRows,  &avx2::MinMaxCols, &avx2::QuantRows,   &avx2::QuantCols,
             &avx2::DequantRows, &avx2::DequantCols, &avx2::PackRows,   &avx2::UnpackRows,
             &avx2::PackCols,    &avx2::UnpackCols, &EncodeFp8Avx2,     &avx2::DecodeFp8,
-            &MaxAbsBitsAvx2,    &avx2::MakeParams};
+            &MaxAbsBitsAvx2,    &avx2::MakeParams,  &avx2::SplitPlanes, &avx2::MergePlanes};
   }
   return {&baseline::MinMaxRows,  &baseline::MinMaxCols, &baseline::QuantRows,
           &baseline::QuantCols,   &baseline::DequantRows, &baseline::DequantCols,
           &baseline::PackRows,    &baseline::UnpackRows, &baseline::PackCols,
           &baseline::UnpackCols,  &baseline::EncodeFp8,  &baseline::DecodeFp8,
-          &baseline::MaxAbsBits,  &baseline::MakeParams};
+          &baseline::MaxAbsBits,  &baseline::MakeParams, &baseline::SplitPlanes,
+          &baseline::MergePlanes};
 }
 
 constexpr CodecKernels kBaseline = MakeTable(false);

@@ -1,7 +1,7 @@
-// Internal to storage/kv: the float-domain inner loops of the quantizing codecs. Each
-// kernel set is compiled twice (baseline x86-64 and AVX2) from codec_kernels.inc; the
-// codec picks one at run time. Both sets produce identical bits. Pure functions;
-// thread-safe.
+// Internal to storage/kv: the inner loops of the quantizing codecs (float domain) and the
+// byte-plane split of the lossless codec. Each kernel set is compiled twice (baseline
+// x86-64 and AVX2) from codec_kernels.inc; the codec picks one at run time. Both sets
+// produce identical bits. Pure functions; thread-safe.
 //
 // Vocabulary: a "slab" is the data of one (layer, k|v, kv_head): `rows` tokens of `d`
 // channels, row-major. "Row groups" are runs of 32 channels of one token (last one
@@ -29,11 +29,13 @@ struct CodecKernels {
   // Same with per-channel mn/inv[d] shared by all rows.
   void (*quant_cols)(const float* x, uint32_t rows, uint32_t d, const float* mn,
                      const float* inv, uint32_t qmax, uint8_t* q);
-  // out = q * scale + mn, per row group / per channel.
+  // out = min(q * scale + mn, limit), per row group / per channel. REQUIRES: scale >= 0 and
+  // |mn| <= limit (the codec checks params), so with `limit` the largest finite value of
+  // the source dtype every output is in [-limit, limit] and converts to a finite value.
   void (*dequant_rows)(const uint8_t* q, uint32_t rows, uint32_t d, const float* scale,
-                       const float* mn, float* out);
+                       const float* mn, float limit, float* out);
   void (*dequant_cols)(const uint8_t* q, uint32_t rows, uint32_t d, const float* scale,
-                       const float* mn, float* out);
+                       const float* mn, float limit, float* out);
   // Packs each row of q[rows][d] (b-bit codes, b = 2 or 4) into ceil(d*b/8) bytes,
   // channel c at bit (c % (8/b)) * b of byte c / (8/b). And back.
   void (*pack_rows)(const uint8_t* q, uint32_t rows, uint32_t d, uint32_t bits,
@@ -48,17 +50,22 @@ struct CodecKernels {
                       uint8_t* q);
   // E4M3FN codes of x[i] * inv_scale (RNE, saturating, NaN -> 0x7F|sign).
   void (*encode_fp8)(const float* x, size_t n, float inv_scale, uint8_t* out);
-  // out[i] = e4m3(codes[i]) * scale.
-  void (*decode_fp8)(const uint8_t* codes, size_t n, float scale, float* out);
+  // out[i] = clamp(e4m3(codes[i]) * scale, -limit, limit); NaN codes give NaN.
+  void (*decode_fp8)(const uint8_t* codes, size_t n, float scale, float limit, float* out);
   // Max over the n little-endian uint16 values at `raw` (any alignment) of (v & 0x7fff),
   // counting only values whose (v & 0x7fff) < limit (others count as 0).
   uint16_t (*max_abs_bits)(const uint8_t* raw, size_t n, uint16_t limit);
   // From per-group min/max: scale = (mx - mn) / qmax rounded UP to `dtype` (so
-  // mn + qmax * scale >= mx) as codes and as float, its reciprocal (0 for scale 0), and
-  // mn as `dtype` codes (exact when mn is a dtype value).
+  // mn + qmax * scale >= mx; a nonzero bf16 scale is at least 2^-126 so that its
+  // reciprocal is finite) as codes and as float, its reciprocal (0 for scale 0), and mn as
+  // `dtype` codes (exact when mn is a dtype value).
   void (*make_params)(Dtype dtype, size_t groups, uint32_t qmax, const float* mn,
                       const float* mx, float* scale, float* inv, uint16_t* scale_codes,
                       uint16_t* min_codes);
+  // Splits n little-endian 16-bit values at `raw` (any alignment) into the planes of
+  // their high bytes and their low bytes (n bytes each). And back.
+  void (*split_planes)(const uint8_t* raw, size_t n, uint8_t* hi, uint8_t* lo);
+  void (*merge_planes)(const uint8_t* hi, const uint8_t* lo, size_t n, uint8_t* raw);
 };
 
 const CodecKernels& BaselineKernels();

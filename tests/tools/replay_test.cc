@@ -301,7 +301,9 @@ TEST(ReplayTest, CapacityBytesNeverExceedsTheBudgetForAnyCodec) {
     ASSERT_TRUE(r.ok()) << kv::CodecName(codec) << ": " << r.status();
     // Sized from the codec's real encoded size (block 0 with its unquantized sinks is the
     // largest), and the hot tier never held more than the budget.
-    EXPECT_GE(r->block_bytes, kv::EncodedSize(codec, layout, layout.tokens_per_block, 0));
+    if (codec != kv::CodecId::kLossless) {  // its size depends on the data; EncodedSize bounds it
+      EXPECT_GE(r->block_bytes, kv::EncodedSize(codec, layout, layout.tokens_per_block, 0));
+    }
     EXPECT_GE(r->slot_bytes, r->block_bytes);
     EXPECT_EQ(r->capacity_blocks, kBudget / r->slot_bytes) << kv::CodecName(codec);
     EXPECT_LE(r->max_hot_blocks * r->slot_bytes, kBudget) << kv::CodecName(codec);

@@ -45,7 +45,32 @@ std::vector<std::string> Seeds() {
       }
     }
   }
+  // Lossless blobs whose planes are both zstd frames (constant data), and one whose
+  // high plane is a frame of several blocks, so mutations reach the zstd decoder.
+  Layout layout;
+  layout.num_layers = 1;
+  layout.num_kv_heads = 1;
+  layout.head_dim = 64;
+  layout.tokens_per_block = 16;
+  layout.sink_tokens = 0;
+  std::vector<uint16_t> flat(layout.ElementsPerBlock(), FloatToHalf(0.75f));
+  auto flat_enc = Encode(CodecId::kLossless, layout, 0,
+                         {reinterpret_cast<const uint8_t*>(flat.data()), flat.size() * 2});
+  EXPECT_TRUE(flat_enc.ok()) << flat_enc.status();
+  if (flat_enc.ok()) blobs.push_back(*flat_enc);
+  layout.tokens_per_block = 1200;  // 153600 elements: more than one 128 KiB zstd block
+  std::vector<uint16_t> big(layout.ElementsPerBlock());
+  for (uint16_t& v : big) v = FloatToHalf(normal(rng));
+  auto big_enc = Encode(CodecId::kLossless, layout, 1,
+                        {reinterpret_cast<const uint8_t*>(big.data()), big.size() * 2});
+  EXPECT_TRUE(big_enc.ok()) << big_enc.status();
+  if (big_enc.ok()) blobs.push_back(*big_enc);
   return blobs;
+}
+
+// Byte `i` of the lossless plane directory (after the 40-byte header).
+uint8_t LosslessDirectoryByte(const std::string& blob, size_t i) {
+  return static_cast<uint8_t>(blob[kEncodedHeaderBytes + i]);
 }
 
 // Returns true if the blob was accepted by ParseHeader.
@@ -68,6 +93,12 @@ bool Exercise(const std::string& blob, std::string& out) {
 TEST(CodecFuzzTest, MutatedTruncatedAndRandomInputsNeverCrash) {
   const std::vector<std::string> seeds = Seeds();
   ASSERT_GE(seeds.size(), 30u);
+  int zstd_planes = 0;
+  for (const std::string& seed : seeds) {
+    if (ParseHeader(AsBytes(seed))->codec != CodecId::kLossless) continue;
+    zstd_planes += LosslessDirectoryByte(seed, 0) + LosslessDirectoryByte(seed, 1);
+  }
+  ASSERT_GE(zstd_planes, 3) << "the seeds must reach the zstd decoder";
   std::mt19937 rng(7);
   std::string out;
   int accepted = 0, rejected = 0;
@@ -107,7 +138,7 @@ TEST(CodecFuzzTest, MutatedTruncatedAndRandomInputsNeverCrash) {
     for (char& c : m) c = static_cast<char>(rng());
     if (i % 2 && m.size() >= 8) {
       std::memcpy(m.data(), "KVTB\x01\x00", 6);
-      m[6] = static_cast<char>(1 + rng() % 7);
+      m[6] = static_cast<char>(1 + rng() % AllCodecs().size());
       m[7] = static_cast<char>(1 + rng() % 2);
     }
     EXPECT_FALSE(Exercise(m, out));

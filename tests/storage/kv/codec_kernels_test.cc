@@ -2,6 +2,9 @@
 // run time, so blobs written on one machine decode identically on another.
 #include "storage/kv/codec_kernels.h"
 
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -65,8 +68,8 @@ TEST(CodecKernelsTest, BaselineAndAvx2Agree) {
       b.quant_rows(x.data(), rows, d, mn1.data(), inv.data(), 15, q2.data());
       ASSERT_TRUE(SameBits(q1, q2));
       std::vector<float> o1(n), o2(n);
-      a.dequant_rows(q1.data(), rows, d, scale.data(), mn1.data(), o1.data());
-      b.dequant_rows(q1.data(), rows, d, scale.data(), mn1.data(), o2.data());
+      a.dequant_rows(q1.data(), rows, d, scale.data(), mn1.data(), 65504.0f, o1.data());
+      b.dequant_rows(q1.data(), rows, d, scale.data(), mn1.data(), 65504.0f, o2.data());
       ASSERT_TRUE(SameBits(o1, o2));
 
       std::vector<float> cinv(d), cscale(d);
@@ -77,8 +80,8 @@ TEST(CodecKernelsTest, BaselineAndAvx2Agree) {
       a.quant_cols(x.data(), rows, d, cmn1.data(), cinv.data(), 3, q1.data());
       b.quant_cols(x.data(), rows, d, cmn1.data(), cinv.data(), 3, q2.data());
       ASSERT_TRUE(SameBits(q1, q2));
-      a.dequant_cols(q1.data(), rows, d, cscale.data(), cmn1.data(), o1.data());
-      b.dequant_cols(q1.data(), rows, d, cscale.data(), cmn1.data(), o2.data());
+      a.dequant_cols(q1.data(), rows, d, cscale.data(), cmn1.data(), 65504.0f, o1.data());
+      b.dequant_cols(q1.data(), rows, d, cscale.data(), cmn1.data(), 65504.0f, o2.data());
       ASSERT_TRUE(SameBits(o1, o2));
 
       for (uint32_t bits : {2u, 4u}) {
@@ -133,7 +136,7 @@ TEST(CodecKernelsTest, Fp8KernelsMatchScalarConversions) {
     std::vector<uint8_t> all(256);
     for (int c = 0; c < 256; ++c) all[c] = static_cast<uint8_t>(c);
     std::vector<float> out(256);
-    k->decode_fp8(all.data(), all.size(), 2.0f, out.data());
+    k->decode_fp8(all.data(), all.size(), 2.0f, FLT_MAX, out.data());
     for (int c = 0; c < 256; ++c) {
       const float want = Fp8E4M3ToFloat(static_cast<uint8_t>(c)) * 2.0f;
       if (std::isnan(want)) {
@@ -164,6 +167,58 @@ TEST(CodecKernelsTest, MaxAbsBitsSkipsValuesAtOrAboveLimit) {
                   BaselineKernels().max_abs_bits(bytes.data() + 1, n, limit))
             << n << " " << limit;
       }
+    }
+  }
+}
+
+TEST(CodecKernelsTest, DequantClampsToTheLimitAndKeepsNan) {
+  std::vector<const CodecKernels*> sets = {&BaselineKernels()};
+  if (HasAvx2()) sets.push_back(&Avx2Kernels());
+  for (const CodecKernels* k : sets) {
+    // One row group of 40 channels (a full group and a short one), codes 0..255.
+    std::vector<uint8_t> q(40);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i * 6 + 21);
+    const std::vector<float> scale = {514.0f, 514.0f}, mn = {-65504.0f, -65504.0f};
+    std::vector<float> out(q.size());
+    k->dequant_rows(q.data(), 1, 40, scale.data(), mn.data(), 65504.0f, out.data());
+    for (size_t i = 0; i < q.size(); ++i) {
+      const float want = std::min(q[i] * 514.0f - 65504.0f, 65504.0f);
+      ASSERT_EQ(out[i], want) << i;
+    }
+    std::vector<float> cscale(40, 1e38f), cmn(40, -1e38f);
+    k->dequant_cols(q.data(), 1, 40, cscale.data(), cmn.data(), 3.0e38f, out.data());
+    for (size_t i = 0; i < q.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i]) && std::fabs(out[i]) <= 3.0e38f) << i;
+    }
+    // fp8: 448 * 1000 clamps to the fp16 maximum; NaN codes stay NaN.
+    const std::vector<uint8_t> codes = {0x7e, 0xfe, 0x7f, 0x38};
+    std::vector<float> f(codes.size());
+    k->decode_fp8(codes.data(), codes.size(), 1000.0f, 65504.0f, f.data());
+    EXPECT_EQ(f[0], 65504.0f);
+    EXPECT_EQ(f[1], -65504.0f);
+    EXPECT_TRUE(std::isnan(f[2]));
+    EXPECT_EQ(f[3], 1000.0f);
+  }
+}
+
+TEST(CodecKernelsTest, PlanesSplitAndMergeBackBothKernelSets) {
+  std::mt19937 rng(14);
+  std::vector<const CodecKernels*> sets = {&BaselineKernels()};
+  if (HasAvx2()) sets.push_back(&Avx2Kernels());
+  for (size_t n : {1u, 15u, 64u, 1000u, 4099u}) {
+    std::vector<uint8_t> raw(2 * n + 1);
+    for (uint8_t& b : raw) b = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> want_hi(n), want_lo(n);
+    for (size_t i = 0; i < n; ++i) {
+      want_lo[i] = raw[1 + 2 * i];
+      want_hi[i] = raw[2 + 2 * i];
+    }
+    for (const CodecKernels* k : sets) {
+      std::vector<uint8_t> hi(n), lo(n), back(2 * n + 1, 0);
+      k->split_planes(raw.data() + 1, n, hi.data(), lo.data());  // unaligned source
+      ASSERT_TRUE(SameBits(hi, want_hi) && SameBits(lo, want_lo)) << n;
+      k->merge_planes(hi.data(), lo.data(), n, back.data() + 1);
+      ASSERT_EQ(std::memcmp(back.data() + 1, raw.data() + 1, 2 * n), 0) << n;
     }
   }
 }
