@@ -24,12 +24,16 @@ struct ZmqEventPublisher::Sockets {
   zmq::socket_t pub{ctx, zmq::socket_type::pub};
   zmq::socket_t replay;   // ROUTER; unset when replay is off
   zmq::socket_t monitor;  // PAIR receiving pub's connection events
+  // Wakes the thread from zmq_poll: Flush and a full batch send on wake_in (under
+  // wake_mu, the only socket touched outside the thread), the thread reads wake_out.
+  absl::Mutex wake_mu;
+  zmq::socket_t wake_in ABSL_GUARDED_BY(wake_mu);
+  zmq::socket_t wake_out;
 };
 
 namespace {
 
 constexpr int kEndMarkerSeq = -1;
-constexpr uint32_t kMaxIdlePollMs = 50;
 
 std::string BigEndian64(uint64_t v) {
   std::string out(8, '\0');
@@ -125,6 +129,8 @@ absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(
       sk->replay = zmq::socket_t(sk->ctx, zmq::socket_type::router);
     }
     sk->monitor = zmq::socket_t(sk->ctx, zmq::socket_type::pair);
+    sk->wake_in = zmq::socket_t(sk->ctx, zmq::socket_type::pair);
+    sk->wake_out = zmq::socket_t(sk->ctx, zmq::socket_type::pair);
   } catch (const zmq::error_t& e) {
     return absl::InternalError(absl::StrCat("events: cannot create sockets: ", e.what()));
   }
@@ -136,6 +142,17 @@ absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(
   }
   // Refuse a batch (counted) rather than let ZMQ drop it silently for one subscriber.
   if (absl::Status s = SetInt(pub, ZMQ_XPUB_NODROP, 1, "endpoint"); !s.ok()) return s;
+
+  const std::string wake_addr =
+      absl::StrCat("inproc://kvtier-events-wake-", reinterpret_cast<uintptr_t>(sk.get()));
+  if (zmq_bind(sk->wake_out.handle(), wake_addr.c_str()) != 0 ||
+      zmq_connect(sk->wake_in.handle(), wake_addr.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("events: cannot create the wake-up pair: ", zmq_strerror(zmq_errno())));
+  }
+  for (zmq::socket_t* s : {&sk->wake_in, &sk->wake_out}) {
+    if (absl::Status st = SetInt(*s, ZMQ_LINGER, 0, "endpoint"); !st.ok()) return st;
+  }
 
   // The monitor must be attached before bind/connect to see the first connection.
   std::string monitor_addr =
@@ -168,8 +185,12 @@ absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(
   if (!config.replay_endpoint.empty()) {
     zmq::socket_t& replay = sk->replay;
     if (absl::Status s = SetInt(replay, ZMQ_LINGER, 0, "replay_endpoint"); !s.ok()) return s;
-    // One whole replay (every buffered batch plus the end marker) fits in a client's queue.
-    int hwm = static_cast<int>(std::min<uint64_t>(config.replay_buffer_batches + 2, 1 << 30));
+    // One whole replay (every buffered batch plus the end marker) must fit in a client's
+    // queue, or ROUTER silently drops its tail. ZMQ learns of the reader's progress only
+    // every hwm/2 messages, so twice that. Queued answers share the buffer's payloads
+    // (SharedFrame), so a client that never reads costs little beyond the buffer.
+    int hwm = static_cast<int>(
+        std::min<uint64_t>(2 * (uint64_t{config.replay_buffer_batches} + 2), 1 << 30));
     if (absl::Status s = SetInt(replay, ZMQ_SNDHWM, hwm, "replay_endpoint"); !s.ok()) return s;
     if (zmq_bind(replay.handle(), config.replay_endpoint.c_str()) != 0) {
       return ZmqError("cannot bind", "replay_endpoint", config.replay_endpoint);
@@ -193,6 +214,7 @@ ZmqEventPublisher::~ZmqEventPublisher() {
     absl::MutexLock l(&mu_);
     stop_ = true;
   }
+  Wake();
   if (thread_.joinable()) thread_.join();
   zmq_socket_monitor(sockets_->pub.handle(), nullptr, 0);
 }
@@ -207,6 +229,14 @@ void ZmqEventPublisher::Publish(BlockEvent event) {
   if (queue_.empty()) first_queued_at_ = absl::Now();
   queue_.push_back(std::move(event));
   ++enqueued_;
+  // A batch is due by count: wake the thread if it waits in zmq_poll (rare: once per
+  // max_batch_events events).
+  if (queue_.size() == config_.max_batch_events) Wake();
+}
+
+void ZmqEventPublisher::Wake() {
+  absl::MutexLock l(&sockets_->wake_mu);
+  zmq_send(sockets_->wake_in.handle(), "", 0, ZMQ_DONTWAIT);  // full: a wake-up is pending
 }
 
 void ZmqEventPublisher::Flush() {
@@ -216,6 +246,7 @@ void ZmqEventPublisher::Flush() {
     uint64_t processed;
   } target{this, enqueued_};
   ++flush_waiters_;
+  Wake();
   mu_.Await(absl::Condition(
       +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS { return t->self->processed_ >= t->processed; },
       &target));
@@ -243,9 +274,9 @@ void ZmqEventPublisher::Run() {
     }
     if (idle) {
       // A Publish during this wait is sent at most batch_ms later, which is the batching
-      // window anyway; replay requests are answered at once. Capped so that a Flush
-      // waits at most kMaxIdlePollMs even with a long batch_ms.
-      PollSockets(static_cast<int>(std::min<uint32_t>(config_.batch_ms, kMaxIdlePollMs)));
+      // window anyway; replay requests are answered at once; Flush, a full batch and the
+      // destructor wake the poll.
+      PollSockets(static_cast<int>(config_.batch_ms));
       continue;
     }
     std::deque<BlockEvent> events;
@@ -313,12 +344,13 @@ void ZmqEventPublisher::SendBatch(std::vector<BlockEvent> events) {
   auto payload = std::make_shared<const std::string>(
       EncodeBatch(ts, events, config_.data_parallel_rank, config_.format));
   const uint64_t seq = next_seq_++;
+  std::string topic = TopicFor(config_.node_id, events[0]);
   std::vector<zmq::message_t> frames;
-  frames.push_back(CopyFrame(TopicFor(config_.node_id, events[0])));
+  frames.push_back(CopyFrame(topic));
   frames.push_back(CopyFrame(BigEndian64(seq)));
   frames.push_back(SharedFrame(payload));
   const bool sent = SendMultipart(sockets_->pub, frames);
-  replay_buffer_.push_back({seq, std::move(payload)});
+  replay_buffer_.push_back({seq, std::move(payload), std::move(topic)});
   while (replay_buffer_.size() > config_.replay_buffer_batches) replay_buffer_.pop_front();
   absl::MutexLock l(&mu_);
   if (sent) {
@@ -331,12 +363,17 @@ void ZmqEventPublisher::SendBatch(std::vector<BlockEvent> events) {
 }
 
 void ZmqEventPublisher::PollSockets(int timeout_ms) {
-  zmq_pollitem_t items[2] = {{sockets_->monitor.handle(), 0, ZMQ_POLLIN, 0},
+  zmq_pollitem_t items[3] = {{sockets_->wake_out.handle(), 0, ZMQ_POLLIN, 0},
+                             {sockets_->monitor.handle(), 0, ZMQ_POLLIN, 0},
                              {sockets_->replay.handle(), 0, ZMQ_POLLIN, 0}};
-  const int n = sockets_->replay ? 2 : 1;
+  const int n = sockets_->replay ? 3 : 2;
   if (zmq_poll(items, n, timeout_ms) <= 0) return;  // timeout, or EINTR: poll again later
-  if (items[0].revents & ZMQ_POLLIN) ReadMonitorEvents();
-  if (n == 2 && (items[1].revents & ZMQ_POLLIN)) ServeReplayRequests();
+  if (items[0].revents & ZMQ_POLLIN) {
+    while (!RecvMultipart(sockets_->wake_out).empty()) {
+    }
+  }
+  if (items[1].revents & ZMQ_POLLIN) ReadMonitorEvents();
+  if (n == 3 && (items[2].revents & ZMQ_POLLIN)) ServeReplayRequests();
 }
 
 void ZmqEventPublisher::ReadMonitorEvents() {
@@ -357,27 +394,32 @@ void ZmqEventPublisher::ServeReplayRequests() {
   zmq::socket_t& router = sockets_->replay;
   uint64_t served = 0;
   for (auto req = RecvMultipart(router); !req.empty(); req = RecvMultipart(router)) {
-    // [identity, empty, seq] from REQ/DEALER with a delimiter, [identity, seq] without.
-    const bool delimited = req.size() == 3 && req[1].size() == 0;
-    if (!(delimited || req.size() == 2) || req.back().size() != 8) {
+    // [identity, empty, seq] from REQ/DEALER with a delimiter, [identity, seq] without;
+    // either may end with one more frame (kvtier's extension) asking for the topic.
+    const bool delimited = req.size() >= 3 && req[1].size() == 0;
+    const size_t seq_frame = delimited ? 2 : 1;
+    if (req.size() < seq_frame + 1 || req.size() > seq_frame + 2 ||
+        req[seq_frame].size() != 8) {
       KVTIER_LOG(WARNING) << "events: ignoring a malformed replay request of " << req.size()
                           << " frames";
       continue;
     }
-    const uint64_t start = ParseBigEndian64(req.back());
-    auto reply = [&](std::string_view seq, zmq::message_t payload) {
+    const bool with_topic = req.size() == seq_frame + 2;
+    const uint64_t start = ParseBigEndian64(req[seq_frame]);
+    auto reply = [&](std::string_view seq, zmq::message_t payload, std::string_view topic) {
       std::vector<zmq::message_t> frames;
       frames.push_back(CopyFrame(req[0].to_string_view()));
       if (delimited) frames.emplace_back();
       frames.push_back(CopyFrame(seq));
       frames.push_back(std::move(payload));
+      if (with_topic) frames.push_back(CopyFrame(topic));
       SendMultipart(router, frames);  // ROUTER drops for a gone or full peer; never blocks
     };
     for (const SentBatch& b : replay_buffer_) {
-      if (b.seq >= start) reply(BigEndian64(b.seq), SharedFrame(b.payload));
+      if (b.seq >= start) reply(BigEndian64(b.seq), SharedFrame(b.payload), b.topic);
     }
     reply(BigEndian64(static_cast<uint64_t>(static_cast<int64_t>(kEndMarkerSeq))),
-          zmq::message_t());
+          zmq::message_t(), "");
     ++served;
   }
   absl::MutexLock l(&mu_);

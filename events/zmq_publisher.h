@@ -21,10 +21,14 @@
 // [empty, start_seq as 8 bytes big-endian] (the empty delimiter frame is optional). The
 // server answers, in order, one message [empty, seq (u64 BE), payload] per buffered batch
 // with seq >= start_seq, then the end marker [empty, -1 as i64 BE, empty payload] (the
-// delimiter only when the request had one). When start_seq is older than the buffer the
-// first answered seq is greater than start_seq (or only the end marker comes, when start_seq
-// was skipped and nothing newer exists): the consumer must re-sync. A start_seq newer
-// than every batch gets just the end marker.
+// delimiter only when the request had one). When start_seq is older than the buffer, or
+// was skipped for queue drops, the first answered seq is greater than start_seq (or only
+// the end marker comes): the consumer must re-sync from a snapshot. A start_seq newer than
+// every batch gets just the end marker.
+// kvtier extension: a request with one more frame after the 8 bytes (any content, e.g.
+// "topic") gets each answer with a last frame, the batch's topic, so a consumer of several
+// topics can tell which namespace a replayed AllBlocksCleared applies to (the end marker's
+// topic frame is empty). vLLM's consumers never send it and get vLLM's exact answers.
 //
 // Thread-safe: Publish, Flush and stats may be called from any thread.
 #ifndef KVTIER_EVENTS_ZMQ_PUBLISHER_H_
@@ -70,8 +74,7 @@ class ZmqEventPublisher final : public EventSink {
   void Publish(BlockEvent event) override;
 
   // Sends every event queued before the call now (without waiting for batch_ms) and
-  // returns once they are sent or dropped (within min(batch_ms, 50 ms) when idle). For
-  // tests and orderly shutdown.
+  // returns once they are sent or dropped. For tests and orderly shutdown.
   void Flush();
 
   // Returns a snapshot of the counters.
@@ -88,11 +91,14 @@ class ZmqEventPublisher final : public EventSink {
   struct SentBatch {
     uint64_t seq;
     std::shared_ptr<const std::string> payload;  // shared with messages still queued
+    std::string topic;
   };
 
   ZmqEventPublisher(EventsConfig config, std::unique_ptr<Sockets> sockets);
 
   void Run();
+  // Wakes the thread if it waits for sockets.
+  void Wake();
   // Encodes `events` into per-namespace batches and sends them; then, when events were
   // dropped from the queue, skips one sequence number.
   void SendBatches(std::deque<BlockEvent> events, bool queue_dropped);

@@ -232,9 +232,45 @@ TEST(ZmqEventPublisherTest, ReplayFromASequenceAndOlderThanTheBuffer) {
   auto bare = Replay(ctx, pub->replay_endpoint(), 6, /*delimited=*/false);
   ASSERT_EQ(bare.size(), 2u);
   EXPECT_EQ(bare[0].first, 6u);
+  // kvtier's extension: a trailing request frame adds each batch's topic to its answer.
+  {
+    zmq::socket_t dealer = ::kvtier::events::testing::ReplayClient(ctx, pub->replay_endpoint());
+    dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+    dealer.send(zmq::buffer(::kvtier::events::testing::BigEndianBytes(7)),
+                zmq::send_flags::sndmore);
+    dealer.send(zmq::str_buffer("topic"), zmq::send_flags::none);
+    std::vector<zmq::message_t> f = ::kvtier::events::testing::Recv(dealer);
+    ASSERT_EQ(f.size(), 4u);
+    EXPECT_EQ(::kvtier::events::testing::BigEndian(f[1]), 7u);
+    EXPECT_EQ(f[3].to_string(), "kv@node-a@a");
+    f = ::kvtier::events::testing::Recv(dealer);
+    ASSERT_EQ(f.size(), 4u);
+    EXPECT_EQ(static_cast<int64_t>(::kvtier::events::testing::BigEndian(f[1])), -1);
+  }
   // Newer than everything: just the end marker.
   EXPECT_TRUE(Replay(ctx, pub->replay_endpoint(), 100).empty());
-  EXPECT_EQ(pub->stats().replay_requests, 4u);
+  EXPECT_EQ(pub->stats().replay_requests, 5u);
+}
+
+// ROUTER drops answers silently past its high-water mark: a replay of the whole buffer
+// must still arrive complete, end marker included, and again when asked twice at once.
+TEST(ZmqEventPublisherTest, ReplayOfAFullBufferArrivesWhole) {
+  EventsConfig c = LocalConfig();
+  c.replay_buffer_batches = 1000;
+  auto pub = MustCreate(c);
+  ASSERT_NE(pub, nullptr);
+  for (int i = 0; i < 1200; ++i) {
+    pub->Publish(Stored("a", absl::StrCat("k", i)));
+    pub->Flush();
+  }
+  zmq::context_t ctx;
+  zmq::socket_t dealer = ::kvtier::events::testing::ReplayClient(ctx, pub->replay_endpoint());
+  for (int round = 0; round < 2; ++round) {
+    auto all = Replay(dealer, 0);
+    ASSERT_EQ(all.size(), 1000u);
+    EXPECT_EQ(all.front().first, 200u);
+    EXPECT_EQ(all.back().first, 1199u);
+  }
 }
 
 TEST(ZmqEventPublisherTest, FullQueueDropsCountsAndLeavesAnUnfillableGap) {
