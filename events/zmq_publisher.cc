@@ -392,7 +392,6 @@ void ZmqEventPublisher::ReadMonitorEvents() {
 
 void ZmqEventPublisher::ServeReplayRequests() {
   zmq::socket_t& router = sockets_->replay;
-  uint64_t served = 0;
   for (auto req = RecvMultipart(router); !req.empty(); req = RecvMultipart(router)) {
     // [identity, empty, seq] from REQ/DEALER with a delimiter, [identity, seq] without;
     // either may end with one more frame (kvtier's extension) asking for the topic.
@@ -403,6 +402,10 @@ void ZmqEventPublisher::ServeReplayRequests() {
       KVTIER_LOG(WARNING) << "events: ignoring a malformed replay request of " << req.size()
                           << " frames";
       continue;
+    }
+    {
+      absl::MutexLock l(&mu_);  // counted before answering: the client may read stats next
+      ++stats_.replay_requests;
     }
     const bool with_topic = req.size() == seq_frame + 2;
     const uint64_t start = ParseBigEndian64(req[seq_frame]);
@@ -420,10 +423,7 @@ void ZmqEventPublisher::ServeReplayRequests() {
     }
     reply(BigEndian64(static_cast<uint64_t>(static_cast<int64_t>(kEndMarkerSeq))),
           zmq::message_t(), "");
-    ++served;
   }
-  absl::MutexLock l(&mu_);
-  stats_.replay_requests += served;
 }
 
 }  // namespace kvtier::events
