@@ -63,7 +63,8 @@ struct EventsConfig {
 
 // Counters of one publisher since it was created. Plain values (a snapshot).
 struct EventsStats {
-  uint64_t events_published = 0;   // events in batches the PUB socket accepted
+  uint64_t events_published = 0;   // events in batches the PUB socket accepted (also
+                                   // with no subscriber: PUB then sends them nowhere)
   uint64_t events_dropped = 0;     // Publish calls dropped (queue full) + events in
                                    // batches the PUB socket refused
   uint64_t batches_published = 0;  // batches the PUB socket accepted

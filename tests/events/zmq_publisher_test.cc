@@ -364,9 +364,15 @@ TEST(ZmqEventPublisherTest, StuckSubscriberDropsBoundedAndGapsHealThroughReplay)
   EXPECT_EQ(s.subscribers, 2);
   EXPECT_GT(replays, 0) << "the reader saw gaps";
   EXPECT_EQ(want, s.next_seq) << "the reader healed every gap";
-  // ~200 MB went through; queues and the 64-batch replay buffer hold a few MB.
+  // ~200 MB went through; queues and the 64-batch replay buffer hold a few MB. (Not under
+  // AddressSanitizer, whose quarantine keeps up to 256 MB of freed memory resident.)
   const uint64_t rss_after = ResidentBytes();
+#ifndef __SANITIZE_ADDRESS__
   EXPECT_LT(rss_after - std::min(rss_after, rss_before), 48ull << 20);
+#else
+  (void)rss_after;
+  (void)rss_before;
+#endif
 }
 
 TEST(ZmqEventPublisherTest, CountsSubscribersThroughTheSocketMonitor) {
