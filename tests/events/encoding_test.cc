@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/events/event_test_util.h"
+#include "tests/events/recording_sink.h"
 
 namespace kvtier::events {
 namespace {
@@ -202,6 +203,18 @@ TEST(EventsConfigTest, ParsesFormats) {
   absl::StatusOr<BatchFormat> bad = ParseBatchFormat("json");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("events.format"));
+}
+
+TEST(RecordingEventSinkTest, KeepsEventsInOrder) {
+  testing::RecordingEventSink sink;
+  EventSink& as_sink = sink;
+  as_sink.Publish(BlockEvent::Removed("ns", "", {"a"}, Medium::kDisk));
+  as_sink.Publish(BlockEvent::AllCleared("ns", ""));
+  std::vector<BlockEvent> got = sink.Take();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].kind, EventKind::kRemoved);
+  EXPECT_EQ(got[1].kind, EventKind::kAllCleared);
+  EXPECT_TRUE(sink.Take().empty());
 }
 
 }  // namespace
