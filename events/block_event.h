@@ -48,7 +48,9 @@ struct BlockEvent {
   EventKind kind = EventKind::kStored;
   std::string ns;        // namespace name (events of different namespaces never share a batch)
   std::string model_id;  // the namespace's model id; empty: the topic uses `ns` instead
-  // The keys the client gave, in chain order (bytes, 1..32 each). kAllCleared: empty.
+  // The keys the client gave (bytes, 1..32 each). kStored: one chain, keys[i] the parent
+  // of keys[i+1] (routers read it as vLLM's block_hashes); kRemoved: any set of blocks
+  // that left `medium`; kAllCleared: empty.
   std::vector<std::string> keys;
   // kStored: the parent of keys[0]; nullopt for a chain's first block. Unused otherwise.
   std::optional<std::string> parent_key;
