@@ -54,7 +54,7 @@ struct BlockEvent {
   std::vector<std::string> keys;
   // kStored: the parent of keys[0]; nullopt for a chain's first block. Unused otherwise.
   std::optional<std::string> parent_key;
-  uint32_t block_size = 0;  // kStored: the namespace's tokens per block
+  uint32_t block_size = 0;             // kStored: the namespace's tokens per block
   Medium medium = Medium::kCpuPinned;  // kStored / kRemoved
   // kStored, each only when the client sent it with the blocks (otherwise empty):
   std::vector<uint32_t> token_ids;  // the tokens of all `keys`, concatenated
@@ -76,8 +76,8 @@ struct BlockEvent {
     e.medium = medium;
     return e;
   }
-  static BlockEvent Removed(std::string ns, std::string model_id,
-                            std::vector<std::string> keys, Medium medium) {
+  static BlockEvent Removed(std::string ns, std::string model_id, std::vector<std::string> keys,
+                            Medium medium) {
     BlockEvent e;
     e.kind = EventKind::kRemoved;
     e.ns = std::move(ns);

@@ -20,8 +20,9 @@ absl::Status CheckRange(std::string_view field, uint64_t value, uint64_t lo, uin
 
 absl::Status CheckEndpoint(std::string_view field, std::string_view endpoint) {
   if (!absl::StrContains(Sv(endpoint), "://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "events.", Sv(field), " must be a ZMQ endpoint like tcp://*:5557, got '", Sv(endpoint), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("events.", Sv(field), " must be a ZMQ endpoint like tcp://*:5557, got '",
+                     Sv(endpoint), "'"));
   }
   return absl::OkStatus();
 }
@@ -61,8 +62,7 @@ absl::Status EventsConfig::Validate() const {
   }
   if (node_id.empty() || absl::StrContains(node_id, "@")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("events.node_id must be non-empty and contain no '@', got '", node_id,
-                     "'"));
+        absl::StrCat("events.node_id must be non-empty and contain no '@', got '", node_id, "'"));
   }
   return absl::OkStatus();
 }

@@ -63,19 +63,19 @@ struct EventsConfig {
 
 // Counters of one publisher since it was created. Plain values (a snapshot).
 struct EventsStats {
-  uint64_t events_published = 0;   // events in batches the PUB socket accepted (also
-                                   // with no subscriber: PUB then sends them nowhere)
-  uint64_t events_dropped = 0;     // Publish calls dropped (queue full) + events in
-                                   // batches the PUB socket refused
-  uint64_t batches_published = 0;  // batches the PUB socket accepted
-  uint64_t batches_dropped = 0;    // batches refused because a subscriber was at its
-                                   // send_hwm (they are still in the replay buffer)
-  uint64_t sequences_skipped = 0;  // sequence numbers left unused to mark queue drops
-  uint64_t next_seq = 0;           // sequence number of the next batch
-  uint64_t queued_events = 0;      // events waiting for the publisher thread
+  uint64_t events_published = 0;       // events in batches the PUB socket accepted (also
+                                       // with no subscriber: PUB then sends them nowhere)
+  uint64_t events_dropped = 0;         // Publish calls dropped (queue full) + events in
+                                       // batches the PUB socket refused
+  uint64_t batches_published = 0;      // batches the PUB socket accepted
+  uint64_t batches_dropped = 0;        // batches refused because a subscriber was at its
+                                       // send_hwm (they are still in the replay buffer)
+  uint64_t sequences_skipped = 0;      // sequence numbers left unused to mark queue drops
+  uint64_t next_seq = 0;               // sequence number of the next batch
+  uint64_t queued_events = 0;          // events waiting for the publisher thread
   uint64_t replay_buffer_batches = 0;  // batches held for replay now
   uint64_t replay_requests = 0;        // replay requests answered
-  int64_t subscribers = 0;  // connections open on the PUB socket (socket monitor)
+  int64_t subscribers = 0;             // connections open on the PUB socket (socket monitor)
 };
 
 }  // namespace kvtier::events

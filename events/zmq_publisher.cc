@@ -52,8 +52,8 @@ uint64_t ParseBigEndian64(const zmq::message_t& m) {
 }
 
 absl::Status ZmqError(std::string_view what, std::string_view field, std::string_view endpoint) {
-  return absl::InvalidArgumentError(absl::StrCat("events.", Sv(field), ": ", Sv(what), " '", Sv(endpoint),
-                                                 "': ", zmq_strerror(zmq_errno())));
+  return absl::InvalidArgumentError(absl::StrCat("events.", Sv(field), ": ", Sv(what), " '",
+                                                 Sv(endpoint), "': ", zmq_strerror(zmq_errno())));
 }
 
 absl::Status SetInt(zmq::socket_t& s, int option, int value, std::string_view field) {
@@ -94,8 +94,7 @@ zmq::message_t SharedFrame(const std::shared_ptr<const std::string>& payload) {
   auto* hint = new std::shared_ptr<const std::string>(payload);
   return zmq::message_t(
       const_cast<char*>(payload->data()), payload->size(),
-      [](void*, void* h) { delete static_cast<std::shared_ptr<const std::string>*>(h); },
-      hint);
+      [](void*, void* h) { delete static_cast<std::shared_ptr<const std::string>*>(h); }, hint);
 }
 
 // Receives one multipart message without blocking; empty when none is waiting.
@@ -115,12 +114,11 @@ std::vector<zmq::message_t> RecvMultipart(zmq::socket_t& s) {
 
 bool EndpointBinds(std::string_view endpoint) {
   const absl::string_view e = Sv(endpoint);
-  return absl::StrContains(e, "*") || absl::StrContains(e, "::") ||
-         absl::StartsWith(e, "ipc://") || absl::StartsWith(e, "inproc://");
+  return absl::StrContains(e, "*") || absl::StrContains(e, "::") || absl::StartsWith(e, "ipc://") ||
+         absl::StartsWith(e, "inproc://");
 }
 
-absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(
-    EventsConfig config) {
+absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(EventsConfig config) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   std::unique_ptr<Sockets> sk;
   try {  // cppzmq throws only here (socket creation); everything after uses the C API
@@ -158,8 +156,7 @@ absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(
   std::string monitor_addr =
       absl::StrCat("inproc://kvtier-events-monitor-", reinterpret_cast<uintptr_t>(sk.get()));
   if (zmq_socket_monitor(pub.handle(), monitor_addr.c_str(),
-                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) !=
-          0 ||
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
       zmq_connect(sk->monitor.handle(), monitor_addr.c_str()) != 0) {
     return absl::InternalError(
         absl::StrCat("events: cannot monitor the PUB socket: ", zmq_strerror(zmq_errno())));
@@ -283,9 +280,9 @@ void ZmqEventPublisher::Run() {
     bool queue_dropped;
     {
       absl::MutexLock l(&mu_);
-      const bool timed_out = !mu_.AwaitWithDeadline(
-          absl::Condition(this, &ZmqEventPublisher::BatchDueLocked),
-          first_queued_at_ + absl::Milliseconds(config_.batch_ms));
+      const bool timed_out =
+          !mu_.AwaitWithDeadline(absl::Condition(this, &ZmqEventPublisher::BatchDueLocked),
+                                 first_queued_at_ + absl::Milliseconds(config_.batch_ms));
       if (timed_out || stop_ || flush_waiters_ > 0) {
         events.swap(queue_);
         queue_dropped = queue_dropped_;
@@ -397,8 +394,7 @@ void ZmqEventPublisher::ServeReplayRequests() {
     // either may end with one more frame (kvtier's extension) asking for the topic.
     const bool delimited = req.size() >= 3 && req[1].size() == 0;
     const size_t seq_frame = delimited ? 2 : 1;
-    if (req.size() < seq_frame + 1 || req.size() > seq_frame + 2 ||
-        req[seq_frame].size() != 8) {
+    if (req.size() < seq_frame + 1 || req.size() > seq_frame + 2 || req[seq_frame].size() != 8) {
       KVTIER_LOG(WARNING) << "events: ignoring a malformed replay request of " << req.size()
                           << " frames";
       continue;
@@ -421,8 +417,8 @@ void ZmqEventPublisher::ServeReplayRequests() {
     for (const SentBatch& b : replay_buffer_) {
       if (b.seq >= start) reply(BigEndian64(b.seq), SharedFrame(b.payload), b.topic);
     }
-    reply(BigEndian64(static_cast<uint64_t>(static_cast<int64_t>(kEndMarkerSeq))),
-          zmq::message_t(), "");
+    reply(BigEndian64(static_cast<uint64_t>(static_cast<int64_t>(kEndMarkerSeq))), zmq::message_t(),
+          "");
   }
 }
 

@@ -23,10 +23,17 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // vLLM's declaration order (vllm/distributed/kv_events.py), the order of the array form.
-const std::vector<std::string> kStoredFields = {
-    "block_hashes", "parent_block_hash", "token_ids", "block_size",
-    "lora_id",      "medium",            "lora_name", "extra_keys",
-    "group_idx",    "kv_cache_spec_kind", "kv_cache_spec_sliding_window"};
+const std::vector<std::string> kStoredFields = {"block_hashes",
+                                                "parent_block_hash",
+                                                "token_ids",
+                                                "block_size",
+                                                "lora_id",
+                                                "medium",
+                                                "lora_name",
+                                                "extra_keys",
+                                                "group_idx",
+                                                "kv_cache_spec_kind",
+                                                "kv_cache_spec_sliding_window"};
 const std::vector<std::string> kRemovedFields = {"block_hashes", "medium", "group_idx"};
 
 std::vector<BlockEvent> SampleEvents() {
@@ -129,15 +136,15 @@ TEST(EncodingTest, ArrayFormIsPositionalWithTheTagFirst) {
   const msgpack::object* f = s.via.array.ptr;
   EXPECT_EQ(Str(f[0]), "BlockStored");
   EXPECT_THAT(Bins(f[1]), ElementsAre(std::string("k\0\1", 3), "k2"));  // block_hashes
-  EXPECT_EQ(Bin(f[2]), "parent");                                        // parent_block_hash
-  EXPECT_THAT(Ints(f[3]), ElementsAre(1, 2, 3, 70000));                  // token_ids
-  EXPECT_EQ(f[4].as<uint32_t>(), 16u);                                   // block_size
-  EXPECT_TRUE(f[5].is_nil());                                            // lora_id
-  EXPECT_EQ(Str(f[6]), "CPU_PINNED");                                    // medium
-  EXPECT_EQ(Str(f[7]), "adapter");                                       // lora_name
-  EXPECT_EQ(f[8].via.array.size, 2u);                                    // extra_keys
-  EXPECT_EQ(f[9].as<int>(), 0);                                          // group_idx
-  EXPECT_EQ(Str(f[10]), "full_attention");                               // kv_cache_spec_kind
+  EXPECT_EQ(Bin(f[2]), "parent");                                       // parent_block_hash
+  EXPECT_THAT(Ints(f[3]), ElementsAre(1, 2, 3, 70000));                 // token_ids
+  EXPECT_EQ(f[4].as<uint32_t>(), 16u);                                  // block_size
+  EXPECT_TRUE(f[5].is_nil());                                           // lora_id
+  EXPECT_EQ(Str(f[6]), "CPU_PINNED");                                   // medium
+  EXPECT_EQ(Str(f[7]), "adapter");                                      // lora_name
+  EXPECT_EQ(f[8].via.array.size, 2u);                                   // extra_keys
+  EXPECT_EQ(f[9].as<int>(), 0);                                         // group_idx
+  EXPECT_EQ(Str(f[10]), "full_attention");                              // kv_cache_spec_kind
   EXPECT_TRUE(f[11].is_nil());  // kv_cache_spec_sliding_window
 
   const msgpack::object& r = list.via.array.ptr[1];

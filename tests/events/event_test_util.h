@@ -39,7 +39,8 @@ inline std::vector<zmq::message_t> Recv(zmq::socket_t& s, int timeout_ms = kRecv
 inline uint64_t BigEndian(const zmq::message_t& m) {
   EXPECT_EQ(m.size(), 8u);
   uint64_t v = 0;
-  for (size_t i = 0; i < 8 && i < m.size(); ++i) v = (v << 8) | static_cast<const uint8_t*>(m.data())[i];
+  for (size_t i = 0; i < 8 && i < m.size(); ++i)
+    v = (v << 8) | static_cast<const uint8_t*>(m.data())[i];
   return v;
 }
 
@@ -107,8 +108,7 @@ inline zmq::socket_t ReplayClient(zmq::context_t& ctx, const std::string& endpoi
 // Asks for every batch from `start`; returns the (seq, payload) pairs before the end
 // marker. `delimited`: send the empty delimiter frame first (as vLLM's consumers do),
 // else only the 8 bytes.
-inline std::vector<std::pair<uint64_t, std::string>> Replay(zmq::socket_t& dealer,
-                                                            uint64_t start,
+inline std::vector<std::pair<uint64_t, std::string>> Replay(zmq::socket_t& dealer, uint64_t start,
                                                             bool delimited = true) {
   if (delimited) dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
   dealer.send(zmq::buffer(BigEndianBytes(start)), zmq::send_flags::none);
@@ -137,8 +137,7 @@ inline std::vector<std::pair<uint64_t, std::string>> Replay(zmq::socket_t& deale
 
 inline std::vector<std::pair<uint64_t, std::string>> Replay(zmq::context_t& ctx,
                                                             const std::string& endpoint,
-                                                            uint64_t start,
-                                                            bool delimited = true) {
+                                                            uint64_t start, bool delimited = true) {
   zmq::socket_t dealer = ReplayClient(ctx, endpoint);
   return Replay(dealer, start, delimited);
 }

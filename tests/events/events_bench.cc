@@ -72,8 +72,7 @@ void BM_Publish(benchmark::State& state, bool subscriber) {
   }
   uint64_t i = 0;
   for (auto _ : state) {
-    pub->Publish(BlockEvent::Stored("ns", "model", {Key(i)}, Key(i - 1), 16,
-                                    Medium::kCpuPinned));
+    pub->Publish(BlockEvent::Stored("ns", "model", {Key(i)}, Key(i - 1), 16, Medium::kCpuPinned));
     if (++i % kBurst == 0) FlushUntimed(state, *pub);
   }
   state.SetItemsProcessed(state.iterations());
@@ -90,8 +89,7 @@ void BM_PublishContended(benchmark::State& state) {
   if (state.thread_index() == 0) pub = MakePublisher();
   uint64_t i = static_cast<uint64_t>(state.thread_index()) << 40;
   for (auto _ : state) {
-    pub->Publish(BlockEvent::Stored("ns", "model", {Key(i)}, std::nullopt, 16,
-                                    Medium::kCpuPinned));
+    pub->Publish(BlockEvent::Stored("ns", "model", {Key(i)}, std::nullopt, 16, Medium::kCpuPinned));
     if (++i % kBurst == 0) FlushUntimed(state, *pub);
   }
   state.SetItemsProcessed(state.iterations());
@@ -106,8 +104,8 @@ BENCHMARK(BM_PublishContended)->Threads(2)->UseRealTime();
 void BM_EncodeBatch(benchmark::State& state) {
   std::vector<BlockEvent> events;
   for (uint64_t i = 0; i < 1024; ++i) {
-    events.push_back(BlockEvent::Stored("ns", "model", {Key(i)}, Key(i - 1), 16,
-                                        Medium::kCpuPinned));
+    events.push_back(
+        BlockEvent::Stored("ns", "model", {Key(i)}, Key(i - 1), 16, Medium::kCpuPinned));
   }
   for (auto _ : state) {
     benchmark::DoNotOptimize(EncodeBatch(1.0, events, std::nullopt, BatchFormat::kMap));

@@ -62,7 +62,8 @@ std::map<std::pair<std::string, std::string>, std::set<std::string>> RunScript(
       std::vector<std::string> keys;
       for (int b = 0; b < len; ++b) keys.push_back(key(b));
       BlockEvent e = BlockEvent::Stored(ns.name, ns.model_id, keys, std::nullopt, 16, medium);
-      for (int t = 0; t < 16 * len; ++t) e.token_ids.push_back(static_cast<uint32_t>(rng() % 32000));
+      for (int t = 0; t < 16 * len; ++t)
+        e.token_ids.push_back(static_cast<uint32_t>(rng() % 32000));
       if (rng() % 4 == 0) e.lora_name = "adapter-1";
       for (const std::string& k : keys) resident[{ns.topic_model(), k}].insert(MediumName(medium));
       emit(std::move(e));

@@ -102,8 +102,8 @@ TEST(ZmqEventPublisherTest, ThreeFramesTopicSeqAndMapPayload) {
   zmq::socket_t sub = Subscriber(ctx, pub->endpoint());
   const uint64_t seq = WaitSubscribed(*pub, sub);
 
-  pub->Publish(BlockEvent::Stored("ns1", "llama", {"a", "b"}, std::nullopt, 16,
-                                  Medium::kCpuPinned));
+  pub->Publish(
+      BlockEvent::Stored("ns1", "llama", {"a", "b"}, std::nullopt, 16, Medium::kCpuPinned));
   pub->Publish(BlockEvent::Removed("ns1", "llama", {"b"}, Medium::kCpuPinned));
   pub->Flush();
   std::optional<LiveBatch> b = RecvBatch(sub);
