@@ -4,7 +4,7 @@
 // for every codec, so GB/s are comparable with the
 // BM_Memcpy reference (copying the same 2 MiB). The "ratio" counter is source bytes /
 // blob bytes. BM_*Synthetic run the same on block 1 of a SyntheticKv sequence (post-RoPE
-// keys with outlier channels, values; synthetic.h) in the same layout, which is what the
+// keys with outlier channels, values; tools/synthetic_kv.h) in the same layout, which is what the
 // lossless codec's ratio is quoted on.
 //
 //   build/tests/bench/codec_bench --benchmark_min_time=0.2
@@ -18,7 +18,7 @@
 #include "benchmark/benchmark.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/half.h"
-#include "storage/kv/synthetic.h"
+#include "tools/synthetic_kv.h"
 
 namespace kvtier::kv {
 namespace {
@@ -53,10 +53,10 @@ const std::string& SyntheticBlock(Dtype dtype) {
   static std::string* blocks[3] = {};
   std::string*& block = blocks[static_cast<int>(dtype)];
   if (block == nullptr) {
-    SyntheticParams params;
+    tools::SyntheticParams params;
     params.layout = MakeLayout(dtype);
     params.seq_len = 2 * params.layout.tokens_per_block;
-    absl::StatusOr<SyntheticKv> g = SyntheticKv::Generate(params);
+    absl::StatusOr<tools::SyntheticKv> g = tools::SyntheticKv::Generate(params);
     block = new std::string(g.ok() ? g->RawBlock(1, dtype) : std::string());
   }
   return *block;
