@@ -64,8 +64,13 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", JoinHostPort(config.listen_address(), config.port())));
   }
-  // Not serving until the store is open.
-  s->server_->GetHealthCheckService()->SetServingStatus(false);
+  // Not serving until the store is open. Health answers for the whole server ("") and
+  // for each service by name; SetServingStatus(bool) later flips them all.
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  for (const char* name : {v1::KvCache::service_full_name(), v1::KvCacheAdmin::service_full_name()}) {
+    health->SetServingStatus(name, false);
+  }
+  health->SetServingStatus(false);
   s->port_ = selected_port;
   s->address_ = JoinHostPort(config.listen_address(), selected_port);
   ctx.node_id = config.cluster().node_id().empty() ? s->address_ : config.cluster().node_id();
