@@ -45,6 +45,14 @@ grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
   return grpc::Status::OK;
 }
 
+absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
+  bool own = false;
+  if (!grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out, &own).ok()) {
+    return absl::InternalError(absl::StrCat("cannot serialize ", message.GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context,
                                    Op op, UnaryWork work) {
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);

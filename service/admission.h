@@ -10,11 +10,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/message.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "service/auth.h"
@@ -50,6 +53,50 @@ using UnaryWork = std::function<void(storage::TieredStore& store, const Caller& 
 // reactor to hand back to gRPC.
 grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context,
                                    Op op, UnaryWork work);
+
+// Builds the work of a unary call from its parsed request and its response (owned by the
+// call until it finishes).
+template <typename Req, typename Resp>
+using MakeWorkFn = UnaryWork (*)(ServiceContext* ctx, const Req* request, Resp* response);
+
+// Serializes `message` into `out`. INTERNAL when it cannot be serialized.
+absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
+
+// RunUnary for a raw (grpc::ByteBuffer) unary method: parses `raw_request` as Req, runs
+// make_work(ctx, &request, &response) and, once it finishes OK, serializes the response
+// into `raw_response`. Request bytes that do not parse as Req are refused with
+// INVALID_ARGUMENT "<method>: request bytes do not parse as kvtier.v1.<Req>" (after
+// admission, so an unauthenticated caller still gets UNAUTHENTICATED).
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* RunParsed(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                    Op op, const char* method,
+                                    const grpc::ByteBuffer* raw_request,
+                                    grpc::ByteBuffer* raw_response,
+                                    MakeWorkFn<Req, Resp> make_work) {
+  struct Messages {
+    Req request;
+    Resp response;
+  };
+  auto m = std::make_shared<Messages>();
+  grpc::ByteBuffer copy(*raw_request);  // shares the slices
+  if (!grpc::SerializationTraits<Req>::Deserialize(&copy, &m->request).ok()) {
+    absl::Status refusal = absl::InvalidArgumentError(absl::StrCat(
+        method, ": request bytes do not parse as ", m->request.GetTypeName()));
+    return RunUnary(ctx, context, op,
+                    [refusal](storage::TieredStore&, const Caller&, FinishFn finish) {
+                      finish(refusal);
+                    });
+  }
+  UnaryWork inner = make_work(ctx, &m->request, &m->response);
+  return RunUnary(ctx, context, op,
+                  [m, inner = std::move(inner), raw_response](
+                      storage::TieredStore& store, const Caller& caller, FinishFn finish) {
+                    inner(store, caller, [m, raw_response, finish](absl::Status s) {
+                      if (s.ok()) s = SerializeResponse(m->response, raw_response);
+                      finish(s);
+                    });
+                  });
+}
 
 // Adapts synchronous work `fn(store, caller) -> absl::Status` to UnaryWork.
 template <typename Fn>

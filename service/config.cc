@@ -103,6 +103,9 @@ void ApplyDefaults(v1::ServerConfig& c) {
   if (c.keepalive_time_ms() == 0) c.set_keepalive_time_ms(30000);
   if (c.memory_quota_bytes() == 0) c.set_memory_quota_bytes(limits.put_budget_bytes);
   if (c.max_put_bytes() == 0) c.set_max_put_bytes(limits.max_put_bytes);
+  if (c.put_progress_timeout_ms() == 0) {
+    c.set_put_progress_timeout_ms(limits.put_progress_timeout_ms);
+  }
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
   if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);

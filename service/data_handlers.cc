@@ -90,17 +90,78 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
   finish(absl::OkStatus());
 }
 
+UnaryWork RegisterNamespaceWorkFor(ServiceContext* ctx, const v1::RegisterNamespaceRequest* request,
+                                   v1::RegisterNamespaceResponse* response) {
+  return Synchronous([ctx, request, response](storage::TieredStore& store, const Caller& caller) {
+    return RegisterNamespaceWork(ctx, *request, response, store, caller);
+  });
+}
+
+UnaryWork LookupWorkFor(ServiceContext* ctx, const v1::LookupRequest* request,
+                        v1::LookupResponse* response) {
+  return [ctx, request, response](storage::TieredStore& store, const Caller& caller,
+                                  FinishFn finish) {
+    LookupWork(ctx, request, response, store, caller, std::move(finish));
+  };
+}
+
+UnaryWork PinWork(ServiceContext* ctx, const v1::PinRequest* request, v1::PinResponse* response) {
+  return KeyedCount(ctx, request, response, false,
+                    [request](storage::TieredStore& store, const std::string& ns,
+                              const std::vector<std::string>& keys) {
+                      return store.Pin(ns, keys, request->ttl_ms());
+                    });
+}
+
+UnaryWork UnpinWork(ServiceContext* ctx, const v1::UnpinRequest* request,
+                    v1::UnpinResponse* response) {
+  return KeyedCount(ctx, request, response, false,
+                    [](storage::TieredStore& store, const std::string& ns,
+                       const std::vector<std::string>& keys) { return store.Unpin(ns, keys); });
+}
+
+UnaryWork ReportScoresWork(ServiceContext* ctx, const v1::ReportScoresRequest* request,
+                           v1::ReportScoresResponse* /*response*/) {
+  return Synchronous([ctx, request](storage::TieredStore& store,
+                                    const Caller& caller) -> absl::Status {
+    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                     FindNamespace(*ctx, store, request->namespace_(), caller));
+    ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(request->keys(), ctx->limits, false));
+    if (request->scores_size() != request->keys_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("scores has ", request->scores_size(),
+                                                     " values but keys has ",
+                                                     request->keys_size()));
+    }
+    std::vector<float> scores(request->scores().begin(), request->scores().end());
+    return store.ReportScores(ns.name, keys, scores);
+  });
+}
+
+UnaryWork DeleteWork(ServiceContext* ctx, const v1::DeleteRequest* request,
+                     v1::DeleteResponse* response) {
+  return KeyedCount(ctx, request, response, false,
+                    [](storage::TieredStore& store, const std::string& ns,
+                       const std::vector<std::string>& keys) { return store.Delete(ns, keys); });
+}
+
+UnaryWork CompactWork(ServiceContext* ctx, const v1::CompactRequest* request,
+                      v1::CompactResponse* response) {
+  return Synchronous([ctx, request, response](storage::TieredStore& store,
+                                              const Caller& caller) -> absl::Status {
+    RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_(), caller).status());
+    RETURN_IF_ERROR(CheckKeys(request->keys(), ctx->limits, false).status());
+    ASSIGN_OR_RETURN(*response, RunCompact(store, *request));
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
-    grpc::CallbackServerContext* context, const v1::RegisterNamespaceRequest* request,
-    v1::RegisterNamespaceResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kRegisterNamespace,
-                  Synchronous([ctx, request, response](storage::TieredStore& store,
-                                                       const Caller& caller) {
-                    return RegisterNamespaceWork(ctx, *request, response, store, caller);
-                  }));
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kRegisterNamespace, "RegisterNamespace", request, response,
+                   &RegisterNamespaceWorkFor);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Put(
@@ -114,83 +175,40 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Get(
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext* context,
-                                                     const v1::LookupRequest* request,
-                                                     v1::LookupResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(ctx_, context, Op::kLookup,
-                  [ctx, request, response](storage::TieredStore& store, const Caller& caller,
-                                           FinishFn finish) {
-                    LookupWork(ctx, request, response, store, caller, std::move(finish));
-                  });
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kLookup, "Lookup", request, response, &LookupWorkFor);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Pin(grpc::CallbackServerContext* context,
-                                                  const v1::PinRequest* request,
-                                                  v1::PinResponse* response) {
-  return RunUnary(ctx_, context, Op::kPin,
-                  KeyedCount(ctx_, request, response, false,
-                             [request](storage::TieredStore& store, const std::string& ns,
-                                       const std::vector<std::string>& keys) {
-                               return store.Pin(ns, keys, request->ttl_ms());
-                             }));
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kPin, "Pin", request, response, &PinWork);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Unpin(grpc::CallbackServerContext* context,
-                                                    const v1::UnpinRequest* request,
-                                                    v1::UnpinResponse* response) {
-  return RunUnary(ctx_, context, Op::kUnpin,
-                  KeyedCount(ctx_, request, response, false,
-                             [](storage::TieredStore& store, const std::string& ns,
-                                const std::vector<std::string>& keys) {
-                               return store.Unpin(ns, keys);
-                             }));
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kUnpin, "Unpin", request, response, &UnpinWork);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::ReportScores(grpc::CallbackServerContext* context,
-                                                           const v1::ReportScoresRequest* request,
-                                                           v1::ReportScoresResponse* /*response*/) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(
-      ctx_, context, Op::kReportScores,
-      Synchronous([ctx, request](storage::TieredStore& store, const Caller& caller) -> absl::Status {
-        ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                         FindNamespace(*ctx, store, request->namespace_(), caller));
-        ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                         CheckKeys(request->keys(), ctx->limits, false));
-        if (request->scores_size() != request->keys_size()) {
-          return absl::InvalidArgumentError(absl::StrCat("scores has ", request->scores_size(),
-                                                         " values but keys has ",
-                                                         request->keys_size()));
-        }
-        std::vector<float> scores(request->scores().begin(), request->scores().end());
-        return store.ReportScores(ns.name, keys, scores);
-      }));
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kReportScores, "ReportScores", request, response,
+                   &ReportScoresWork);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Delete(grpc::CallbackServerContext* context,
-                                                     const v1::DeleteRequest* request,
-                                                     v1::DeleteResponse* response) {
-  return RunUnary(ctx_, context, Op::kDelete,
-                  KeyedCount(ctx_, request, response, false,
-                             [](storage::TieredStore& store, const std::string& ns,
-                                const std::vector<std::string>& keys) {
-                               return store.Delete(ns, keys);
-                             }));
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kDelete, "Delete", request, response, &DeleteWork);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Compact(grpc::CallbackServerContext* context,
-                                                      const v1::CompactRequest* request,
-                                                      v1::CompactResponse* response) {
-  ServiceContext* ctx = ctx_;
-  return RunUnary(
-      ctx_, context, Op::kCompact,
-      Synchronous([ctx, request, response](storage::TieredStore& store,
-                                           const Caller& caller) -> absl::Status {
-        RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_(), caller).status());
-        RETURN_IF_ERROR(CheckKeys(request->keys(), ctx->limits, false).status());
-        ASSIGN_OR_RETURN(*response, RunCompact(store, *request));
-        return absl::OkStatus();
-      }));
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kCompact, "Compact", request, response, &CompactWork);
 }
 
 }  // namespace kvtier::service

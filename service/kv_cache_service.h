@@ -42,6 +42,7 @@
 #include "service/cluster.h"
 #include "service/limits.h"
 #include "service/metrics.h"
+#include "service/put_watchdog.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"
 
@@ -73,12 +74,14 @@ struct ServiceContext {
   uint32_t replication_factor = 1;
   ServiceLimits limits;
   int64_t open_micros = 0;  // when the store was opened (uptime)
-  // Payload bytes reserved by Put streams (at most limits.put_budget_bytes).
+  // Payload bytes buffered by Put streams (at most limits.put_budget_bytes).
   std::atomic<uint64_t> put_bytes_in_flight{0};
   // Shutdown: once set, new calls are refused with UNAVAILABLE.
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // calls admitted and not yet done
   PeerFanout* fanout = nullptr;       // cluster mode only (not owned); null = single node
+  // Cancels stalled Put streams (not owned); null = no progress timeout.
+  PutWatchdog* put_watchdog = nullptr;
   // Same-node shared-memory data path (not owned); null = off. Set before `store`.
   ShmServer* shm = nullptr;
   // Who may call, and which tenant's namespaces they may use. Set before serving.
@@ -92,12 +95,20 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
 void RemoveOtherTenants(const Caller& caller,
                         google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces);
 
-using KvCacheBase =
-    v1::KvCache::WithCallbackMethod_RegisterNamespace<v1::KvCache::WithRawCallbackMethod_Put<
-        v1::KvCache::WithRawCallbackMethod_Get<v1::KvCache::WithCallbackMethod_Lookup<
-            v1::KvCache::WithCallbackMethod_Pin<v1::KvCache::WithCallbackMethod_Unpin<
-                v1::KvCache::WithCallbackMethod_ReportScores<v1::KvCache::WithCallbackMethod_Delete<
-                    v1::KvCache::WithCallbackMethod_Compact<v1::KvCache::Service>>>>>>>>>;
+// Every method is raw (grpc::ByteBuffer): the services parse requests themselves, so
+// bytes that do not parse get INVALID_ARGUMENT naming the method (service/admission.h
+// RunParsed), and Put / Get handle their frames (protocol/wire.h).
+using KvCacheBase = v1::KvCache::WithRawCallbackMethod_RegisterNamespace<
+    v1::KvCache::WithRawCallbackMethod_Put<v1::KvCache::WithRawCallbackMethod_Get<
+        v1::KvCache::WithRawCallbackMethod_Lookup<v1::KvCache::WithRawCallbackMethod_Pin<
+            v1::KvCache::WithRawCallbackMethod_Unpin<v1::KvCache::WithRawCallbackMethod_ReportScores<
+                v1::KvCache::WithRawCallbackMethod_Delete<
+                    v1::KvCache::WithRawCallbackMethod_Compact<v1::KvCache::Service>>>>>>>>>;
+
+using KvCacheAdminBase = v1::KvCacheAdmin::WithRawCallbackMethod_Stats<
+    v1::KvCacheAdmin::WithRawCallbackMethod_ListNamespaces<
+        v1::KvCacheAdmin::WithRawCallbackMethod_Evict<v1::KvCacheAdmin::WithRawCallbackMethod_Flush<
+            v1::KvCacheAdmin::WithRawCallbackMethod_ClusterStatus<v1::KvCacheAdmin::Service>>>>>;
 
 // Thread-safe. `ctx` must outlive the service.
 class KvCacheServiceImpl final : public KvCacheBase {
@@ -105,54 +116,55 @@ class KvCacheServiceImpl final : public KvCacheBase {
   explicit KvCacheServiceImpl(ServiceContext* ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* RegisterNamespace(grpc::CallbackServerContext* context,
-                                              const v1::RegisterNamespaceRequest* request,
-                                              v1::RegisterNamespaceResponse* response) override;
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Put(grpc::CallbackServerContext* context,
                                                  grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Get(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const v1::LookupRequest* request,
-                                   v1::LookupResponse* response) override;
-  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context, const v1::PinRequest* request,
-                                v1::PinResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context,
+                                const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* context,
-                                  const v1::UnpinRequest* request,
-                                  v1::UnpinResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReportScores(grpc::CallbackServerContext* context,
-                                         const v1::ReportScoresRequest* request,
-                                         v1::ReportScoresResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
-                                   const v1::DeleteRequest* request,
-                                   v1::DeleteResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* context,
-                                    const v1::CompactRequest* request,
-                                    v1::CompactResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
 
  private:
   ServiceContext* ctx_;
 };
 
 // Thread-safe. `ctx` must outlive the service.
-class KvCacheAdminImpl final : public v1::KvCacheAdmin::CallbackService {
+class KvCacheAdminImpl final : public KvCacheAdminBase {
  public:
   explicit KvCacheAdminImpl(ServiceContext* ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
-                                  const v1::StatsRequest* request,
-                                  v1::StatsResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListNamespaces(grpc::CallbackServerContext* context,
-                                           const v1::ListNamespacesRequest* request,
-                                           v1::ListNamespacesResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context,
-                                  const v1::EvictRequest* request,
-                                  v1::EvictResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
-                                  const v1::FlushRequest* request,
-                                  v1::FlushResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* context,
-                                          const v1::ClusterStatusRequest* request,
-                                          v1::ClusterStatusResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
 
  private:
   ServiceContext* ctx_;

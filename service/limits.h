@@ -20,10 +20,14 @@ struct ServiceLimits {
   // Payload bytes per Get chunk message. Default: 1 MiB (less when max_message_bytes is
   // smaller: a chunk frame plus its framing bytes must fit one message).
   uint64_t chunk_bytes = 1ull << 20;
-  // Payload bytes all Put streams may buffer at once (their declared totals); a Put
-  // whose header would exceed it is refused with RESOURCE_EXHAUSTED. Default: 1 GiB
+  // Payload bytes all Put streams may buffer at once, charged as they arrive (a stream
+  // that sent only its header holds none); a Put whose next chunk would exceed it fails
+  // with RESOURCE_EXHAUSTED "server busy". Default: 1 GiB
   // (ServerConfig.memory_quota_bytes, at least max_put_bytes).
   uint64_t put_budget_bytes = 1ull << 30;
+  // A Put stream that waits this long for its client's next message is finished with
+  // DEADLINE_EXCEEDED naming put_progress_timeout_ms. Default: 30 s.
+  uint32_t put_progress_timeout_ms = 30000;
 
   // The limits of a defaulted, validated config.
   static ServiceLimits FromConfig(const v1::ServerConfig& config);

@@ -1,6 +1,7 @@
 #include "service/put_reactor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <span>
@@ -16,6 +17,7 @@
 #include "protocol/wire.h"
 #include "service/admission.h"
 #include "service/config.h"
+#include "service/put_watchdog.h"
 #include "service/request_checks.h"
 #include "storage/kv/codec.h"
 
@@ -32,10 +34,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       Finish(admit);
       return;
     }
-    StartRead(&in_);
+    if (ctx_->put_watchdog != nullptr) watch_ = ctx_->put_watchdog->Watch([this] { TimedOut(); });
+    ReadNext();
   }
 
   void OnReadDone(bool ok) override {
+    if (watch_ != nullptr) watch_->StopWaiting();
+    // Lost the race with the watchdog: the call is finished already.
+    if (int waiting = kWaiting; !state_.compare_exchange_strong(waiting, kBusy)) return;
     if (!ok) {
       EndOfStream();
       return;
@@ -56,7 +62,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         absl::Status s = CheckNamespaceAccess(caller_, ns_.name, ns_.tenant);
         if (s.ok()) s = ValidateHeader();
         if (!s.ok()) return Fail(s);
-        StartRead(&in_);
+        ReadNext();
         return;
       }
       if (!ctx_->executor->TrySchedule([this] {
@@ -67,7 +73,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
               s = ValidateHeader();
             }
             if (!s.ok()) return Fail(s);
-            StartRead(&in_);
+            ReadNext();
           })) {
         FinishAndRecord(BusyStatus());
       }
@@ -76,15 +82,37 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     absl::Status s = ConsumeChunkMessage();
     in_.Clear();
     if (!s.ok()) return Fail(s);
-    StartRead(&in_);
+    ReadNext();
   }
 
   void OnDone() override {
+    if (watch_ != nullptr) watch_->Close();
     ctx_->in_flight.fetch_sub(1);
     delete this;
   }
 
  private:
+  // state_: kBusy while a reaction or executor task works on the stream, kWaiting while a
+  // read is outstanding (the watchdog may then finish the call), kFinished once Finish
+  // was called.
+  enum State : int { kBusy, kWaiting, kFinished };
+
+  // Waits for the client's next message.
+  void ReadNext() {
+    state_.store(kWaiting);
+    if (watch_ != nullptr) watch_->StartWaiting(PutWatchdog::NowMs());
+    StartRead(&in_);
+  }
+
+  // The watchdog saw no message for put_progress_timeout_ms.
+  void TimedOut() {
+    if (int waiting = kWaiting; !state_.compare_exchange_strong(waiting, kBusy)) return;
+    FinishAndRecord(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("put: no message from the client for put_progress_timeout_ms (",
+                     ctx_->put_watchdog->timeout_ms(), " ms); the stream is cancelled")));
+  }
+
   struct Block {
     // Payload as received: views into held_ / owned_, no copy. `size` bytes in all.
     std::vector<std::string_view> pieces;
@@ -124,7 +152,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
-  // Checks the header against ns_ and reserves its bytes in the Put budget.
+  // Checks the header against ns_.
   absl::Status ValidateHeader() {
     if (header_.format() != v1::PAYLOAD_FORMAT_ENCODED &&
         header_.format() != v1::PAYLOAD_FORMAT_RAW) {
@@ -170,21 +198,23 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       received_ = total_;
       return absl::OkStatus();
     }
-    return ReserveBudget();
+    return absl::OkStatus();
   }
 
-  // Reserves the stream's buffers (total_ bytes) against the server-wide Put budget.
-  // RESOURCE_EXHAUSTED "server busy" when other puts hold too much of it.
-  absl::Status ReserveBudget() {
+  // Charges `bytes` just received to the server-wide Put budget (ServiceContext::
+  // put_bytes_in_flight). Payload is charged as it arrives, not as the header declares
+  // it, so streams that send a header and then stall hold none of the budget.
+  // RESOURCE_EXHAUSTED "server busy" when the buffered bytes of all puts would exceed it.
+  absl::Status Charge(uint64_t bytes) {
     uint64_t cur = ctx_->put_bytes_in_flight.load();
     do {
-      if (cur + total_ > ctx_->limits.put_budget_bytes) {
+      if (cur + bytes > ctx_->limits.put_budget_bytes) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "server busy: ", cur, " payload bytes of other puts are buffered; this put's ", total_,
-            " would exceed the budget of ", ctx_->limits.put_budget_bytes));
+            "server busy: ", cur, " payload bytes of puts are buffered; this put's next ", bytes,
+            " would exceed put_budget_bytes (", ctx_->limits.put_budget_bytes, ")"));
       }
-    } while (!ctx_->put_bytes_in_flight.compare_exchange_weak(cur, cur + total_));
-    reserved_ = total_;
+    } while (!ctx_->put_bytes_in_flight.compare_exchange_weak(cur, cur + bytes));
+    reserved_ += bytes;
     return absl::OkStatus();
   }
 
@@ -228,6 +258,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     protocol::SliceCursor cur(spans);
     if (protocol::ReadChunkPrefix(cur)) {
+      RETURN_IF_ERROR(Charge(cur.remaining()));
       // Fast path: the message is exactly one `chunk` field; its bytes stay in the slices.
       while (cur.remaining() > 0) {
         const std::span<const uint8_t> piece = cur.Next(cur.remaining());
@@ -246,6 +277,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return absl::InvalidArgumentError("header: only the first message may carry a header");
     }
     if (req.chunk().empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(Charge(req.chunk().size()));
     owned_.push_back(std::move(*req.mutable_chunk()));
     return Feed(owned_.back());
   }
@@ -389,6 +421,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void Fail(const absl::Status& s) { FinishAndRecord(protocol::ToGrpcStatus(s)); }
 
   void FinishAndRecord(const grpc::Status& s) {
+    if (state_.exchange(kFinished) == kFinished) return;
     ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
     ReleaseBuffers();
     ctx_->put_bytes_in_flight.fetch_sub(reserved_);
@@ -413,7 +446,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   size_t cur_ = 0;                 // block receiving bytes
   uint64_t total_ = 0;             // payload bytes declared by the header
   uint64_t received_ = 0;          // payload bytes received
-  uint64_t reserved_ = 0;          // bytes held in ServiceContext::put_bytes_in_flight
+  std::atomic<int> state_{kBusy};
+  std::shared_ptr<PutWatch> watch_;  // null without a watchdog
+  uint64_t reserved_ = 0;          // bytes charged to ServiceContext::put_bytes_in_flight
 };
 }  // namespace
 

@@ -34,6 +34,8 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   ASSIGN_OR_RETURN(ctx.auth, Authenticator::FromConfig(config));
   ctx.replication_factor = config.cluster().replication_factor();
   ctx.limits = ServiceLimits::FromConfig(config);
+  s->put_watchdog_ = std::make_unique<PutWatchdog>(ctx.limits.put_progress_timeout_ms);
+  ctx.put_watchdog = s->put_watchdog_.get();
   s->data_service_ = std::make_unique<KvCacheServiceImpl>(&ctx);
   s->admin_service_ = std::make_unique<KvCacheAdminImpl>(&ctx);
 

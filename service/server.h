@@ -21,6 +21,7 @@
 #include "service/kv_cache_service.h"
 #include "service/cluster.h"
 #include "service/metrics.h"
+#include "service/put_watchdog.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"
 
@@ -57,6 +58,7 @@ class KvtierServer {
   std::string address_;
   int port_ = 0;
   std::unique_ptr<common::ThreadPool> executor_;
+  std::unique_ptr<PutWatchdog> put_watchdog_;  // outlives every Put reactor (Shutdown)
   ServiceContext ctx_;
   std::unique_ptr<KvCacheServiceImpl> data_service_;
   std::unique_ptr<KvCacheAdminImpl> admin_service_;

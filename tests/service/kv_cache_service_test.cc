@@ -2,9 +2,11 @@
 // service/get_reactor.h, service/data_handlers.cc): a real KvtierServer on 127.0.0.1
 // port 0 over a real store in a temp dir, driven with hand-built Put/Get frames.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <chrono>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,6 +45,8 @@ class KvCacheServiceTest : public ::testing::Test {
                                 "8MiB", "--executor-threads", "2", "--max-message-bytes",
                                 "64KiB", "--shm-socket", "off"});
     ASSERT_TRUE(cl.ok()) << cl.status();
+    Configure(cl->config);
+    ASSERT_TRUE(ValidateConfig(cl->config).ok());
     auto server = KvtierServer::Start(cl->config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -56,6 +60,9 @@ class KvCacheServiceTest : public ::testing::Test {
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub_->RegisterNamespace(&ctx, req, &resp).ok());
   }
+
+  // Adjusts the defaulted config before the server starts.
+  virtual void Configure(v1::ServerConfig& /*config*/) {}
 
   // Runs one Put stream of `messages` (the header first) and returns its status.
   grpc::Status Put(const std::vector<v1::PutRequest>& messages, v1::PutResponse* resp) {
@@ -269,6 +276,105 @@ TEST_F(KvCacheServiceTest, UnknownShmSessionAnswersWithAStructuredErrorDetail) {
   messages.clear();
   EXPECT_FALSE(protocol::GetErrorDetail(protocol::FromGrpcStatus("Get", Get(req, &messages)))
                    .has_value());
+}
+
+// Every unary method parses its request itself: bytes that are no request at all get
+// INVALID_ARGUMENT naming the method (not gRPC's generic INTERNAL).
+TEST_F(KvCacheServiceTest, UnaryRequestsThatDoNotParseAreInvalidArgumentNamingTheMethod) {
+  const char* const kMethods[] = {
+      "/kvtier.v1.KvCache/RegisterNamespace", "/kvtier.v1.KvCache/Lookup",
+      "/kvtier.v1.KvCache/Pin",               "/kvtier.v1.KvCache/Unpin",
+      "/kvtier.v1.KvCache/ReportScores",      "/kvtier.v1.KvCache/Delete",
+      "/kvtier.v1.KvCache/Compact",           "/kvtier.v1.KvCacheAdmin/Stats",
+      "/kvtier.v1.KvCacheAdmin/ListNamespaces", "/kvtier.v1.KvCacheAdmin/Evict",
+      "/kvtier.v1.KvCacheAdmin/Flush",        "/kvtier.v1.KvCacheAdmin/ClusterStatus"};
+  for (const char* path : kMethods) {
+    grpc::ClientContext ctx;
+    grpc::internal::RpcMethod method(path, grpc::internal::RpcMethod::NORMAL_RPC);
+    grpc::Slice garbage(std::string("\xff\xff\xff\xff", 4));
+    grpc::ByteBuffer request(&garbage, 1), response;
+    const grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel_.get(), method, &ctx, request, &response);
+    const std::string name = std::string(path).substr(std::string(path).rfind('/') + 1);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path;
+    EXPECT_THAT(s.error_message(), HasSubstr(name + ": request bytes do not parse")) << path;
+  }
+  // Well-formed requests still get their answers.
+  auto admin = v1::KvCacheAdmin::NewStub(channel_);
+  grpc::ClientContext ctx;
+  v1::ListNamespacesResponse list;
+  ASSERT_TRUE(admin->ListNamespaces(&ctx, v1::ListNamespacesRequest(), &list).ok());
+  ASSERT_EQ(list.namespaces_size(), 1);
+  EXPECT_EQ(list.namespaces(0).name(), "ns");
+}
+
+// A 64 MiB Put budget (and gRPC memory quota), puts of up to 16 MiB each, and a short
+// progress timeout.
+class PutAdmissionTest : public KvCacheServiceTest {
+ protected:
+  static constexpr uint32_t kTimeoutMs = 300;
+  void Configure(v1::ServerConfig& config) override {
+    config.set_memory_quota_bytes(64u << 20);
+    config.set_max_put_bytes(16u << 20);
+    config.set_put_progress_timeout_ms(kTimeoutMs);
+  }
+};
+
+TEST_F(PutAdmissionTest, IdleHeaderOnlyStreamsNeitherStarveOtherPutsNorLiveForever) {
+  const uint64_t block = testing::SmallLayout().BytesPerBlock();
+  // 16 streams each declare 16 MiB in their header (four times the budget in all), then
+  // send nothing.
+  struct Idle {
+    grpc::ClientContext ctx;
+    v1::PutResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::PutRequest>> writer;
+  };
+  std::vector<std::unique_ptr<Idle>> idle;
+  for (int s = 0; s < 16; ++s) {
+    std::vector<std::string> sizes(static_cast<size_t>((16u << 20) / block), std::string(block, 'x'));
+    v1::PutRequest header = Header(sizes);
+    for (auto& b : *header.mutable_header()->mutable_blocks()) b.set_key(absl::StrCat(s, "-", b.key()));
+    auto stream = std::make_unique<Idle>();
+    stream->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    stream->writer = stub_->Put(&stream->ctx, &stream->resp);
+    ASSERT_TRUE(stream->writer->Write(header));
+    idle.push_back(std::move(stream));
+  }
+  // The victim's puts (a few MiB each) still go through.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::string> payloads;
+    for (int i = 0; i < 64; ++i) payloads.push_back(RandomBytes(block, 1000 * round + i));
+    v1::PutResponse resp;
+    grpc::Status ps = Put(PutMessages(payloads, 1 << 15), &resp);
+    ASSERT_TRUE(ps.ok()) << "round " << round << ": " << ps.error_message();
+    EXPECT_EQ(resp.blocks_stored(), 64u);
+  }
+  // Each idle stream is finished by the progress timeout, with a status naming it.
+  for (auto& stream : idle) {
+    const grpc::Status s = stream->writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("put_progress_timeout_ms"));
+  }
+}
+
+TEST_F(PutAdmissionTest, AStreamThatStallsMidPayloadIsCutWithAStatusNamingTheTimeout) {
+  const uint64_t block = testing::SmallLayout().BytesPerBlock();
+  std::vector<std::string> big(static_cast<size_t>((16u << 20) / block), std::string(block, 'y'));
+  auto messages = PutMessages(big, 1 << 15);
+  {
+    grpc::ClientContext ctx;
+    v1::PutResponse resp;
+    auto writer = stub_->Put(&ctx, &resp);
+    // All but the last chunk, then the client stalls.
+    for (size_t i = 0; i + 1 < messages.size(); ++i) ASSERT_TRUE(writer->Write(messages[i]));
+    const grpc::Status s = writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("put_progress_timeout_ms"));
+  }
+  // The same put, complete, goes through.
+  v1::PutResponse resp;
+  grpc::Status ps = Put(messages, &resp);
+  EXPECT_TRUE(ps.ok()) << ps.error_message();
 }
 
 }  // namespace
