@@ -28,7 +28,9 @@
 //
 // Errors are the server's gRPC codes mapped one-to-one onto absl::StatusCode (the
 // message prefixed with the RPC name); DEADLINE_EXCEEDED / UNAVAILABLE when the server
-// cannot be reached in time.
+// cannot be reached in time. A server's structured detail (kvtier.v1.ErrorDetail) stays
+// attached: read it with protocol::GetErrorDetail (protocol/error_detail.h); the client
+// itself acts on SHM_SESSION_UNKNOWN (falls back to TCP), never on message text.
 //
 // Performance notes (2 MiB blocks on loopback; see tests/bench/redis_vs_kvtier.sh): on the
 // server's host the shared-memory path is 2-3x faster than TCP; put from and get into

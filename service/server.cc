@@ -76,36 +76,40 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   s->port_ = selected_port;
   s->address_ = JoinHostPort(config.listen_address(), selected_port);
   ctx.node_id = config.cluster().node_id().empty() ? s->address_ : config.cluster().node_id();
-  const v1::ClusterConfig& cluster = config.cluster();
-  if (!cluster.static_peers().empty() || !cluster.peer_dns().empty()) {
-    // Ring identity: cluster.node_id; else our entry of static_peers (found by address
-    // and port); else, with DNS, the host's FQDN, which is what peers get by reverse DNS.
-    std::string self_id = cluster.node_id();
-    if (self_id.empty()) {
-      self_id = cluster.peer_dns().empty() ? s->address_ : DefaultNodeId(selected_port);
-    }
-    ASSIGN_OR_RETURN(s->membership_,
-                     Membership::Create(MembershipOptionsFromConfig(
-                         cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
-    s->membership_->Start();
-    FanoutOptions fanout = FanoutOptionsFromConfig(config);
-    if (!cluster.peer_token_file().empty()) {
-      std::ifstream in(cluster.peer_token_file());
-      std::string token;
-      if (!std::getline(in, token) || token.empty()) {
-        return absl::NotFoundError(absl::StrCat("cluster.peer_token_file ",
-                                                cluster.peer_token_file(),
-                                                " cannot be read or is empty"));
-      }
-      fanout.prepare_context = [header = "Bearer " + token](grpc::ClientContext* c) {
-        c->AddMetadata("authorization", header);
-      };
-    }
-    s->fanout_ = std::make_unique<PeerFanout>(s->membership_.get(), std::move(fanout));
-    ctx.node_id = s->membership_->self_id();
-    ctx.fanout = s->fanout_.get();
-  }
+  RETURN_IF_ERROR(s->StartCluster(selected_port));
   return s;
+}
+
+absl::Status KvtierServer::StartCluster(int selected_port) {
+  const v1::ClusterConfig& cluster = config_.cluster();
+  if (cluster.static_peers().empty() && cluster.peer_dns().empty()) return absl::OkStatus();
+  // Ring identity: cluster.node_id; else our entry of static_peers (found by address and
+  // port); else, with DNS, the host's FQDN, which is what peers get by reverse DNS.
+  std::string self_id = cluster.node_id();
+  if (self_id.empty()) {
+    self_id = cluster.peer_dns().empty() ? address_ : DefaultNodeId(selected_port);
+  }
+  ASSIGN_OR_RETURN(membership_,
+                   Membership::Create(MembershipOptionsFromConfig(
+                       cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
+  membership_->Start();
+  FanoutOptions fanout = FanoutOptionsFromConfig(config_);
+  if (!cluster.peer_token_file().empty()) {
+    std::ifstream in(cluster.peer_token_file());
+    std::string token;
+    if (!std::getline(in, token) || token.empty()) {
+      return absl::NotFoundError(absl::StrCat("cluster.peer_token_file ",
+                                              cluster.peer_token_file(),
+                                              " cannot be read or is empty"));
+    }
+    fanout.prepare_context = [header = "Bearer " + token](grpc::ClientContext* c) {
+      c->AddMetadata("authorization", header);
+    };
+  }
+  fanout_ = std::make_unique<PeerFanout>(membership_.get(), std::move(fanout));
+  ctx_.node_id = membership_->self_id();
+  ctx_.fanout = fanout_.get();
+  return absl::OkStatus();
 }
 
 absl::Status KvtierServer::OpenStore() {

@@ -51,6 +51,9 @@ class KvtierServer {
 
  private:
   KvtierServer() = default;
+  // Cluster mode (static_peers or peer_dns): starts membership_ and fanout_ and takes the
+  // ring identity as node id. OK and nothing in single-node mode.
+  absl::Status StartCluster(int selected_port);
   // Starts shm_ unless config.shm_socket is "off".
   absl::Status StartShm();
 
