@@ -106,6 +106,9 @@ void ApplyDefaults(v1::ServerConfig& c) {
   if (c.put_progress_timeout_ms() == 0) {
     c.set_put_progress_timeout_ms(limits.put_progress_timeout_ms);
   }
+  if (c.max_puts_per_connection() == 0) {
+    c.set_max_puts_per_connection(limits.max_puts_per_connection);
+  }
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
   if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);

@@ -19,6 +19,24 @@ void NamespaceCache::Insert(const storage::NamespaceOptions& ns) {
   map_.try_emplace(ns.name, std::move(entry));
 }
 
+bool ConnectionPuts::Acquire(const std::string& peer, uint32_t max) {
+  absl::MutexLock lock(&mu_);
+  uint32_t& n = open_[peer];
+  if (n >= max) {
+    if (n == 0) open_.erase(peer);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void ConnectionPuts::Release(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(peer);
+  if (it == open_.end()) return;
+  if (--it->second == 0) open_.erase(it);
+}
+
 void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer) {
   if (ctx.shm == nullptr) return;
   offer->set_socket_path(ctx.shm->socket_path());

@@ -63,6 +63,21 @@ class NamespaceCache {
       ABSL_GUARDED_BY(mu_);
 };
 
+// Put streams open per client connection (grpc::ServerContext::peer()), for
+// ServiceLimits::max_puts_per_connection. Thread-safe.
+class ConnectionPuts {
+ public:
+  // Counts one more stream for `peer` and returns true, or returns false (counting
+  // nothing) when `peer` has `max` open already.
+  bool Acquire(const std::string& peer, uint32_t max);
+  // Ends a stream Acquire counted.
+  void Release(const std::string& peer);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, uint32_t> open_ ABSL_GUARDED_BY(mu_);
+};
+
 // State shared by both services. Thread-safe once constructed: `store` is published
 // once (release) and never changes afterwards.
 struct ServiceContext {
@@ -76,6 +91,7 @@ struct ServiceContext {
   int64_t open_micros = 0;  // when the store was opened (uptime)
   // Payload bytes buffered by Put streams (at most limits.put_budget_bytes).
   std::atomic<uint64_t> put_bytes_in_flight{0};
+  ConnectionPuts connection_puts;
   // Shutdown: once set, new calls are refused with UNAVAILABLE.
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // calls admitted and not yet done

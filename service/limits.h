@@ -28,6 +28,9 @@ struct ServiceLimits {
   // A Put stream that waits this long for its client's next message is finished with
   // DEADLINE_EXCEEDED naming put_progress_timeout_ms. Default: 30 s.
   uint32_t put_progress_timeout_ms = 30000;
+  // Put streams one client connection may have open at once; one more is refused with
+  // RESOURCE_EXHAUSTED naming max_puts_per_connection. Default: 128.
+  uint32_t max_puts_per_connection = 128;
 
   // The limits of a defaulted, validated config.
   static ServiceLimits FromConfig(const v1::ServerConfig& config);

@@ -34,6 +34,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       Finish(admit);
       return;
     }
+    if (!ctx_->connection_puts.Acquire(context->peer(), ctx_->limits.max_puts_per_connection)) {
+      FinishAndRecord(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("put: this connection has max_puts_per_connection (",
+                       ctx_->limits.max_puts_per_connection, ") Put streams open")));
+      return;
+    }
+    peer_ = context->peer();
     if (ctx_->put_watchdog != nullptr) watch_ = ctx_->put_watchdog->Watch([this] { TimedOut(); });
     ReadNext();
   }
@@ -87,6 +95,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   void OnDone() override {
     if (watch_ != nullptr) watch_->Close();
+    if (!peer_.empty()) ctx_->connection_puts.Release(peer_);
     ctx_->in_flight.fetch_sub(1);
     delete this;
   }
@@ -448,6 +457,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   uint64_t received_ = 0;          // payload bytes received
   std::atomic<int> state_{kBusy};
   std::shared_ptr<PutWatch> watch_;  // null without a watchdog
+  std::string peer_;                 // counted in ctx_->connection_puts (empty: not counted)
   uint64_t reserved_ = 0;          // bytes charged to ServiceContext::put_bytes_in_flight
 };
 }  // namespace

@@ -17,7 +17,8 @@ namespace kvtier::service {
 // call's status): INVALID_ARGUMENT naming the header field or chunk at fault,
 // NOT_FOUND / PERMISSION_DENIED for the namespace, FAILED_PRECONDITION for a layout or
 // codec mismatch or an unknown shm session (with ErrorDetail SHM_SESSION_UNKNOWN),
-// RESOURCE_EXHAUSTED over max_put_bytes, the Put budget or a full executor.
+// RESOURCE_EXHAUSTED over max_put_bytes, the Put budget, max_puts_per_connection or a
+// full executor, DEADLINE_EXCEEDED naming put_progress_timeout_ms for a stalled stream.
 // REQUIRES: ctx outlives the call.
 grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
                                                     grpc::CallbackServerContext* context,

@@ -377,5 +377,61 @@ TEST_F(PutAdmissionTest, AStreamThatStallsMidPayloadIsCutWithAStatusNamingTheTim
   EXPECT_TRUE(ps.ok()) << ps.error_message();
 }
 
+// At most four Put streams per connection.
+class PutConnectionCapTest : public KvCacheServiceTest {
+ protected:
+  void Configure(v1::ServerConfig& config) override { config.set_max_puts_per_connection(4); }
+};
+
+TEST_F(PutConnectionCapTest, OneConnectionCannotOpenMorePutsThanTheCapOthersStillCan) {
+  const uint64_t block = testing::SmallLayout().BytesPerBlock();
+  struct Open {
+    grpc::ClientContext ctx;
+    v1::PutResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::PutRequest>> writer;
+  };
+  std::vector<std::unique_ptr<Open>> open;
+  for (int i = 0; i < 4; ++i) {
+    auto stream = std::make_unique<Open>();
+    stream->writer = stub_->Put(&stream->ctx, &stream->resp);
+    ASSERT_TRUE(stream->writer->Write(Header({std::string(block, 'z')})));
+    open.push_back(std::move(stream));
+  }
+  // A Stats round trip on the same connection: the four streams are open by now (HTTP/2
+  // streams on one connection are processed in order).
+  auto admin = v1::KvCacheAdmin::NewStub(channel_);
+  {
+    grpc::ClientContext ctx;
+    v1::StatsResponse stats;
+    ASSERT_TRUE(admin->Stats(&ctx, v1::StatsRequest(), &stats).ok());
+  }
+  v1::PutResponse resp;
+  const std::vector<std::string> payloads = {RandomBytes(block, 7)};
+  const grpc::Status fifth = Put(PutMessages(payloads, 1 << 15), &resp);
+  EXPECT_EQ(fifth.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << fifth.error_message();
+  EXPECT_THAT(fifth.error_message(), HasSubstr("max_puts_per_connection"));
+
+  // Another connection is not affected.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto other = v1::KvCache::NewStub(
+      grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args));
+  {
+    grpc::ClientContext ctx;
+    auto writer = other->Put(&ctx, &resp);
+    for (const auto& m : PutMessages(payloads, 1 << 15)) ASSERT_TRUE(writer->Write(m));
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  // Once the four streams end, the first connection may put again.
+  for (auto& stream : open) {
+    stream->writer->WritesDone();
+    EXPECT_EQ(stream->writer->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  const grpc::Status again = Put(PutMessages(payloads, 1 << 15), &resp);
+  EXPECT_TRUE(again.ok()) << again.error_message();
+}
+
 }  // namespace
 }  // namespace kvtier::service
