@@ -18,7 +18,7 @@
 // region full) payloads travel over TCP as below. Put and Get payloads never pass through protobuf `bytes` fields:
 // Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
 // messages are parsed straight out of the received slices into the destination buffers
-// (client/wire.h). A batch larger than one block is split over up to
+// (protocol/wire.h). A batch larger than one block is split over up to
 // `max_streams_per_call` concurrent streams.
 //
 // Deadlines: every call has one (CallOptions::deadline_ms, else the client default) that
@@ -28,7 +28,9 @@
 //
 // Errors are the server's gRPC codes mapped one-to-one onto absl::StatusCode (the
 // message prefixed with the RPC name); DEADLINE_EXCEEDED / UNAVAILABLE when the server
-// cannot be reached in time.
+// cannot be reached in time. A server's structured detail (kvtier.v1.ErrorDetail) stays
+// attached: read it with protocol::GetErrorDetail (protocol/error_detail.h); the client
+// itself acts on SHM_SESSION_UNKNOWN (falls back to TCP), never on message text.
 //
 // Performance notes (2 MiB blocks on loopback; see tests/bench/redis_vs_kvtier.sh): on the
 // server's host the shared-memory path is 2-3x faster than TCP; put from and get into
@@ -54,6 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "protocol/convert.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 
@@ -294,14 +297,9 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// Converts between kvtier::kv and proto enums/layouts.
-kvtier::v1::Layout ToProto(const kv::Layout& layout);
-absl::StatusOr<kv::Layout> FromProto(const kvtier::v1::Layout& layout);
-
-// Returns FAILED_PRECONDITION naming the first field where the stored namespace differs
-// from the requested one (layout fields and codec; informational fields are ignored).
-absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
-                              const kvtier::v1::NamespaceSpec& stored);
+// Layout conversions for callers of this API; defined in protocol/convert.h.
+using ::kvtier::protocol::FromProto;
+using ::kvtier::protocol::ToProto;
 
 }  // namespace kvtier::client
 

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "service/request_checks.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/compaction.h"
 
@@ -27,10 +28,7 @@ absl::Status ValidateRequest(const v1::CompactRequest& request) {
         absl::StrCat("keys has ", request.keys_size(), " entries; the limit is ", kMaxCompactKeys));
   }
   for (int i = 0; i < request.keys_size(); ++i) {
-    const size_t n = request.keys(i).size();
-    if (n == 0 || n > 32) {
-      return absl::InvalidArgumentError(absl::StrCat("keys[", i, "] must be 1..32 bytes, got ", n));
-    }
+    RETURN_IF_ERROR(CheckKey(request.keys(i), absl::StrCat("keys[", i, "]")));
   }
   if (request.policy_case() == v1::CompactRequest::POLICY_NOT_SET) {
     return absl::InvalidArgumentError("policy must be set (sink_window, h2o or snapkv)");
@@ -46,29 +44,19 @@ absl::Status ValidateRequest(const v1::CompactRequest& request) {
   return absl::OkStatus();
 }
 
-bool SameShape(const kv::Layout& a, const kv::Layout& b) {
-  return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads &&
-         a.head_dim == b.head_dim && a.dtype == b.dtype;
-}
-
-}  // namespace
-
-absl::StatusOr<v1::CompactResponse> RunCompact(storage::TieredStore& store,
-                                               const v1::CompactRequest& request) {
-  RETURN_IF_ERROR(ValidateRequest(request));
-  const std::string& ns_name = request.namespace_();
-  ASSIGN_OR_RETURN(storage::NamespaceOptions ns, store.GetNamespace(ns_name));
+// Reads and decodes the sequence request.keys (block 0 first) of namespace `ns`.
+absl::StatusOr<kv::KvSequence> ReadSequence(storage::TieredStore& store,
+                                            const storage::NamespaceOptions& ns,
+                                            const v1::CompactRequest& request) {
   const kv::Layout& layout = ns.layout;
-
-  // Read and decode the sequence, block 0 first.
   std::vector<std::string> raw_blocks;
   raw_blocks.reserve(request.keys_size());
   for (int i = 0; i < request.keys_size(); ++i) {
-    absl::StatusOr<storage::BlockRef> ref = store.Get(ns_name, request.keys(i));
+    absl::StatusOr<storage::BlockRef> ref = store.Get(ns.name, request.keys(i));
     if (!ref.ok()) {
       if (ref.status().code() == absl::StatusCode::kNotFound) {
         return absl::NotFoundError(absl::StrCat("keys[", i, "] is not stored in namespace ",
-                                                ns_name));
+                                                ns.name));
       }
       return ref.status();
     }
@@ -78,7 +66,7 @@ absl::StatusOr<v1::CompactResponse> RunCompact(storage::TieredStore& store,
           absl::StrCat("keys[", i, "] names a compacted entry, not a block"));
     }
     ASSIGN_OR_RETURN(kv::EncodedInfo info, kv::ParseHeader(payload));
-    if (!SameShape(info.layout, layout)) {
+    if (kv::FirstDifference(layout, info.layout, /*compare_tokens=*/false).has_value()) {
       return absl::FailedPreconditionError(
           absl::StrCat("keys[", i, "] holds layout ", info.layout.DebugString(),
                        ", namespace has ", layout.DebugString()));
@@ -92,38 +80,41 @@ absl::StatusOr<v1::CompactResponse> RunCompact(storage::TieredStore& store,
     ASSIGN_OR_RETURN(std::string raw, kv::DecodeToString(payload));
     raw_blocks.push_back(std::move(raw));
   }
-  ASSIGN_OR_RETURN(kv::KvSequence seq, kv::KvSequenceFromRawBlocks(layout, raw_blocks));
-  raw_blocks.clear();
-  raw_blocks.shrink_to_fit();
+  return kv::KvSequenceFromRawBlocks(layout, raw_blocks);
+}
 
-  // Select.
-  const kv::PositionPolicy pos_policy = request.position_policy() == v1::POSITION_POLICY_REINDEX
-                                            ? kv::PositionPolicy::kReindex
-                                            : kv::PositionPolicy::kKeepOriginal;
-  const float theta = request.rope_theta();
+// What the request's policy selected, and the parameters that name the entry.
+struct Selected {
   kv::CompactionPolicy policy;
   std::string params;
+  kv::Selection selection;
+};
+
+absl::StatusOr<Selected> Select(const v1::CompactRequest& request, const kv::KvSequence& seq,
+                                kv::PositionPolicy pos_policy) {
+  const float theta = request.rope_theta();
+  Selected out;
   absl::StatusOr<kv::Selection> sel;
   switch (request.policy_case()) {
     case v1::CompactRequest::kSinkWindow: {
-      policy = kv::CompactionPolicy::kSinkWindow;
+      out.policy = kv::CompactionPolicy::kSinkWindow;
       const kv::SinkWindowParams p{.n_sink = request.sink_window().n_sink(),
                                    .window = request.sink_window().window()};
       sel = kv::SelectSinkWindow(seq.num_layers, seq.num_kv_heads, seq.num_tokens, p);
-      params = kv::CompactionParamsString(p, pos_policy, theta);
+      out.params = kv::CompactionParamsString(p, pos_policy, theta);
       break;
     }
     case v1::CompactRequest::kH2O: {
-      policy = kv::CompactionPolicy::kH2o;
+      out.policy = kv::CompactionPolicy::kH2o;
       const v1::H2oParams& h = request.h2o();
       const kv::H2oParams p{.n_sink = h.n_sink(), .heavy = h.heavy(), .recent = h.recent()};
       std::span<const float> scores(h.scores().data(), h.scores_size());
       sel = kv::SelectH2o(seq.num_layers, seq.num_kv_heads, seq.num_tokens, p, scores);
-      params = kv::CompactionParamsString(p, scores, pos_policy, theta);
+      out.params = kv::CompactionParamsString(p, scores, pos_policy, theta);
       break;
     }
     case v1::CompactRequest::kSnapkv: {
-      policy = kv::CompactionPolicy::kSnapKv;
+      out.policy = kv::CompactionPolicy::kSnapKv;
       const v1::SnapKvParams& s = request.snapkv();
       const kv::SnapKvParams p{.n_sink = s.n_sink(),
                                .obs_window = s.obs_window(),
@@ -132,19 +123,37 @@ absl::StatusOr<v1::CompactResponse> RunCompact(storage::TieredStore& store,
                                .num_query_heads = s.num_query_heads()};
       std::span<const float> queries(s.obs_queries().data(), s.obs_queries_size());
       sel = kv::SelectSnapKv(seq, p, queries);
-      params = kv::CompactionParamsString(p, queries, pos_policy, theta);
+      out.params = kv::CompactionParamsString(p, queries, pos_policy, theta);
       break;
     }
     default:
       return absl::InvalidArgumentError("policy must be set (sink_window, h2o or snapkv)");
   }
   if (!sel.ok()) return sel.status();
+  out.selection = *std::move(sel);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CompactResponse> RunCompact(storage::TieredStore& store,
+                                               const v1::CompactRequest& request) {
+  RETURN_IF_ERROR(ValidateRequest(request));
+  const std::string& ns_name = request.namespace_();
+  ASSIGN_OR_RETURN(storage::NamespaceOptions ns, store.GetNamespace(ns_name));
+  const kv::Layout& layout = ns.layout;
+  ASSIGN_OR_RETURN(kv::KvSequence seq, ReadSequence(store, ns, request));
+  const kv::PositionPolicy pos_policy = request.position_policy() == v1::POSITION_POLICY_REINDEX
+                                            ? kv::PositionPolicy::kReindex
+                                            : kv::PositionPolicy::kKeepOriginal;
+  ASSIGN_OR_RETURN(Selected selected, Select(request, seq, pos_policy));
+  const kv::Selection* sel = &selected.selection;
 
   // Gather, re-index, re-encode with the namespace codec.
   ASSIGN_OR_RETURN(kv::KvSequence kept, kv::Gather(seq, *sel));
   seq = kv::KvSequence();
   if (pos_policy == kv::PositionPolicy::kReindex) {
-    RETURN_IF_ERROR(kv::ReindexKeys(kept, *sel, theta));
+    RETURN_IF_ERROR(kv::ReindexKeys(kept, *sel, request.rope_theta()));
   }
   kv::Layout blob_layout = layout;
   blob_layout.tokens_per_block = sel->kept;
@@ -156,10 +165,10 @@ absl::StatusOr<v1::CompactResponse> RunCompact(storage::TieredStore& store,
                    kv::Encode(ns.codec, blob_layout, /*block_index=*/0, kv::AsBytes(raw),
                               codec_options));
   ASSIGN_OR_RETURN(std::string payload,
-                   kv::SerializeCompactedEntry(policy, pos_policy, *sel, blob));
+                   kv::SerializeCompactedEntry(selected.policy, pos_policy, *sel, blob));
 
-  const std::string entry_key = kv::CompactedEntryKey(request.keys(request.keys_size() - 1),
-                                                      params);
+  const std::string entry_key =
+      kv::CompactedEntryKey(request.keys(request.keys_size() - 1), selected.params);
   storage::BlockPut put;
   put.key = entry_key;
   put.block_index = 0;

@@ -1,5 +1,9 @@
 // The kvtier.v1.KvCache (data plane) and kvtier.v1.KvCacheAdmin gRPC services on the
-// callback API.
+// callback API (docs/design.md §3 Put / Get / Lookup data flow, §5 Service, admission and
+// limits). Pieces: admission and the unary helper (service/admission.h), request checks
+// (service/request_checks.h), the Put and Get reactors (service/put_reactor.h,
+// service/get_reactor.h), the handlers (service/data_handlers.cc,
+// service/admin_handlers.cc), frames (protocol/wire.h).
 //
 // Reactions never block: every call that touches the store or a codec is queued on the
 // bounded executor (common::ThreadPool::TrySchedule; a full queue answers
@@ -35,8 +39,9 @@
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "service/auth.h"
-#include "service/peer_fanout.h"
+#include "service/limits.h"
 #include "service/metrics.h"
+#include "service/put_watchdog.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"
 
@@ -57,6 +62,21 @@ class NamespaceCache {
       ABSL_GUARDED_BY(mu_);
 };
 
+// Put streams open per client connection (grpc::ServerContext::peer()), for
+// ServiceLimits::max_puts_per_connection. Thread-safe.
+class ConnectionPuts {
+ public:
+  // Counts one more stream for `peer` and returns true, or returns false (counting
+  // nothing) when `peer` has `max` open already.
+  bool Acquire(const std::string& peer, uint32_t max);
+  // Ends a stream Acquire counted.
+  void Release(const std::string& peer);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, uint32_t> open_ ABSL_GUARDED_BY(mu_);
+};
+
 // State shared by both services. Thread-safe once constructed: `store` is published
 // once (release) and never changes afterwards.
 struct ServiceContext {
@@ -66,18 +86,17 @@ struct ServiceContext {
   NamespaceCache namespaces;
   std::string node_id;
   uint32_t replication_factor = 1;
-  uint32_t max_keys_per_request = 4096;
-  uint64_t max_put_bytes = 1ull << 30;
-  uint64_t chunk_bytes = 1ull << 20;  // payload bytes per Get chunk message
-  int64_t open_micros = 0;            // when the store was opened (uptime)
-  // Payload bytes all Put streams may hold at once (their declared totals); a Put whose
-  // header would exceed it is refused with RESOURCE_EXHAUSTED instead of buffering.
-  uint64_t put_budget_bytes = 1ull << 30;
+  ServiceLimits limits;
+  int64_t open_micros = 0;  // when the store was opened (uptime)
+  // Payload bytes buffered by Put streams (at most limits.put_budget_bytes).
   std::atomic<uint64_t> put_bytes_in_flight{0};
+  ConnectionPuts connection_puts;
   // Shutdown: once set, new calls are refused with UNAVAILABLE.
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // calls admitted and not yet done
   PeerFanout* fanout = nullptr;       // cluster mode only (not owned); null = single node
+  // Cancels stalled Put streams (not owned); null = no progress timeout.
+  PutWatchdog* put_watchdog = nullptr;
   // Same-node shared-memory data path (not owned); null = off. Set before `store`.
   ShmServer* shm = nullptr;
   // Who may call, and which tenant's namespaces they may use. Set before serving.
@@ -91,15 +110,20 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
 void RemoveOtherTenants(const Caller& caller,
                         google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces);
 
-// Converts at the gRPC edge (codes are numerically identical).
-grpc::Status ToGrpcStatus(const absl::Status& status);
+// Every method is raw (grpc::ByteBuffer): the services parse requests themselves, so
+// bytes that do not parse get INVALID_ARGUMENT naming the method (service/admission.h
+// RunParsed), and Put / Get handle their frames (protocol/wire.h).
+using KvCacheBase = v1::KvCache::WithRawCallbackMethod_RegisterNamespace<
+    v1::KvCache::WithRawCallbackMethod_Put<v1::KvCache::WithRawCallbackMethod_Get<
+        v1::KvCache::WithRawCallbackMethod_Lookup<v1::KvCache::WithRawCallbackMethod_Pin<
+            v1::KvCache::WithRawCallbackMethod_Unpin<v1::KvCache::WithRawCallbackMethod_ReportScores<
+                v1::KvCache::WithRawCallbackMethod_Delete<
+                    v1::KvCache::WithRawCallbackMethod_Compact<v1::KvCache::Service>>>>>>>>>;
 
-using KvCacheBase =
-    v1::KvCache::WithCallbackMethod_RegisterNamespace<v1::KvCache::WithRawCallbackMethod_Put<
-        v1::KvCache::WithRawCallbackMethod_Get<v1::KvCache::WithCallbackMethod_Lookup<
-            v1::KvCache::WithCallbackMethod_Pin<v1::KvCache::WithCallbackMethod_Unpin<
-                v1::KvCache::WithCallbackMethod_ReportScores<v1::KvCache::WithCallbackMethod_Delete<
-                    v1::KvCache::WithCallbackMethod_Compact<v1::KvCache::Service>>>>>>>>>;
+using KvCacheAdminBase = v1::KvCacheAdmin::WithRawCallbackMethod_Stats<
+    v1::KvCacheAdmin::WithRawCallbackMethod_ListNamespaces<
+        v1::KvCacheAdmin::WithRawCallbackMethod_Evict<v1::KvCacheAdmin::WithRawCallbackMethod_Flush<
+            v1::KvCacheAdmin::WithRawCallbackMethod_ClusterStatus<v1::KvCacheAdmin::Service>>>>>;
 
 // Thread-safe. `ctx` must outlive the service.
 class KvCacheServiceImpl final : public KvCacheBase {
@@ -107,54 +131,55 @@ class KvCacheServiceImpl final : public KvCacheBase {
   explicit KvCacheServiceImpl(ServiceContext* ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* RegisterNamespace(grpc::CallbackServerContext* context,
-                                              const v1::RegisterNamespaceRequest* request,
-                                              v1::RegisterNamespaceResponse* response) override;
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Put(grpc::CallbackServerContext* context,
                                                  grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Get(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const v1::LookupRequest* request,
-                                   v1::LookupResponse* response) override;
-  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context, const v1::PinRequest* request,
-                                v1::PinResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* context,
+                                const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* context,
-                                  const v1::UnpinRequest* request,
-                                  v1::UnpinResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReportScores(grpc::CallbackServerContext* context,
-                                         const v1::ReportScoresRequest* request,
-                                         v1::ReportScoresResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
-                                   const v1::DeleteRequest* request,
-                                   v1::DeleteResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* context,
-                                    const v1::CompactRequest* request,
-                                    v1::CompactResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
 
  private:
   ServiceContext* ctx_;
 };
 
 // Thread-safe. `ctx` must outlive the service.
-class KvCacheAdminImpl final : public v1::KvCacheAdmin::CallbackService {
+class KvCacheAdminImpl final : public KvCacheAdminBase {
  public:
   explicit KvCacheAdminImpl(ServiceContext* ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
-                                  const v1::StatsRequest* request,
-                                  v1::StatsResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListNamespaces(grpc::CallbackServerContext* context,
-                                           const v1::ListNamespacesRequest* request,
-                                           v1::ListNamespacesResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context,
-                                  const v1::EvictRequest* request,
-                                  v1::EvictResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
-                                  const v1::FlushRequest* request,
-                                  v1::FlushResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* context,
-                                          const v1::ClusterStatusRequest* request,
-                                          v1::ClusterStatusResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
 
  private:
   ServiceContext* ctx_;

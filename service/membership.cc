@@ -332,7 +332,7 @@ void Membership::Install(std::vector<Peer> peers) {
   if (ring_ != nullptr && peers == peers_) return;
   std::vector<std::string> ids;
   for (const Peer& p : peers) ids.push_back(p.id);
-  ring_ = std::make_shared<const client::RendezvousRing>(std::move(ids));
+  ring_ = std::make_shared<const protocol::RendezvousRing>(std::move(ids));
   peers_ = std::move(peers);
   ++version_;
 }
@@ -342,7 +342,7 @@ std::vector<Peer> Membership::peers() const {
   return peers_;
 }
 
-std::shared_ptr<const client::RendezvousRing> Membership::ring() const {
+std::shared_ptr<const protocol::RendezvousRing> Membership::ring() const {
   absl::MutexLock lock(&mu_);
   return ring_;
 }

@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 #include "kvtier/v1/kvtier.pb.h"
 
 namespace kvtier::service {
@@ -114,7 +114,7 @@ class Membership {
   // Returns the members sorted by id (this node included, marked self).
   std::vector<Peer> peers() const;
   // Returns the ring over the member ids; never null. Cheap (shared, immutable).
-  std::shared_ptr<const client::RendezvousRing> ring() const;
+  std::shared_ptr<const protocol::RendezvousRing> ring() const;
   // Returns this node's ring id: the static_peers entry naming this node if there is
   // one, else options.self_id. Fixed by Create().
   const std::string& self_id() const { return options_.self_id; }
@@ -134,7 +134,7 @@ class Membership {
 
   mutable absl::Mutex mu_;
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const client::RendezvousRing> ring_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const protocol::RendezvousRing> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

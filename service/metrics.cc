@@ -9,6 +9,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
+#include "protocol/convert.h"
 #include "service/config.h"
 
 namespace kvtier::service {
@@ -92,7 +93,7 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
     v1::NamespaceStats* o = out->add_namespaces();
     o->set_name(n.name);
     o->set_tenant(n.tenant);
-    o->set_codec(CodecToProto(n.codec));
+    o->set_codec(protocol::CodecToProto(n.codec));
     o->set_lookups(n.lookups);
     o->set_lookup_blocks(n.lookup_blocks);
     o->set_lookup_hit_blocks(n.lookup_hit_blocks);
@@ -131,6 +132,134 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
+// Appends metric families; every metric gets the node label. Families are handed out
+// by reference into a vector reserved up front, so they stay valid while more are added.
+class FamilyBuilder {
+ public:
+  explicit FamilyBuilder(const std::string& node_id) : node_id_(node_id) { out_.reserve(64); }
+
+  MetricFamily& Family(const char* name, const char* help, MetricType type) {
+    KVTIER_CHECK(out_.size() < out_.capacity());
+    out_.push_back(MetricFamily{name, help, type, {}});
+    return out_.back();
+  }
+
+  void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) const {
+    ClientMetric m;
+    m.label = std::move(labels);
+    m.label.push_back({"node", node_id_});
+    if (f.type == MetricType::Counter) {
+      m.counter.value = v;
+    } else {
+      m.gauge.value = v;
+    }
+    f.metric.push_back(std::move(m));
+  }
+
+  const std::string& node_id() const { return node_id_; }
+  std::vector<MetricFamily> Take() { return std::move(out_); }
+
+ private:
+  const std::string& node_id_;
+  std::vector<MetricFamily> out_;
+};
+
+void AddTierFamilies(const storage::StoreStats& s, FamilyBuilder& b) {
+  auto& f = b.Family("kvtier_tier_capacity_bytes", "Capacity of each tier in bytes.",
+                     MetricType::Gauge);
+  b.Add(f, {{"tier", "hot"}}, static_cast<double>(s.hot_capacity_bytes));
+  b.Add(f, {{"tier", "cold"}}, static_cast<double>(s.cold_capacity_bytes));
+  auto& u = b.Family("kvtier_tier_used_bytes", "Bytes used in each tier.", MetricType::Gauge);
+  b.Add(u, {{"tier", "hot"}}, static_cast<double>(s.hot_used_bytes));
+  b.Add(u, {{"tier", "cold"}}, static_cast<double>(s.cold_used_bytes));
+}
+
+void AddNamespaceCounters(const storage::StoreStats& s, FamilyBuilder& b) {
+  struct CounterDef {
+    const char* name;
+    const char* help;
+    uint64_t storage::NamespaceStats::*field;
+  };
+  static const CounterDef kCounters[] = {
+      {"kvtier_lookups_total", "Lookup calls.", &storage::NamespaceStats::lookups},
+      {"kvtier_lookup_blocks_total", "Keys asked in Lookup calls.",
+       &storage::NamespaceStats::lookup_blocks},
+      {"kvtier_lookup_hit_blocks_total", "Looked-up keys resident in any tier.",
+       &storage::NamespaceStats::lookup_hit_blocks},
+      {"kvtier_lookup_prefix_hit_blocks_total", "Looked-up keys in the resident leading prefix.",
+       &storage::NamespaceStats::lookup_prefix_hit_blocks},
+      {"kvtier_get_blocks_total", "Blocks asked with Get.", &storage::NamespaceStats::gets},
+      {"kvtier_get_misses_total", "Blocks asked with Get and not served.",
+       &storage::NamespaceStats::get_misses},
+      {"kvtier_put_blocks_total", "Blocks stored.", &storage::NamespaceStats::puts},
+      {"kvtier_put_raw_bytes_total", "Source-dtype bytes of stored blocks.",
+       &storage::NamespaceStats::raw_bytes_put},
+      {"kvtier_put_encoded_bytes_total", "Encoded bytes of stored blocks.",
+       &storage::NamespaceStats::encoded_bytes_put},
+      {"kvtier_demotions_total", "Hot to cold demotions.", &storage::NamespaceStats::demotions},
+      {"kvtier_promotions_total", "Cold to hot promotions.", &storage::NamespaceStats::promotions},
+      {"kvtier_checksum_failures_total", "Corrupt blocks found.",
+       &storage::NamespaceStats::checksum_failures},
+  };
+  for (const CounterDef& d : kCounters) {
+    auto& f = b.Family(d.name, d.help, MetricType::Counter);
+    for (const auto& n : s.namespaces) {
+      b.Add(f, {{"namespace", n.name}, {"tenant", n.tenant}}, static_cast<double>(n.*d.field));
+    }
+  }
+  auto& f = b.Family("kvtier_evictions_total", "Blocks evicted, by reason.", MetricType::Counter);
+  for (const auto& n : s.namespaces) {
+    b.Add(f, {{"namespace", n.name}, {"reason", "hot_capacity"}},
+          static_cast<double>(n.evictions_hot_capacity));
+    b.Add(f, {{"namespace", n.name}, {"reason", "cold_capacity"}},
+          static_cast<double>(n.evictions_cold_capacity));
+    b.Add(f, {{"namespace", n.name}, {"reason", "admin"}}, static_cast<double>(n.evictions_admin));
+  }
+}
+
+void AddNamespaceGauges(const storage::StoreStats& s, FamilyBuilder& b) {
+  auto& hr =
+      b.Family("kvtier_lookup_hit_rate", "Lookup hit blocks / lookup blocks.", MetricType::Gauge);
+  auto& pr = b.Family("kvtier_lookup_prefix_hit_rate",
+                      "Lookup prefix-hit blocks / lookup blocks.", MetricType::Gauge);
+  auto& bb =
+      b.Family("kvtier_namespace_bytes", "Encoded bytes resident, by tier.", MetricType::Gauge);
+  auto& bl = b.Family("kvtier_namespace_blocks", "Blocks resident, by tier.", MetricType::Gauge);
+  for (const auto& n : s.namespaces) {
+    double denom = n.lookup_blocks ? static_cast<double>(n.lookup_blocks) : 1.0;
+    b.Add(hr, {{"namespace", n.name}}, n.lookup_hit_blocks / denom);
+    b.Add(pr, {{"namespace", n.name}}, n.lookup_prefix_hit_blocks / denom);
+    b.Add(bb, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.bytes));
+    b.Add(bb, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.bytes));
+    b.Add(bl, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.blocks));
+    b.Add(bl, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.blocks));
+  }
+}
+
+void AddRequestFamilies(const ServiceMetrics& metrics, FamilyBuilder& b) {
+  auto& f = b.Family("kvtier_request_latency_seconds", "RPC latency.", MetricType::Histogram);
+  auto& e = b.Family("kvtier_request_errors_total", "RPCs that returned an error.",
+                     MetricType::Counter);
+  for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
+    v1::LatencyHistogram h;
+    metrics.histogram(static_cast<Op>(i)).Snapshot(&h);
+    ClientMetric m;
+    m.label = {{"node", b.node_id()}, {"op", OpName(static_cast<Op>(i))}};
+    m.histogram.sample_count = h.count();
+    m.histogram.sample_sum = h.sum_us() / 1e6;
+    uint64_t cum = 0;
+    for (int k = 0; k < h.counts_size(); ++k) {
+      cum += h.counts(k);
+      double bound = k < h.bounds_us_size() ? h.bounds_us(k) / 1e6
+                                            : std::numeric_limits<double>::infinity();
+      m.histogram.bucket.push_back({cum, bound});
+    }
+    f.metric.push_back(std::move(m));
+    b.Add(e, {{"op", OpName(static_cast<Op>(i))}},
+          static_cast<double>(metrics.errors(static_cast<Op>(i))));
+  }
+}
+
 // Builds the metric families from the store and the service at scrape time.
 class KvtierCollectable : public prometheus::Collectable {
  public:
@@ -139,118 +268,12 @@ class KvtierCollectable : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const storage::StoreStats s = store_->Stats();
-    std::vector<MetricFamily> out;
-    // family() hands out references into `out`: reserve so they stay valid.
-    out.reserve(64);
-    auto family = [&](const char* name, const char* help, MetricType type) -> MetricFamily& {
-      KVTIER_CHECK(out.size() < out.capacity());
-      out.push_back(MetricFamily{name, help, type, {}});
-      return out.back();
-    };
-    auto add = [&](MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
-      ClientMetric m;
-      m.label = std::move(labels);
-      m.label.push_back({"node", node_id_});
-      if (f.type == MetricType::Counter) {
-        m.counter.value = v;
-      } else {
-        m.gauge.value = v;
-      }
-      f.metric.push_back(std::move(m));
-    };
-    {
-      auto& f = family("kvtier_tier_capacity_bytes", "Capacity of each tier in bytes.",
-                       MetricType::Gauge);
-      add(f, {{"tier", "hot"}}, static_cast<double>(s.hot_capacity_bytes));
-      add(f, {{"tier", "cold"}}, static_cast<double>(s.cold_capacity_bytes));
-      auto& u = family("kvtier_tier_used_bytes", "Bytes used in each tier.", MetricType::Gauge);
-      add(u, {{"tier", "hot"}}, static_cast<double>(s.hot_used_bytes));
-      add(u, {{"tier", "cold"}}, static_cast<double>(s.cold_used_bytes));
-    }
-    struct CounterDef {
-      const char* name;
-      const char* help;
-      uint64_t storage::NamespaceStats::*field;
-    };
-    static const CounterDef kCounters[] = {
-        {"kvtier_lookups_total", "Lookup calls.", &storage::NamespaceStats::lookups},
-        {"kvtier_lookup_blocks_total", "Keys asked in Lookup calls.",
-         &storage::NamespaceStats::lookup_blocks},
-        {"kvtier_lookup_hit_blocks_total", "Looked-up keys resident in any tier.",
-         &storage::NamespaceStats::lookup_hit_blocks},
-        {"kvtier_lookup_prefix_hit_blocks_total", "Looked-up keys in the resident leading prefix.",
-         &storage::NamespaceStats::lookup_prefix_hit_blocks},
-        {"kvtier_get_blocks_total", "Blocks asked with Get.", &storage::NamespaceStats::gets},
-        {"kvtier_get_misses_total", "Blocks asked with Get and not served.",
-         &storage::NamespaceStats::get_misses},
-        {"kvtier_put_blocks_total", "Blocks stored.", &storage::NamespaceStats::puts},
-        {"kvtier_put_raw_bytes_total", "Source-dtype bytes of stored blocks.",
-         &storage::NamespaceStats::raw_bytes_put},
-        {"kvtier_put_encoded_bytes_total", "Encoded bytes of stored blocks.",
-         &storage::NamespaceStats::encoded_bytes_put},
-        {"kvtier_demotions_total", "Hot to cold demotions.", &storage::NamespaceStats::demotions},
-        {"kvtier_promotions_total", "Cold to hot promotions.",
-         &storage::NamespaceStats::promotions},
-        {"kvtier_checksum_failures_total", "Corrupt blocks found.",
-         &storage::NamespaceStats::checksum_failures},
-    };
-    for (const CounterDef& d : kCounters) {
-      auto& f = family(d.name, d.help, MetricType::Counter);
-      for (const auto& n : s.namespaces) {
-        add(f, {{"namespace", n.name}, {"tenant", n.tenant}}, static_cast<double>(n.*d.field));
-      }
-    }
-    {
-      auto& f = family("kvtier_evictions_total", "Blocks evicted, by reason.", MetricType::Counter);
-      for (const auto& n : s.namespaces) {
-        add(f, {{"namespace", n.name}, {"reason", "hot_capacity"}},
-            static_cast<double>(n.evictions_hot_capacity));
-        add(f, {{"namespace", n.name}, {"reason", "cold_capacity"}},
-            static_cast<double>(n.evictions_cold_capacity));
-        add(f, {{"namespace", n.name}, {"reason", "admin"}},
-            static_cast<double>(n.evictions_admin));
-      }
-      auto& hr =
-          family("kvtier_lookup_hit_rate", "Lookup hit blocks / lookup blocks.", MetricType::Gauge);
-      auto& pr = family("kvtier_lookup_prefix_hit_rate",
-                        "Lookup prefix-hit blocks / lookup blocks.", MetricType::Gauge);
-      auto& bb =
-          family("kvtier_namespace_bytes", "Encoded bytes resident, by tier.", MetricType::Gauge);
-      auto& bl = family("kvtier_namespace_blocks", "Blocks resident, by tier.", MetricType::Gauge);
-      for (const auto& n : s.namespaces) {
-        double denom = n.lookup_blocks ? static_cast<double>(n.lookup_blocks) : 1.0;
-        add(hr, {{"namespace", n.name}}, n.lookup_hit_blocks / denom);
-        add(pr, {{"namespace", n.name}}, n.lookup_prefix_hit_blocks / denom);
-        add(bb, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.bytes));
-        add(bb, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.bytes));
-        add(bl, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.blocks));
-        add(bl, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.blocks));
-      }
-    }
-    {
-      auto& f = family("kvtier_request_latency_seconds", "RPC latency.", MetricType::Histogram);
-      auto& e = family("kvtier_request_errors_total", "RPCs that returned an error.",
-                       MetricType::Counter);
-      for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
-        v1::LatencyHistogram h;
-        metrics_->histogram(static_cast<Op>(i)).Snapshot(&h);
-        ClientMetric m;
-        m.label = {{"node", node_id_}, {"op", OpName(static_cast<Op>(i))}};
-        m.histogram.sample_count = h.count();
-        m.histogram.sample_sum = h.sum_us() / 1e6;
-        uint64_t cum = 0;
-        for (int b = 0; b < h.counts_size(); ++b) {
-          cum += h.counts(b);
-          double bound = b < h.bounds_us_size() ? h.bounds_us(b) / 1e6
-                                                : std::numeric_limits<double>::infinity();
-          m.histogram.bucket.push_back({cum, bound});
-        }
-        f.metric.push_back(std::move(m));
-        add(e, {{"op", OpName(static_cast<Op>(i))}},
-            static_cast<double>(metrics_->errors(static_cast<Op>(i))));
-      }
-    }
-    return out;
+    FamilyBuilder b(node_id_);
+    AddTierFamilies(s, b);
+    AddNamespaceCounters(s, b);
+    AddNamespaceGauges(s, b);
+    AddRequestFamilies(*metrics_, b);
+    return b.Take();
   }
 
  private:

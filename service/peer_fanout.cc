@@ -233,7 +233,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   // Records this node's own copies as answers and returns what to ask the other owners.
   Wanted TakeLocalHits(const std::string& ns, const std::vector<std::string>& keys,
-                       const std::vector<v1::Tier>& local_tiers, const client::RendezvousRing& ring,
+                       const std::vector<v1::Tier>& local_tiers, const protocol::RendezvousRing& ring,
                        const std::string& self_id) {
     Wanted wanted;
     primary_.assign(keys.size(), "");
@@ -398,7 +398,7 @@ v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<s
 void PeerFanout::FillClusterStatus(v1::ClusterStatusResponse* response) const {
   response->set_node_id(membership_->self_id());
   response->set_replication_factor(std::max<uint32_t>(1, options_.replication_factor));
-  const std::shared_ptr<const client::RendezvousRing> ring = membership_->ring();
+  const std::shared_ptr<const protocol::RendezvousRing> ring = membership_->ring();
   const std::vector<double> shares = ring->OwnershipShares(options_.replication_factor, 16384);
   std::map<std::string, double> share_of;
   for (size_t i = 0; i < ring->size(); ++i) share_of[ring->nodes()[i]] = shares[i];

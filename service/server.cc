@@ -33,11 +33,9 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   ctx.executor = s->executor_.get();
   ASSIGN_OR_RETURN(ctx.auth, Authenticator::FromConfig(config));
   ctx.replication_factor = config.cluster().replication_factor();
-  ctx.max_keys_per_request = config.max_keys_per_request();
-  ctx.max_put_bytes = config.max_put_bytes();
-  ctx.put_budget_bytes = std::max(config.memory_quota_bytes(), config.max_put_bytes());
-  // A chunk frame plus its few framing bytes must fit the message limit.
-  ctx.chunk_bytes = std::min<uint64_t>(1ull << 20, config.max_message_bytes() - 64);
+  ctx.limits = ServiceLimits::FromConfig(config);
+  s->put_watchdog_ = std::make_unique<PutWatchdog>(ctx.limits.put_progress_timeout_ms);
+  ctx.put_watchdog = s->put_watchdog_.get();
   s->data_service_ = std::make_unique<KvCacheServiceImpl>(&ctx);
   s->admin_service_ = std::make_unique<KvCacheAdminImpl>(&ctx);
 
@@ -68,41 +66,50 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", JoinHostPort(config.listen_address(), config.port())));
   }
-  // Not serving until the store is open.
-  s->server_->GetHealthCheckService()->SetServingStatus(false);
+  // Not serving until the store is open. Health answers for the whole server ("") and
+  // for each service by name; SetServingStatus(bool) later flips them all.
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  for (const char* name : {v1::KvCache::service_full_name(), v1::KvCacheAdmin::service_full_name()}) {
+    health->SetServingStatus(name, false);
+  }
+  health->SetServingStatus(false);
   s->port_ = selected_port;
   s->address_ = JoinHostPort(config.listen_address(), selected_port);
   ctx.node_id = config.cluster().node_id().empty() ? s->address_ : config.cluster().node_id();
-  const v1::ClusterConfig& cluster = config.cluster();
-  if (!cluster.static_peers().empty() || !cluster.peer_dns().empty()) {
-    // Ring identity: cluster.node_id; else our entry of static_peers (found by address
-    // and port); else, with DNS, the host's FQDN, which is what peers get by reverse DNS.
-    std::string self_id = cluster.node_id();
-    if (self_id.empty()) {
-      self_id = cluster.peer_dns().empty() ? s->address_ : DefaultNodeId(selected_port);
-    }
-    ASSIGN_OR_RETURN(s->membership_,
-                     Membership::Create(MembershipOptionsFromConfig(
-                         cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
-    s->membership_->Start();
-    FanoutOptions fanout = FanoutOptionsFromConfig(config);
-    if (!cluster.peer_token_file().empty()) {
-      std::ifstream in(cluster.peer_token_file());
-      std::string token;
-      if (!std::getline(in, token) || token.empty()) {
-        return absl::NotFoundError(absl::StrCat("cluster.peer_token_file ",
-                                                cluster.peer_token_file(),
-                                                " cannot be read or is empty"));
-      }
-      fanout.prepare_context = [header = "Bearer " + token](grpc::ClientContext* c) {
-        c->AddMetadata("authorization", header);
-      };
-    }
-    s->fanout_ = std::make_unique<PeerFanout>(s->membership_.get(), std::move(fanout));
-    ctx.node_id = s->membership_->self_id();
-    ctx.fanout = s->fanout_.get();
-  }
+  RETURN_IF_ERROR(s->StartCluster(selected_port));
   return s;
+}
+
+absl::Status KvtierServer::StartCluster(int selected_port) {
+  const v1::ClusterConfig& cluster = config_.cluster();
+  if (cluster.static_peers().empty() && cluster.peer_dns().empty()) return absl::OkStatus();
+  // Ring identity: cluster.node_id; else our entry of static_peers (found by address and
+  // port); else, with DNS, the host's FQDN, which is what peers get by reverse DNS.
+  std::string self_id = cluster.node_id();
+  if (self_id.empty()) {
+    self_id = cluster.peer_dns().empty() ? address_ : DefaultNodeId(selected_port);
+  }
+  ASSIGN_OR_RETURN(membership_,
+                   Membership::Create(MembershipOptionsFromConfig(
+                       cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
+  membership_->Start();
+  FanoutOptions fanout = FanoutOptionsFromConfig(config_);
+  if (!cluster.peer_token_file().empty()) {
+    std::ifstream in(cluster.peer_token_file());
+    std::string token;
+    if (!std::getline(in, token) || token.empty()) {
+      return absl::NotFoundError(absl::StrCat("cluster.peer_token_file ",
+                                              cluster.peer_token_file(),
+                                              " cannot be read or is empty"));
+    }
+    fanout.prepare_context = [header = "Bearer " + token](grpc::ClientContext* c) {
+      c->AddMetadata("authorization", header);
+    };
+  }
+  fanout_ = std::make_unique<PeerFanout>(membership_.get(), std::move(fanout));
+  ctx_.node_id = membership_->self_id();
+  ctx_.fanout = fanout_.get();
+  return absl::OkStatus();
 }
 
 absl::Status KvtierServer::OpenStore() {

@@ -1,6 +1,7 @@
 // KvtierServer: the whole kvtierd process minus flag parsing and signals. Owns the gRPC
-// server (KvCache, KvCacheAdmin, grpc.health.v1, reflection), the bounded executor, the
-// TieredStore and the optional Prometheus exporter.
+// server (KvCache, KvCacheAdmin, grpc.health.v1 for "" and both service names,
+// reflection), the bounded executor, the TieredStore and the optional Prometheus
+// exporter.
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
@@ -20,6 +21,7 @@
 #include "service/kv_cache_service.h"
 #include "service/peer_fanout.h"
 #include "service/metrics.h"
+#include "service/put_watchdog.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"
 
@@ -49,6 +51,9 @@ class KvtierServer {
 
  private:
   KvtierServer() = default;
+  // Cluster mode (static_peers or peer_dns): starts membership_ and fanout_ and takes the
+  // ring identity as node id. OK and nothing in single-node mode.
+  absl::Status StartCluster(int selected_port);
   // Starts shm_ unless config.shm_socket is "off".
   absl::Status StartShm();
 
@@ -56,6 +61,7 @@ class KvtierServer {
   std::string address_;
   int port_ = 0;
   std::unique_ptr<common::ThreadPool> executor_;
+  std::unique_ptr<PutWatchdog> put_watchdog_;  // outlives every Put reactor (Shutdown)
   ServiceContext ctx_;
   std::unique_ptr<KvCacheServiceImpl> data_service_;
   std::unique_ptr<KvCacheAdminImpl> admin_service_;
