@@ -1,10 +1,10 @@
-// Helpers shared by the TieredStore tests: a small layout, deterministic encoded payloads
-// and a settable clock.
+// Helpers shared by the TieredStore tests: a small layout, deterministic encoded payloads,
+// store options sized in blocks and the StoreTest fixture (a temp dir and a FakeClock).
 #ifndef KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
 #define KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
 
-#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,9 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "gtest/gtest.h"
+#include "storage/cold_tier.h"
 #include "storage/hot_arena.h"
 #include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage::testing {
 
@@ -89,14 +93,56 @@ inline Tier TierOf(TieredStore* store, const std::string& key, const std::string
   return r.ok() ? r->tiers[0] : Tier::kNone;
 }
 
-// A clock tests move by hand. Thread-safe.
-class ManualClock final : public common::Clock {
- public:
-  int64_t NowMicros() const override { return now_us_.load(); }
-  void AdvanceMillis(int64_t ms) { now_us_ += ms * 1000; }
+// Options of a test store: capacities in full SmallLayout() blocks, synchronous demotion
+// (deterministic), pin expiry on `clock`.
+inline StoreOptions TestStoreOptions(const std::string& data_dir, uint64_t hot_blocks,
+                                     uint64_t cold_blocks, common::Clock* clock) {
+  StoreOptions o;
+  o.data_dir = data_dir;
+  o.hot_capacity_bytes = hot_blocks * SlotBytes();
+  o.cold_capacity_bytes = cold_blocks * SlotBytes();
+  o.background_demotion = false;
+  o.clock = clock;
+  return o;
+}
 
- private:
-  std::atomic<int64_t> now_us_{1'000'000};
+// Opens a store (over `cold` when given); a failure fails the test and returns null.
+inline std::unique_ptr<TieredStore> OpenStore(const StoreOptions& o,
+                                              std::unique_ptr<ColdTier> cold = nullptr) {
+  auto store = cold != nullptr ? TieredStore::Open(o, std::move(cold)) : TieredStore::Open(o);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+// Puts the chain KeyOf(seq, 0) .. KeyOf(seq, n-1) (each block the parent of the next)
+// and returns the payloads.
+inline std::vector<std::string> PutChain(TieredStore* store, uint64_t seq, uint32_t n,
+                                         const std::string& ns = "ns") {
+  std::vector<std::string> payloads;
+  for (uint32_t i = 0; i < n; ++i) {
+    payloads.push_back(MakePayload(SmallLayout(), i, seq));
+    std::string key = KeyOf(seq, i);
+    std::string parent = i == 0 ? "" : KeyOf(seq, i - 1);
+    BlockPut put{key, parent, i, payloads.back()};
+    EXPECT_TRUE(store->Put(ns, {&put, 1}).ok());
+  }
+  return payloads;
+}
+
+// The fixture of the TieredStore tests: a store directory and a clock that moves only
+// when the test says so.
+class StoreTest : public ::testing::Test {
+ protected:
+  StoreOptions Options(uint64_t hot_blocks = 64, uint64_t cold_blocks = 1 << 20) {
+    return TestStoreOptions(dir_.Sub("db"), hot_blocks, cold_blocks, &clock_);
+  }
+  std::unique_ptr<TieredStore> Open(const StoreOptions& o,
+                                    std::unique_ptr<ColdTier> cold = nullptr) {
+    return OpenStore(o, std::move(cold));
+  }
+
+  kvtier::testing::TempDir dir_;
+  kvtier::testing::FakeClock clock_;
 };
 
 }  // namespace kvtier::storage::testing

@@ -1,10 +1,9 @@
-#include "storage/cold_tier.h"
+#include "storage/rocksdb_cold_tier.h"
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-#include <xxhash.h>
 #include <zstd.h>
 
 #include <cstring>
@@ -13,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
+#include "storage/checksum.h"
 
 namespace kvtier::storage {
 namespace {
@@ -72,11 +72,8 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
 
 }  // namespace
 
-uint64_t PayloadChecksum(std::span<const uint8_t> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
-
-absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& options) {
+absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
+    const ColdTierOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
@@ -115,13 +112,13 @@ absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& 
       {"blocks", blocks},
       {"meta", meta}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  std::unique_ptr<ColdTier> tier(new ColdTier(options));
+  std::unique_ptr<RocksDbColdTier> tier(new RocksDbColdTier(options));
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, cfs, &handles, &tier->db_);
   if (!s.ok()) {
     absl::Status st = FromRocks(s, "open");
-    return absl::Status(st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable
-                                                                  : st.code(),
-                        st.message());
+    return absl::Status(
+        st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable : st.code(),
+        st.message());
   }
   tier->default_cf_ = handles[0];
   tier->blocks_cf_ = handles[1];
@@ -129,7 +126,7 @@ absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& 
   return tier;
 }
 
-ColdTier::~ColdTier() {
+RocksDbColdTier::~RocksDbColdTier() {
   if (db_ == nullptr) return;
   for (auto* cf : {default_cf_, blocks_cf_, meta_cf_}) {
     if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
@@ -138,38 +135,33 @@ ColdTier::~ColdTier() {
   delete db_;
 }
 
-absl::StatusOr<uint32_t> ColdTier::PutBlock(ColdIndexRecord record,
-                                            std::span<const uint8_t> payload,
-                                            uint64_t checksum, bool compress) {
-  std::string value;
+absl::StatusOr<uint32_t> RocksDbColdTier::PutBlock(ColdIndexRecord record,
+                                                   std::span<const uint8_t> payload,
+                                                   uint64_t checksum, bool compress) {
+  std::string packed;
   uint8_t flags = 0;
   if (compress) {
-    std::string packed(ZSTD_compressBound(payload.size()), '\0');
+    packed.resize(ZSTD_compressBound(payload.size()));
     size_t n = ZSTD_compress(packed.data(), packed.size(), payload.data(), payload.size(), 1);
     // Keep zstd only when it saves at least 1/8; otherwise reads would pay for nothing.
     if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 8) {
       packed.resize(n);
       flags |= kFlagZstd;
-      value.reserve(kRecordHeaderBytes + n);
-      PutU32(&value, kRecordMagic);
-      value.push_back(static_cast<char>(kRecordVersion));
-      value.push_back(static_cast<char>(flags));
-      value.append(2, '\0');
-      PutU64(&value, checksum);
-      PutU32(&value, static_cast<uint32_t>(payload.size()));
-      value.append(packed);
     }
   }
-  if ((flags & kFlagZstd) == 0) {
-    value.reserve(kRecordHeaderBytes + payload.size());
-    PutU32(&value, kRecordMagic);
-    value.push_back(static_cast<char>(kRecordVersion));
-    value.push_back(static_cast<char>(flags));
-    value.append(2, '\0');
-    PutU64(&value, checksum);
-    PutU32(&value, static_cast<uint32_t>(payload.size()));
-    value.append(reinterpret_cast<const char*>(payload.data()), payload.size());
-  }
+  const std::string_view body =
+      (flags & kFlagZstd)
+          ? std::string_view(packed)
+          : std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size());
+  std::string value;
+  value.reserve(kRecordHeaderBytes + body.size());
+  PutU32(&value, kRecordMagic);
+  value.push_back(static_cast<char>(kRecordVersion));
+  value.push_back(static_cast<char>(flags));
+  value.append(2, '\0');
+  PutU64(&value, checksum);
+  PutU32(&value, static_cast<uint32_t>(payload.size()));
+  value.append(body);
   record.payload_bytes = static_cast<uint32_t>(payload.size());
   record.stored_bytes = static_cast<uint32_t>(value.size());
   record.checksum = checksum;
@@ -194,9 +186,8 @@ absl::StatusOr<uint32_t> ColdTier::PutBlock(ColdIndexRecord record,
   return record.stored_bytes;
 }
 
-absl::Status ColdTier::GetBlock(
-    uint32_t ns_id, std::string_view key,
-    const std::function<void(std::span<const uint8_t>, uint64_t)>& sink) {
+absl::Status RocksDbColdTier::GetBlock(uint32_t ns_id, std::string_view key,
+                                       const PayloadSink& sink) {
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions ro;
   // Our XXH3 over the payload (below) covers what RocksDB's block checksum would; paying
@@ -232,7 +223,7 @@ absl::Status ColdTier::GetBlock(
   return absl::OkStatus();
 }
 
-absl::Status ColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
+absl::Status RocksDbColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
   rocksdb::WriteBatch batch;
   rocksdb::Status s = batch.Delete(blocks_cf_, BlockKey(ns_id, key));
   if (s.ok()) s = batch.Delete(meta_cf_, IndexKey(ns_id, key));
@@ -240,7 +231,7 @@ absl::Status ColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
   return FromRocks(s, "delete block");
 }
 
-absl::Status ColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
+absl::Status RocksDbColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
   rocksdb::WriteOptions wo;
   wo.sync = true;  // rare, and a lost namespace would orphan its blocks
   std::string key = BlockKey(ns_id, "", kNamespacePrefix);
@@ -248,7 +239,7 @@ absl::Status ColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
                    "put namespace");
 }
 
-absl::Status ColdTier::ForEachNamespace(
+absl::Status RocksDbColdTier::ForEachNamespace(
     const std::function<void(uint32_t, std::string_view)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
   const std::string prefix(1, kNamespacePrefix);
@@ -259,7 +250,7 @@ absl::Status ColdTier::ForEachNamespace(
   return FromRocks(it->status(), "scan namespaces");
 }
 
-absl::Status ColdTier::ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) {
+absl::Status RocksDbColdTier::ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
   const std::string prefix(1, kBlockIndexPrefix);
   ColdIndexRecord rec;
@@ -282,20 +273,6 @@ absl::Status ColdTier::ForEachBlock(const std::function<void(const ColdIndexReco
   return FromRocks(it->status(), "scan block index");
 }
 
-absl::Status ColdTier::SyncWal() { return FromRocks(db_->SyncWAL(), "sync wal"); }
-
-absl::StatusOr<std::string> ColdTier::GetRawForTest(uint32_t ns_id, std::string_view key) {
-  std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), blocks_cf_, BlockKey(ns_id, key), &value);
-  if (!s.ok()) return FromRocks(s, "get raw");
-  return value;
-}
-
-absl::Status ColdTier::PutRawForTest(uint32_t ns_id, std::string_view key,
-                                     std::string_view value) {
-  return FromRocks(db_->Put(rocksdb::WriteOptions(), blocks_cf_, BlockKey(ns_id, key),
-                            rocksdb::Slice(value.data(), value.size())),
-                   "put raw");
-}
+absl::Status RocksDbColdTier::Sync() { return FromRocks(db_->SyncWAL(), "sync wal"); }
 
 }  // namespace kvtier::storage
