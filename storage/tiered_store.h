@@ -239,12 +239,23 @@ class TieredStore {
 
   // Stores blocks (all or nothing per block, in order; a failing block stops the call and
   // the blocks before it stay stored). NOT_FOUND unknown namespace; INVALID_ARGUMENT bad
-  // key / payload not a valid blob; FAILED_PRECONDITION payload codec or layout differs
-  // from the namespace; RESOURCE_EXHAUSTED if the hot tier is full of pinned/unevictable
+  // key / payload not a valid blob / a prefix rule below broken on block_index;
+  // FAILED_PRECONDITION payload codec or layout differs from the namespace, or a stored
+  // key would change its parent; RESOURCE_EXHAUSTED if the hot tier is full of pinned/unevictable
   // blocks and the block cannot go cold either; the cold tier's error (e.g. UNAVAILABLE)
   // when a needed cold write fails, in which case nothing of that block is stored.
   // Re-putting an existing key replaces it. Write-through namespaces return only after
   // the cold write is durable.
+  //
+  // Prefix rules, checked per block (standalone entries are exempt); a rejected block
+  // changes nothing stored, and the message names blocks[i].<field>, i its position in
+  // `blocks`:
+  //  - block_index is 0 if and only if parent_key is empty (INVALID_ARGUMENT,
+  //    blocks[i].block_index);
+  //  - a block whose parent this node holds has the parent's block_index + 1
+  //    (INVALID_ARGUMENT, blocks[i].block_index); a parent this node does not hold is
+  //    accepted as is (in a cluster it lives on another node);
+  //  - a stored key never changes its parent (FAILED_PRECONDITION, blocks[i].parent_key).
   virtual absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) = 0;
 
   // Returns the block: hot hit, else cold hit (checksum verified, then promoted), else

@@ -207,7 +207,7 @@ void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
   bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy));
   if (eligible) {
     // The sink rule holds per tier: a sink block (index < sink_blocks) is not demoted
-    // while a descendant is hot, and ColdLeaf never deletes a block with any descendant.
+    // while a descendant is hot, and cold eviction never deletes a block with a descendant.
     // A sink whose descendants are all cold may be demoted: it stays resident (cold) and
     // its prefix whole. Counting cold descendants here would keep every conversation's
     // block 0 hot forever and crowd out reusable blocks. Structure-aware policies

@@ -146,7 +146,12 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Put (tiered_store_put.cc)
-  absl::Status PutOne(NsState* ns, const BlockPut& block) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores blocks[position] of a Put call.
+  absl::Status PutOne(NsState* ns, const BlockPut& block, size_t position) ABSL_LOCKS_EXCLUDED(mu_);
+  // The prefix metadata rules (TieredStore::Put). INVALID_ARGUMENT naming
+  // blocks[position].block_index, FAILED_PRECONDITION naming blocks[position].parent_key.
+  absl::Status CheckPrefixRulesLocked(const NsState& ns, const BlockPut& block,
+                                      size_t position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates the block against the namespace and fills *prepared (no slot yet).
   // INVALID_ARGUMENT / FAILED_PRECONDITION as Put.
   absl::Status PreparePut(const NsState& ns, const BlockPut& block, PreparedPut* prepared) const;

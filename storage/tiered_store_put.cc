@@ -77,18 +77,31 @@ absl::Status CheckKeys(const BlockPut& block) {
 
 absl::Status TieredStoreImpl::Put(std::string_view ns_name, std::span<const BlockPut> blocks) {
   ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
-  for (const BlockPut& block : blocks) RETURN_IF_ERROR(PutOne(ns, block));
+  for (size_t i = 0; i < blocks.size(); ++i) RETURN_IF_ERROR(PutOne(ns, blocks[i], i));
   return absl::OkStatus();
 }
 
-absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
+absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t position) {
   PreparedPut prepared;
   RETURN_IF_ERROR(PreparePut(*ns, block, &prepared));
+  {
+    // Checked before the hot copy too, so a rejected block demotes nothing.
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckPrefixRulesLocked(*ns, block, position));
+  }
   CopyIntoHot(*ns, block, &prepared);
   bool stale_cold_record;
   {
     absl::MutexLock stripe(&Stripe(ns->id, block.key));
-    absl::StatusOr<std::optional<uint32_t>> stored = WriteColdForPut(*ns, block, prepared);
+    absl::Status rules;
+    {
+      // Again under the stripe: a concurrent Put of the key may have stored it meanwhile.
+      absl::MutexLock lock(&mu_);
+      rules = CheckPrefixRulesLocked(*ns, block, position);
+    }
+    absl::StatusOr<std::optional<uint32_t>> stored =
+        rules.ok() ? WriteColdForPut(*ns, block, prepared)
+                   : absl::StatusOr<std::optional<uint32_t>>(rules);
     if (!stored.ok()) {
       // Nothing was published: the slot goes back, the index is untouched.
       if (prepared.slot) hot_->Release(*prepared.slot);
@@ -100,6 +113,42 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block) {
   if (stale_cold_record) RETURN_IF_ERROR(DropStaleCold(*ns, block.key));
   DemoteIfSynchronous();
   EnforceColdCapacity();
+  return absl::OkStatus();
+}
+
+absl::Status TieredStoreImpl::CheckPrefixRulesLocked(const NsState& ns, const BlockPut& block,
+                                                     size_t position) const {
+  if (block.standalone) return absl::OkStatus();  // not part of the prefix tree
+  const bool root = block.parent_key.empty();
+  if (root != (block.block_index == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blocks[", position, "].block_index is ", block.block_index,
+                     root ? " but the block has no parent_key (only block 0 has none)"
+                          : " but the block has a parent_key (block 0 has none)"));
+  }
+  if (!root) {
+    // A parent this node does not hold is fine: in a cluster it lives on another node.
+    const BlockId parent = index_.Find(ns.id, block.parent_key);
+    if (parent != kNoEntry && index_.at(parent).resident() &&
+        !(index_.at(parent).flags & Entry::kStandalone) &&
+        block.block_index != index_.at(parent).block_index + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blocks[", position, "].block_index is ", block.block_index,
+                       " but its parent holds block_index ", index_.at(parent).block_index,
+                       " (a child's block_index is its parent's + 1)"));
+    }
+  }
+  const BlockId id = index_.Find(ns.id, block.key);
+  if (id != kNoEntry && index_.at(id).resident() && !(index_.at(id).flags & Entry::kStandalone)) {
+    const Entry& e = index_.at(id);
+    const std::string_view have =
+        e.parent == kNoEntry ? std::string_view() : index_.at(e.parent).key_view();
+    if (have != block.parent_key) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "blocks[", position, "].parent_key differs from the parent the stored key has (",
+          have.empty() ? "none" : "another key", "): a key never changes its parent"));
+    }
+  }
   return absl::OkStatus();
 }
 

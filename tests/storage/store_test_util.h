@@ -57,8 +57,8 @@ inline std::string MakePayload(const kv::Layout& layout, uint32_t block_index, u
   // Finite fp16 values in [-2, 2): sign, small exponent, random mantissa.
   for (size_t i = 0; i + 1 < raw.size(); i += 2) {
     uint64_t r = rng();
-    uint16_t h = static_cast<uint16_t>(((r & 1) << 15) | ((12 + (r >> 1) % 4) << 10) |
-                                       ((r >> 8) & 0x3ff));
+    uint16_t h =
+        static_cast<uint16_t>(((r & 1) << 15) | ((12 + (r >> 1) % 4) << 10) | ((r >> 8) & 0x3ff));
     raw[i] = static_cast<char>(h & 0xff);
     raw[i + 1] = static_cast<char>(h >> 8);
   }

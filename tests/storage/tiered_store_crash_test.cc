@@ -40,7 +40,7 @@ StoreOptions CrashOptions(const std::string& dir) {
     std::string payload = MakePayload(SmallLayout(), i % 64, i);
     std::string key = KeyOf(7, i);
     std::string parent = i == 0 ? "" : KeyOf(7, i - 1);
-    BlockPut put{key, parent, i % 64, payload};
+    BlockPut put{key, parent, i, payload};  // a chain: block i follows block i-1
     if (!(*store)->Put("wt", {&put, 1}).ok()) _exit(3);
     if (write(fd, &i, sizeof(i)) != sizeof(i)) _exit(4);
   }

@@ -137,13 +137,13 @@ TEST_F(TieredStoreTest, LookupReportsPrefixAndTiersWithoutTouchingRecency) {
   store.reset();
   store = Open(Options(/*hot_blocks=*/2));
   std::string pa = MakePayload(SmallLayout(), 1, 7), pb = MakePayload(SmallLayout(), 1, 8);
-  BlockPut a{"a", "", 1, pa}, b{"b", "", 1, pb};
+  BlockPut a{"a", "", 0, pa}, b{"b", "", 0, pb};  // roots
   ASSERT_TRUE(store->Put("ns", {&a, 1}).ok());
   ASSERT_TRUE(store->Put("ns", {&b, 1}).ok());
   std::vector<std::string> ka = {"a"};
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Lookup("ns", ka).ok());
   std::string pc = MakePayload(SmallLayout(), 1, 9);
-  BlockPut c{"c", "", 1, pc};
+  BlockPut c{"c", "", 0, pc};
   ASSERT_TRUE(store->Put("ns", {&c, 1}).ok());  // 3 > 0.9 * 2 slots: demote down to 1
   EXPECT_EQ(TierOf(store.get(), "a"), Tier::kCold);
 }
@@ -327,7 +327,7 @@ TEST_F(TieredStoreTest, PinKeepsBlocksHotUntilTtlExpires) {
   auto store = Open(Options(/*hot_blocks=*/4));
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
   std::string p = MakePayload(SmallLayout(), 1, 42);
-  BlockPut put{"sys", "", 1, p};
+  BlockPut put{"sys", "", 0, p};
   ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
   std::vector<std::string> keys = {"sys", "absent"};
   auto pinned = store->Pin("ns", keys, /*ttl_ms=*/1000);
@@ -384,7 +384,7 @@ TEST_F(TieredStoreTest, ZstdNamespaceCompressesCompressibleBlocks) {
   std::string raw(SmallLayout().BytesPerBlock(), '\0');  // zeros compress well
   auto blob = kv::Encode(kv::CodecId::kFp16, SmallLayout(), 1, kv::AsBytes(raw));
   ASSERT_TRUE(blob.ok());
-  BlockPut put{"zero", "", 1, *blob};
+  BlockPut put{"zero", "", 0, *blob};
   ASSERT_TRUE(store->Put("z", {&put, 1}).ok());
   EXPECT_LT(NsStats(*store, "z").cold.bytes, blob->size() / 4);
   ASSERT_EQ(*store->Evict("z", {}, false), 1u);

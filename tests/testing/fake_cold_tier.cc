@@ -58,8 +58,8 @@ int64_t FakeColdTier::failed_writes() const {
 }
 
 absl::StatusOr<uint32_t> FakeColdTier::PutBlock(storage::ColdIndexRecord record,
-                                                std::span<const uint8_t> payload,
-                                                uint64_t checksum, bool /*compress*/) {
+                                                std::span<const uint8_t> payload, uint64_t checksum,
+                                                bool /*compress*/) {
   {
     absl::MutexLock lock(&mu_);
     if (!write_failure_.ok()) {
@@ -77,8 +77,7 @@ absl::StatusOr<uint32_t> FakeColdTier::PutBlock(storage::ColdIndexRecord record,
   return b.record.stored_bytes;
 }
 
-absl::Status FakeColdTier::GetBlock(uint32_t ns_id, std::string_view key,
-                                    const PayloadSink& sink) {
+absl::Status FakeColdTier::GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) {
   {
     absl::MutexLock lock(&mu_);
     if (reads_blocked_) {
