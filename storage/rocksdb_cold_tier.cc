@@ -2,15 +2,22 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <zstd.h>
 
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/strings.h"
 #include "storage/checksum.h"
 
@@ -70,25 +77,44 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::InternalError(msg);
 }
 
-}  // namespace
+// RocksDB's info log, forwarded to `base`, counting what WAL recovery dropped: RocksDB
+// reports a skipped corrupted WAL range only as a "... dropping N bytes; ..." line there.
+class WalDropCounter final : public rocksdb::Logger {
+ public:
+  explicit WalDropCounter(std::shared_ptr<rocksdb::Logger> base)
+      : rocksdb::Logger(base->GetInfoLogLevel()), base_(std::move(base)) {}
 
-absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
-    const ColdTierOptions& options) {
-  if (options.dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create data_dir '", options.dir, "': ", ec.message()));
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
   }
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
-  db_options.max_total_wal_size = 256ull << 20;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    va_list copy;
+    va_copy(copy, ap);
+    char line[1024];
+    vsnprintf(line, sizeof(line), format, copy);
+    va_end(copy);
+    const char* at = std::strstr(line, " dropping ");
+    if (at != nullptr) {
+      dropped_ranges_.fetch_add(1, std::memory_order_relaxed);
+      dropped_bytes_.fetch_add(std::strtoull(at + 10, nullptr, 10), std::memory_order_relaxed);
+    }
+    base_->Logv(level, format, ap);
+  }
+  void Flush() override { base_->Flush(); }
+  size_t GetLogFileSize() const override { return base_->GetLogFileSize(); }
 
+  uint64_t dropped_ranges() const { return dropped_ranges_.load(std::memory_order_relaxed); }
+  uint64_t dropped_bytes() const { return dropped_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  const std::shared_ptr<rocksdb::Logger> base_;
+  std::atomic<uint64_t> dropped_ranges_{0};
+  std::atomic<uint64_t> dropped_bytes_{0};
+};
+
+rocksdb::ColumnFamilyOptions BlocksCfOptions(const ColdTierOptions& options) {
   rocksdb::ColumnFamilyOptions blocks;
-  blocks.compression = rocksdb::kNoCompression;  // see the header: zstd is ours, per value
+  blocks.compression = rocksdb::kNoCompression;  // zstd is ours, per value (PutBlock)
   blocks.write_buffer_size = 64ull << 20;
   blocks.max_write_buffer_number = 3;
   blocks.target_file_size_base = 256ull << 20;
@@ -104,21 +130,85 @@ absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
     blocks.blob_compression_type = rocksdb::kNoCompression;
     blocks.enable_blob_garbage_collection = true;  // reclaim deleted / overwritten values
   }
+  return blocks;
+}
+
+// Returns the table files under `dir` that cannot be opened or fail their checksums, as
+// "000012.sst (Corruption: ...)" joined by "; ". RocksDB's own error at DB::Open does not
+// always name the damaged table file (a bad footer is reported against the MANIFEST).
+std::string DamagedTableFiles(const std::string& dir) {
+  std::string out;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    if (f.path().extension() != ".sst") continue;
+    rocksdb::SstFileReader reader{rocksdb::Options()};
+    rocksdb::Status s = reader.Open(f.path().string());
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (s.ok()) continue;
+    if (!out.empty()) out += "; ";
+    absl::StrAppend(&out, f.path().filename().string(), " (", s.ToString(), ")");
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
+    const ColdTierOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create data_dir '", options.dir, "': ", ec.message()));
+  }
+  std::unique_ptr<RocksDbColdTier> tier(new RocksDbColdTier(options));
+  std::shared_ptr<WalDropCounter> wal_log;
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.max_total_wal_size = 256ull << 20;
+  // Recover the intact WAL records after a damaged one (kPointInTimeRecovery would stop
+  // there and lose everything after it). Payloads are verified by our checksum anyway;
+  // the price is that a dropped delete can bring an older (still valid) block back.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+  std::shared_ptr<rocksdb::Logger> base_log;
+  if (rocksdb::CreateLoggerFromOptions(options.dir, db_options, &base_log).ok()) {
+    wal_log = std::make_shared<WalDropCounter>(std::move(base_log));
+    db_options.info_log = wal_log;
+  }
+
   rocksdb::ColumnFamilyOptions meta;
   meta.compression = rocksdb::kNoCompression;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {"blocks", blocks},
+      {"blocks", BlocksCfOptions(options)},
       {"meta", meta}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  std::unique_ptr<RocksDbColdTier> tier(new RocksDbColdTier(options));
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, cfs, &handles, &tier->db_);
   if (!s.ok()) {
     absl::Status st = FromRocks(s, "open");
+    if (absl::IsDataLoss(st)) {
+      // Name the damaged file so the operator knows what to move aside.
+      const std::string damaged = DamagedTableFiles(options.dir);
+      if (!damaged.empty()) {
+        return absl::DataLossError(
+            absl::StrCat(st.message(), "; damaged table file(s) in ", options.dir, ": ", damaged));
+      }
+      return st;
+    }
     return absl::Status(
         st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable : st.code(),
         st.message());
+  }
+  if (wal_log != nullptr && wal_log->dropped_ranges() > 0) {
+    tier->wal_dropped_ranges_ = wal_log->dropped_ranges();
+    tier->wal_dropped_bytes_ = wal_log->dropped_bytes();
+    KVTIER_LOG(WARNING) << "cold tier " << options.dir << ": WAL recovery skipped "
+                        << tier->wal_dropped_ranges_ << " corrupted range(s), "
+                        << tier->wal_dropped_bytes_ << " bytes (see its RocksDB LOG)";
   }
   tier->default_cf_ = handles[0];
   tier->blocks_cf_ = handles[1];

@@ -44,7 +44,14 @@ class RocksDbColdTier final : public ColdTier {
  public:
   // Opens or creates the database. INVALID_ARGUMENT for an empty dir; UNAVAILABLE when
   // the directory cannot be created or RocksDB cannot open it; DATA_LOSS when RocksDB
-  // reports corruption.
+  // reports corruption it cannot skip. Damage is handled so:
+  //  - WAL: a damaged record is skipped with whatever else starts in the rest of its
+  //    32 KiB log block (RocksDB cannot trust the lengths there); every later record is
+  //    recovered (wal_dropped_ranges()). A lost record's block is absent, never served.
+  //  - SST (footer, index or any table file RocksDB opens at start): Open refuses with
+  //    DATA_LOSS whose message names the file; the operator moves that file aside (its
+  //    blocks are then lost) or wipes the directory. No automatic repair: a silently
+  //    shrunken cold tier is worse than a clear failure at start.
   static absl::StatusOr<std::unique_ptr<RocksDbColdTier>> Open(const ColdTierOptions& options);
   ~RocksDbColdTier() override;
   RocksDbColdTier(const RocksDbColdTier&) = delete;
@@ -62,6 +69,11 @@ class RocksDbColdTier final : public ColdTier {
   absl::Status ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) override;
   absl::Status Sync() override;
 
+  // What WAL recovery at Open skipped (kSkipAnyCorruptedRecords): corrupted ranges and
+  // their bytes, as RocksDB reports them in its info LOG. Open logs a warning when any.
+  uint64_t wal_dropped_ranges() const { return wal_dropped_ranges_; }
+  uint64_t wal_dropped_bytes() const { return wal_dropped_bytes_; }
+
  private:
   explicit RocksDbColdTier(const ColdTierOptions& options) : options_(options) {}
 
@@ -70,6 +82,8 @@ class RocksDbColdTier final : public ColdTier {
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* blocks_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
+  uint64_t wal_dropped_ranges_ = 0;
+  uint64_t wal_dropped_bytes_ = 0;
 };
 
 }  // namespace kvtier::storage

@@ -2,6 +2,8 @@
 
 #include <rocksdb/db.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -10,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "storage/checksum.h"
+#include "tests/storage/store_test_util.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -65,9 +68,11 @@ TEST(ColdTierTest, RoundTripIndexAndRecovery) {
   EXPECT_EQ(*Read(**cold, 3, "raw"), payload);
   EXPECT_TRUE(absl::IsNotFound(Read(**cold, 4, "child").status()));
   std::vector<std::pair<uint32_t, std::string>> specs;
-  ASSERT_TRUE((*cold)->ForEachNamespace([&](uint32_t id, std::string_view s) {
-                      specs.emplace_back(id, std::string(s));
-                    }).ok());
+  ASSERT_TRUE((*cold)
+                  ->ForEachNamespace([&](uint32_t id, std::string_view s) {
+                    specs.emplace_back(id, std::string(s));
+                  })
+                  .ok());
   ASSERT_EQ(specs.size(), 1u);
   EXPECT_EQ(specs[0].first, 3u);
   EXPECT_EQ(specs[0].second, "spec-3");
@@ -150,6 +155,95 @@ TEST(ColdTierTest, BlobFilesModeRoundTrips) {
   rec.key = "k";
   ASSERT_TRUE((*cold)->PutBlock(rec, Bytes(payload), PayloadChecksum(Bytes(payload)), false).ok());
   EXPECT_EQ(*Read(**cold, 0, "k"), payload);
+}
+
+TEST(ColdTierTest, DamagedWalRecordDropsAtMostTheRestOfItsLogBlock) {
+  kvtier::testing::TempDir dir;
+  const std::string db = dir.Sub("db");
+  std::mt19937 rng(11);
+  std::vector<std::string> payloads(64);
+  {
+    auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+    ASSERT_TRUE(cold.ok());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      payloads[i].resize(8192);
+      for (char& c : payloads[i]) c = static_cast<char>(rng());
+      ColdIndexRecord rec;
+      rec.key = "k" + std::to_string(i);
+      ASSERT_TRUE(
+          (*cold)
+              ->PutBlock(rec, Bytes(payloads[i]), PayloadChecksum(Bytes(payloads[i])), false)
+              .ok());
+    }
+  }  // closed without a memtable flush: every block is only in the WAL
+  ASSERT_TRUE(testing::FlipByteInWal(db, payloads[31]));
+
+  auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_GE((*cold)->wal_dropped_ranges(), 1u);
+  EXPECT_GT((*cold)->wal_dropped_bytes(), 0u);
+  // The damaged record is dropped with whatever else starts in the rest of its 32 KiB
+  // log block (RocksDB cannot trust the lengths there): at most 4 more 8 KiB records.
+  // Every later record is recovered (kPointInTimeRecovery would lose them all).
+  size_t lost = 0;
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    auto got = Read(**cold, 0, "k" + std::to_string(i));
+    if (!got.ok()) {
+      EXPECT_TRUE(absl::IsNotFound(got.status())) << i << ": " << got.status();
+      EXPECT_TRUE(i >= 31 && i <= 35) << "record " << i << " lost";
+      ++lost;
+      continue;
+    }
+    EXPECT_EQ(*got, payloads[i]) << i;
+  }
+  EXPECT_TRUE(absl::IsNotFound(Read(**cold, 0, "k31").status()));
+  size_t records = 0;
+  ASSERT_TRUE((*cold)->ForEachBlock([&](const ColdIndexRecord&) { ++records; }).ok());
+  EXPECT_EQ(records, 64 - lost);  // each index record went with its block (one batch)
+}
+
+TEST(ColdTierTest, DamagedSstFooterRefusesToOpenNamingTheFile) {
+  kvtier::testing::TempDir dir;
+  const std::string db = dir.Sub("db");
+  {
+    auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+    ASSERT_TRUE(cold.ok());
+    std::string payload(5000, 's');
+    ColdIndexRecord rec;
+    rec.key = "k";
+    ASSERT_TRUE(
+        (*cold)->PutBlock(rec, Bytes(payload), PayloadChecksum(Bytes(payload)), false).ok());
+  }
+  {
+    // Flush the memtables into table files with RocksDB directly.
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+        {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+        {"blocks", rocksdb::ColumnFamilyOptions()},
+        {"meta", rocksdb::ColumnFamilyOptions()}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), db, cfs, &handles, &raw).ok());
+    ASSERT_TRUE(raw->Flush(rocksdb::FlushOptions(), handles).ok());
+    for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+    ASSERT_TRUE(raw->Close().ok());
+    delete raw;
+  }
+  std::string sst;
+  for (const auto& f : std::filesystem::directory_iterator(db)) {
+    if (f.path().extension() == ".sst") sst = f.path().filename().string();
+  }
+  ASSERT_FALSE(sst.empty());
+  {
+    // Overwrite the footer (the last 48 bytes hold the index handle and the magic).
+    std::fstream f(db + "/" + sst, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-48, std::ios::end);
+    const std::string junk(48, 'x');
+    f.write(junk.data(), junk.size());
+  }
+  auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+  ASSERT_FALSE(cold.ok());
+  EXPECT_TRUE(absl::IsDataLoss(cold.status())) << cold.status();
+  EXPECT_NE(cold.status().message().find(sst), std::string::npos) << cold.status();
 }
 
 }  // namespace

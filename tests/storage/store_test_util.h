@@ -4,6 +4,9 @@
 #define KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -91,6 +94,30 @@ inline Tier TierOf(TieredStore* store, const std::string& key, const std::string
   std::vector<std::string> keys = {key};
   auto r = store->Lookup(ns, keys);
   return r.ok() ? r->tiers[0] : Tier::kNone;
+}
+
+// Flips one byte of `payload` where it is stored in a RocksDB write-ahead log (*.log)
+// under `db_dir`, damaging the WAL record that holds it. A record may be split at the
+// log's 32 KiB block boundaries, so the byte is looked up by a 64-byte window of the
+// payload, tried at several offsets. Returns false if no WAL holds any window.
+inline bool FlipByteInWal(const std::string& db_dir, const std::string& payload) {
+  for (const auto& f : std::filesystem::directory_iterator(db_dir)) {
+    if (f.path().extension() != ".log") continue;
+    std::string bytes;
+    {
+      std::ifstream in(f.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    for (size_t off = payload.size() / 2; off + 64 <= payload.size(); off += 512) {
+      const size_t at = bytes.find(payload.substr(off, 64));
+      if (at == std::string::npos) continue;
+      bytes[at + 32] ^= 0x40;
+      std::ofstream out(f.path(), std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      return out.good();
+    }
+  }
+  return false;
 }
 
 // Options of a test store: capacities in full SmallLayout() blocks, synchronous demotion
