@@ -81,7 +81,8 @@ TEST_F(TieredStoreFaultTest, FailedStandalonePutIsAnError) {
   auto store = OpenFake(/*hot_blocks=*/8, /*write_through=*/false);
   cold_->FailWrites(absl::UnavailableError("cold disk gone"));
   const std::string payload = MakePayload(SmallLayout(), 0, 3);
-  BlockPut put{KeyOf(3, 0), "", 0, payload};
+  const std::string key = KeyOf(3, 0);
+  BlockPut put{key, "", 0, payload};
   put.standalone = true;  // cold only: no hot copy to fall back on
   EXPECT_TRUE(absl::IsUnavailable(store->Put("ns", {&put, 1})));
   EXPECT_EQ(TierOf(store.get(), KeyOf(3, 0)), Tier::kNone);

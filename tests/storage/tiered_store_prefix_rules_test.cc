@@ -124,7 +124,8 @@ TEST_F(PrefixRulesTest, AStoredKeyNeverChangesItsParent) {
 }
 
 TEST_F(PrefixRulesTest, ReputUnderTheSameParentIsAccepted) {
-  BlockPut put{KeyOf(1, 1), KeyOf(1, 0), 1, chain_[1]};
+  const std::string key = KeyOf(1, 1), parent = KeyOf(1, 0);
+  BlockPut put{key, parent, 1, chain_[1]};
   EXPECT_TRUE(store_->Put("ns", {&put, 1}).ok());
   auto ref = store_->Get("ns", KeyOf(1, 1));
   ASSERT_TRUE(ref.ok());
@@ -142,7 +143,8 @@ TEST_F(PrefixRulesTest, AParentHeldElsewhereIsAccepted) {
 
 TEST_F(PrefixRulesTest, StandaloneEntriesAreExempt) {
   const std::string payload = MakePayload(SmallLayout(), 0, 5);
-  BlockPut put{KeyOf(3, 2), "", 4, payload};
+  const std::string key = KeyOf(3, 2);
+  BlockPut put{key, "", 4, payload};
   put.standalone = true;
   EXPECT_TRUE(store_->Put("ns", {&put, 1}).ok());
 }
