@@ -1,5 +1,6 @@
-// TieredStore: the storage engine behind kvtierd. Hot blocks live in one arena of pinned
-// host memory, cold blocks in RocksDB; a prefix index links every block to its parent so
+// TieredStore: the storage engine behind kvtierd (docs/design.md §3 Put / Get / Lookup data
+// flow, §4 Tiers and eviction). Hot blocks live in one arena of pinned host memory, cold
+// blocks in a ColdTier (RocksDB); a prefix index links every block to its parent so
 // eviction never strands a prefix and never drops attention-sink blocks while a
 // descendant is resident. No gRPC.
 //
@@ -57,6 +58,8 @@ struct NamespaceOptions {
 
 class ColdTier;
 
+// Options of TieredStore::Open, the one place their defaults live; Open checks them
+// (INVALID_ARGUMENT naming the field).
 struct StoreOptions {
   // RocksDB directory of the cold tier; created if missing. Unused when the store is
   // opened over an injected ColdTier. Default: "./kvtier-data".
