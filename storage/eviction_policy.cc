@@ -1,11 +1,41 @@
 #include "storage/eviction_policy.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "storage/eviction_policy_reuse.h"
 
-#include <algorithm>
-#include <cmath>
-
 namespace kvtier::storage {
+namespace {
+
+// Indexed by EvictionPolicyKind.
+constexpr std::array<std::string_view, 5> kPolicyNames = {"lru", "prefix_lru", "lfu",
+                                                          "heavy_hitter", "reuse_lru"};
+
+}  // namespace
+
+const char* EvictionPolicyName(EvictionPolicyKind kind) {
+  const size_t i = static_cast<size_t>(kind);
+  return i < kPolicyNames.size() ? kPolicyNames[i].data() : "unknown";
+}
+
+std::span<const std::string_view> EvictionPolicyNames() { return kPolicyNames; }
+
+absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
+  for (size_t i = 0; i < kPolicyNames.size(); ++i) {
+    if (name == kPolicyNames[i]) return static_cast<EvictionPolicyKind>(i);
+  }
+  std::string valid;
+  for (std::string_view n : kPolicyNames) {
+    if (!valid.empty()) valid += ", ";
+    valid += n;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("policy must be one of ", valid, "; got '", std::string(name), "'"));
+}
 
 bool RankedEvictionPolicy::After(const HeapItem& a, const HeapItem& b) {
   // std::*_heap builds a max-heap on "less"; returning "a after b" yields a min-heap.
@@ -134,9 +164,7 @@ class HeavyHitterPolicy final : public RankedEvictionPolicy {
   explicit HeavyHitterPolicy(const EvictionPolicyOptions& options)
       : half_life_(std::max(1.0, options.heavy_hitter_half_life_ticks)),
         hit_weight_(options.heavy_hitter_hit_weight) {}
-  const char* name() const override {
-    return EvictionPolicyName(EvictionPolicyKind::kHeavyHitter);
-  }
+  const char* name() const override { return EvictionPolicyName(EvictionPolicyKind::kHeavyHitter); }
   bool structure_aware() const override { return true; }
 
  protected:
@@ -148,13 +176,13 @@ class HeavyHitterPolicy final : public RankedEvictionPolicy {
       state->mass_tick = info.tick;
     } else {
       const double age = static_cast<double>(info.tick - std::min(info.tick, state->mass_tick));
-      state->mass = state->mass * std::exp2(-age / half_life_) + attention +
-                    (is_access ? hit_weight_ : 0.0);
+      state->mass =
+          state->mass * std::exp2(-age / half_life_) + attention + (is_access ? hit_weight_ : 0.0);
       state->mass_tick = std::max(state->mass_tick, info.tick);
     }
     const double log_mass = std::log2(std::max(state->mass, 1e-30));
-    state->rank = Rank{log_mass + static_cast<double>(state->mass_tick) / half_life_,
-                       state->mass_tick};
+    state->rank =
+        Rank{log_mass + static_cast<double>(state->mass_tick) / half_life_, state->mass_tick};
   }
 
  private:

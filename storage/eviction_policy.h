@@ -13,9 +13,10 @@
 // ineligible after OnInsert. Ids are reused after OnRemove (a later OnInsert starts fresh).
 // PickVictim returns an eligible id (without removing it) or kInvalidBlock.
 //
-// To add a policy: add an EvictionPolicyKind value (tiered_store.h) and its name, then
-// either derive from RankedEvictionPolicy (lowest rank is evicted first, ties by id) or
-// implement EvictionPolicy directly, and return it from NewEvictionPolicy.
+// To add a policy: add an EvictionPolicyKind value below and its name in
+// eviction_policy.cc (kPolicies), then either derive from RankedEvictionPolicy (lowest
+// rank is evicted first, ties by id) or implement EvictionPolicy directly, and return it
+// from NewEvictionPolicy.
 //
 // Thread-compatible: the store calls a policy only while holding its index mutex.
 #ifndef KVTIER_STORAGE_EVICTION_POLICY_H_
@@ -24,12 +25,42 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "storage/tiered_store.h"
+#include "absl/status/statusor.h"
 
 namespace kvtier::storage {
+
+// Eviction policies for the hot tier. Stable numbers.
+enum class EvictionPolicyKind : uint8_t {
+  kLru = 0,          // baseline: least recently used, ignores prefix structure
+  kPrefixLru = 1,    // default: LRU among leaves, sink blocks protected
+  kLfu = 2,          // least frequently used among leaves
+  kHeavyHitter = 3,  // decayed worker-reported attention mass + hits (H2O per block)
+  kReuseLru = 4,     // prefix LRU that favours blocks referenced before
+                     // (eviction_policy_reuse.h)
+};
+
+// Returns the policy's config name ("lru", "prefix_lru", "lfu", "heavy_hitter",
+// "reuse_lru"), or "unknown" for a value outside the enum.
+const char* EvictionPolicyName(EvictionPolicyKind kind);
+// Returns every policy name in enum order (for --help and error messages).
+std::span<const std::string_view> EvictionPolicyNames();
+// Returns the kind named `name`. INVALID_ARGUMENT listing every valid name otherwise.
+absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
+
+// Tuning of the ranked policies (part of StoreOptions).
+struct EvictionPolicyOptions {
+  // heavy_hitter: half-life of the decayed score, in ticks (one tick per block Put or
+  // Get). Default: 65536.
+  double heavy_hitter_half_life_ticks = 65536.0;
+  // heavy_hitter: score added by one hit; worker attention mass is added as reported.
+  // Default: 1.
+  double heavy_hitter_hit_weight = 1.0;
+};
 
 // Dense id of an index entry (reused after the entry is removed).
 using BlockId = uint32_t;
@@ -43,9 +74,6 @@ struct BlockInfo {
   uint64_t tick = 0;         // store-wide logical clock: +1 per block Put or Get
   uint32_t payload_bytes = 0;
 };
-
-// EvictionPolicyOptions is declared in tiered_store.h (it is part of StoreOptions).
-
 
 class EvictionPolicy {
  public:
@@ -76,7 +104,7 @@ class EvictionPolicy {
   virtual size_t MemoryBytes() const = 0;
 };
 
-// Returns a new policy of `kind`. Never null for the kinds declared in tiered_store.h.
+// Returns a new policy of `kind`. Never null for the kinds declared above.
 std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionPolicyKind kind,
                                                   const EvictionPolicyOptions& options = {});
 

@@ -8,7 +8,7 @@
 // mmap + mlock (needs CAP_IPC_LOCK or a large RLIMIT_MEMLOCK), else plain memory.
 // allocator_name() says which one is in use: "cuda", "mlock" or "malloc".
 //
-// Thread-compatible: the owner (TieredStore) serializes calls with its own mutex. The
+// Thread-compatible: the owner (HotTier, hot_tier.h) serializes calls with its mutex. The
 // bytes of an allocated slot may be read and written without that mutex by whoever owns
 // the slot.
 #ifndef KVTIER_STORAGE_HOT_ARENA_H_

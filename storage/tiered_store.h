@@ -1,5 +1,6 @@
-// TieredStore: the storage engine behind kvtierd. Hot blocks live in one arena of pinned
-// host memory, cold blocks in RocksDB; a prefix index links every block to its parent so
+// TieredStore: the storage engine behind kvtierd (docs/design.md §3 Put / Get / Lookup data
+// flow, §4 Tiers and eviction). Hot blocks live in one arena of pinned host memory, cold
+// blocks in a ColdTier (RocksDB); a prefix index links every block to its parent so
 // eviction never strands a prefix and never drops attention-sink blocks while a
 // descendant is resident. No gRPC.
 //
@@ -10,6 +11,7 @@
 #ifndef KVTIER_STORAGE_TIERED_STORE_H_
 #define KVTIER_STORAGE_TIERED_STORE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "storage/eviction_policy.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 
@@ -29,23 +32,18 @@ namespace kvtier::storage {
 enum class Tier : uint8_t { kNone = 0, kHot = 1, kCold = 2 };
 const char* TierName(Tier tier);  // "none", "hot", "cold"
 
-// Eviction policies for the hot tier (see eviction_policy.h).
-enum class EvictionPolicyKind : uint8_t {
-  kLru = 0,          // baseline: least recently used, ignores prefix structure
-  kPrefixLru = 1,    // default: LRU among leaves, sink blocks protected
-  kLfu = 2,          // least frequently used among leaves
-  kHeavyHitter = 3,  // decayed worker-reported attention mass + hits (H2O per block)
-  kReuseLru = 4,     // prefix LRU that favours blocks referenced before
-                     // (eviction_policy_reuse.h)
-};
-const char* EvictionPolicyName(EvictionPolicyKind kind);
-absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
+// Limits on names and keys (NamespaceOptions::Validate, BlockPut).
+inline constexpr size_t kMaxKeyBytes = 32;       // keys and parent keys: 1..32 bytes
+inline constexpr size_t kMaxNameBytes = 128;     // namespace and tenant names
+inline constexpr size_t kMaxModelIdBytes = 256;  // NamespaceOptions::model_id
 
 // A named KV layout plus how to store it. Registered once; later registrations must match.
 struct NamespaceOptions {
-  std::string name;                   // 1..128 chars of [A-Za-z0-9._/-]
-  std::string tenant = "default";     // owner; tenants never see each other's namespaces
-  std::string model_id;               // informational (model name + revision)
+  std::string name;                   // 1..kMaxNameBytes chars of [A-Za-z0-9._/-]
+  std::string tenant = "default";     // owner, same charset; tenants never see each
+                                      // other's namespaces
+  std::string model_id;               // informational (model name + revision), at most
+                                      // kMaxModelIdBytes
   kv::Layout layout;
   kv::CodecId codec = kv::CodecId::kFp16;  // storage codec of every block
   bool keep_sinks = true;             // codec keeps block 0's sink tokens unquantized
@@ -58,39 +56,50 @@ struct NamespaceOptions {
   absl::Status Validate() const;
 };
 
-// Tuning of the ranked policies (eviction_policy.h).
-struct EvictionPolicyOptions {
-  // heavy_hitter: half-life of the decayed score, in ticks (one tick per block Put or
-  // Get). Default: 65536.
-  double heavy_hitter_half_life_ticks = 65536.0;
-  // heavy_hitter: score added by one hit; worker attention mass is added as reported.
-  // Default: 1.
-  double heavy_hitter_hit_weight = 1.0;
-};
+class ColdTier;
 
+// Options of TieredStore::Open, the one place their defaults live; Open checks them
+// (INVALID_ARGUMENT naming the field).
 struct StoreOptions {
-  std::string data_dir = "./kvtier-data";  // RocksDB directory; created if missing
-  uint64_t hot_capacity_bytes = 256ull << 20;  // hot arena size. Default: 256 MiB
-  uint64_t cold_capacity_bytes = 16ull << 30;  // cold payload bytes. Default: 16 GiB
-  double high_watermark = 0.90;  // demotion starts above this hot fill fraction
-  double low_watermark = 0.80;   // ... and stops below this one
+  // RocksDB directory of the cold tier; created if missing. Unused when the store is
+  // opened over an injected ColdTier. Default: "./kvtier-data".
+  std::string data_dir = "./kvtier-data";
+  // Hot arena size. Default: 256 MiB.
+  uint64_t hot_capacity_bytes = 256ull << 20;
+  // Cold payload bytes (stored, after optional zstd); least recently used cold leaves
+  // are deleted above it. Default: 16 GiB.
+  uint64_t cold_capacity_bytes = 16ull << 30;
+  // Demotion starts when the hot arena is fuller than this fraction. Default: 0.90.
+  double high_watermark = 0.90;
+  // ... and stops once it is at most this fraction full. Default: 0.80.
+  double low_watermark = 0.80;
+  // Hot-tier eviction policy. Default: prefix_lru.
   EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  // Tuning of the ranked policies. Default: see EvictionPolicyOptions.
   EvictionPolicyOptions policy_options;
   // Hot arena allocator: "auto" (cudaHostAlloc, else mmap+mlock, else plain), or one of
   // "cuda", "mlock", "malloc" to force it (falls back like auto when unavailable).
+  // Default: "auto".
   std::string hot_allocator = "auto";
-  bool background_demotion = true;  // false: demote synchronously inside Put (tests)
-  bool cold_sync = false;  // fsync the WAL on write-through puts (power-loss durability)
-  bool warm_from_cold = false;  // on open, promote cold blocks into the hot tier
-  // Keep cold values in RocksDB blob files (BlobDB). Default off: see cold_tier.h for the
-  // measurement (software CRC32c makes blob reads ~3x slower with Debian's RocksDB).
+  // false: demote synchronously inside Put instead of on a background thread (tests).
+  // Default: true.
+  bool background_demotion = true;
+  // fsync the WAL on write-through puts (power-loss durability). Default: false.
+  bool cold_sync = false;
+  // On open, promote cold blocks into the hot tier up to the low watermark.
+  // Default: false.
+  bool warm_from_cold = false;
+  // Keep cold values in RocksDB blob files (BlobDB); see rocksdb_cold_tier.h for why it
+  // is off. Default: false.
   bool cold_blob_files = false;
-  common::Clock* clock = nullptr;  // null: common::RealClock()
+  // Time source for pin expiry; not owned, must outlive the store. Default: null, which
+  // means common::RealClock().
+  common::Clock* clock = nullptr;
 };
 
 // One block to store.
 struct BlockPut {
-  std::string_view key;         // 1..32 opaque bytes
+  std::string_view key;         // 1..kMaxKeyBytes opaque bytes
   std::string_view parent_key;  // empty for block 0 (and for standalone entries)
   uint32_t block_index = 0;     // 0 = first block of the sequence (holds the sinks)
   std::string_view payload;     // encoded blob (kv codec header) in the namespace codec
@@ -186,46 +195,76 @@ struct StoreStats {
 
 // Thread-safe. All methods may be called concurrently from any thread.
 //
-// Implementation notes (tiered_store.cc): one index mutex guards the prefix index, slot
-// table, policy and counters; payload copies, checksums and RocksDB I/O run outside it.
-// Cold writes and deletes of one key are serialized by a striped per-key mutex, so the
-// cold record and the index never disagree. Index entries are 84 bytes (33 of them the
-// key) in a chunked table, found through a hash set of 32-bit ids: ~63 bytes per block
-// beyond the key at 10^6 blocks (store_bench BM_IndexMemory).
+// Layout (docs/design.md §4 Tiers and eviction): TieredStoreImpl (tiered_store_impl.h)
+// orchestrates a PrefixIndex (prefix_index.h: entries, parent links, ghosts, the cold
+// LRU-of-leaves list), a HotTier (hot_tier.h: slots in the arena, refcounted read
+// handles), an EvictionPolicy (eviction_policy.h) and a ColdTier (cold_tier.h; RocksDB in
+// production, rocksdb_cold_tier.h). One index mutex guards the index, policy and
+// counters; payload copies, checksums and cold I/O run outside it. Cold writes and
+// deletes of one key are serialized by a striped per-key mutex, so the cold record and
+// the index never disagree. Index entries are 84 bytes (33 of them the key): ~63 bytes
+// per block beyond the key at 10^6 blocks (store_bench BM_IndexMemory).
 //
-// Eviction: the hot tier's policy (eviction_policy.h) picks victims among eligible blocks;
-// a victim is written to cold unless a current cold copy exists, then its slot is freed
-// (the entry stays, tier = cold). If no block is eligible, the least recent unpinned hot
-// leaf (then any unpinned hot block) is demoted: demotion never loses data. The cold tier
-// deletes least recently used leaves (no child in the index) while over capacity, so a
-// resident block's ancestors, and with them the sink blocks, are never deleted first.
+// Eviction: the hot tier's policy picks victims among eligible blocks; a victim is
+// written to cold unless a current cold copy exists, then its slot is freed (the entry
+// stays, tier = cold). If no block is eligible, the least recent unpinned hot leaf (then
+// any unpinned hot block) is demoted: demotion never loses data while the cold tier
+// accepts writes (a demotion whose cold write fails drops the block: it becomes a miss,
+// never a partial block). The cold tier deletes least recently used leaves (no child in
+// the index) while over capacity, so a resident block's ancestors, and with them the
+// sink blocks, are never deleted first.
+//
+// Error codes: every method below names its own. In addition, any method that touches
+// the cold tier may return the cold tier's UNAVAILABLE / INTERNAL (cold_tier.h) as is.
 class TieredStore {
  public:
   // Opens (or creates) the store under options.data_dir, allocates and touches the hot
   // arena, and recovers namespaces and the cold index from RocksDB. INVALID_ARGUMENT for
-  // bad options, UNAVAILABLE / INTERNAL if RocksDB cannot open.
+  // bad options, RESOURCE_EXHAUSTED if the hot arena cannot be allocated, UNAVAILABLE /
+  // INTERNAL if RocksDB cannot open, DATA_LOSS if a recovered record is malformed.
   static absl::StatusOr<std::unique_ptr<TieredStore>> Open(const StoreOptions& options);
+  // As above over an injected cold tier (options.data_dir and the cold_* RocksDB knobs
+  // are unused; tests pass tests/testing/fake_cold_tier.h). REQUIRES: cold != nullptr.
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Open(const StoreOptions& options,
+                                                           std::unique_ptr<ColdTier> cold);
 
   virtual ~TieredStore() = default;
 
   // Registers a namespace (persisted). Idempotent for an identical spec; a different
   // spec for an existing name returns FAILED_PRECONDITION naming the first differing
-  // field. INVALID_ARGUMENT for an invalid spec. Returns the stored spec.
+  // field. INVALID_ARGUMENT for an invalid spec; RESOURCE_EXHAUSTED past 65536
+  // namespaces. Returns the stored spec.
   virtual absl::StatusOr<NamespaceOptions> RegisterNamespace(const NamespaceOptions& ns) = 0;
-  // NOT_FOUND if unknown.
+  // Returns the spec of namespace `name`. NOT_FOUND if unknown.
   virtual absl::StatusOr<NamespaceOptions> GetNamespace(std::string_view name) const = 0;
+  // Returns every registered namespace, sorted by name. Never fails.
   virtual std::vector<NamespaceOptions> ListNamespaces() const = 0;
 
-  // Stores blocks (all or nothing per block, in order). NOT_FOUND unknown namespace;
-  // INVALID_ARGUMENT bad key / payload not a valid blob; FAILED_PRECONDITION payload codec
-  // or layout differs from the namespace; RESOURCE_EXHAUSTED if the hot tier is full of
-  // pinned/unevictable blocks and the block cannot go cold either. Re-putting an existing
-  // key replaces it. Write-through namespaces return only after the cold write is durable.
+  // Stores blocks (all or nothing per block, in order; a failing block stops the call and
+  // the blocks before it stay stored). NOT_FOUND unknown namespace; INVALID_ARGUMENT bad
+  // key / payload not a valid blob / a prefix rule below broken on block_index;
+  // FAILED_PRECONDITION payload codec or layout differs from the namespace, or a stored
+  // key would change its parent; RESOURCE_EXHAUSTED if the hot tier is full of pinned/unevictable
+  // blocks and the block cannot go cold either; the cold tier's error (e.g. UNAVAILABLE)
+  // when a needed cold write fails, in which case nothing of that block is stored.
+  // Re-putting an existing key replaces it. Write-through namespaces return only after
+  // the cold write is durable.
+  //
+  // Prefix rules, checked per block (standalone entries are exempt); a rejected block
+  // changes nothing stored, and the message names blocks[i].<field>, i its position in
+  // `blocks`:
+  //  - block_index is 0 if and only if parent_key is empty (INVALID_ARGUMENT,
+  //    blocks[i].block_index);
+  //  - a block whose parent this node holds has the parent's block_index + 1
+  //    (INVALID_ARGUMENT, blocks[i].block_index); a parent this node does not hold is
+  //    accepted as is (in a cluster it lives on another node);
+  //  - a stored key never changes its parent (FAILED_PRECONDITION, blocks[i].parent_key).
   virtual absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) = 0;
 
   // Returns the block: hot hit, else cold hit (checksum verified, then promoted), else
   // NOT_FOUND (also for a checksum failure, which is counted and deletes the block).
-  // Updates recency and hit counts.
+  // NOT_FOUND also for an unknown namespace; the cold tier's UNAVAILABLE / INTERNAL when
+  // a cold read fails otherwise. Updates recency and hit counts.
   virtual absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) = 0;
 
   // Returns how many leading `keys` are resident and each key's tier. Never changes
@@ -236,31 +275,37 @@ class TieredStore {
   // Removes blocks from every tier; absent keys are ignored. Returns how many existed.
   // Descendants are not removed (use Evict with drop=true for that); a removed block with
   // descendants stays in the index as a non-resident link so sink protection still holds.
+  // NOT_FOUND unknown namespace. A failed cold delete is logged, not returned.
   virtual absl::StatusOr<uint64_t> Delete(std::string_view ns,
                                           std::span<const std::string> keys) = 0;
 
   // Pins resident blocks in the hot tier (promoting cold ones) for ttl_ms (0 = until
   // Unpin). Pinned blocks are never demoted by pressure; a re-Put keeps the pin; admin
-  // Evict/Delete ignore it. Returns how many were pinned.
+  // Evict/Delete ignore it. Returns how many were pinned. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<uint64_t> Pin(std::string_view ns, std::span<const std::string> keys,
                                        uint64_t ttl_ms) = 0;
+  // Unpins blocks; returns how many were pinned. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<uint64_t> Unpin(std::string_view ns,
                                          std::span<const std::string> keys) = 0;
 
-  // Adds worker-reported attention mass to blocks (heavy_hitter policy input).
-  // INVALID_ARGUMENT if sizes differ.
+  // Adds worker-reported attention mass to blocks (heavy_hitter policy input); absent
+  // keys are ignored. INVALID_ARGUMENT if sizes differ; NOT_FOUND unknown namespace.
   virtual absl::Status ReportScores(std::string_view ns, std::span<const std::string> keys,
                                     std::span<const float> scores) = 0;
 
   // Admin eviction: demotes the named blocks (all of the namespace when `keys` is empty)
   // from the hot tier to cold; with drop=true deletes them from every tier. Returns how
   // many blocks moved. Pins are ignored. Prefix closure is kept (descendants go first).
+  // NOT_FOUND unknown namespace.
   virtual absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
                                          bool drop) = 0;
 
   // Makes every hot block of `ns` (all namespaces when empty) durable in the cold tier.
+  // NOT_FOUND unknown namespace; UNAVAILABLE if some block could not be written (the
+  // others are written, the failed ones stay hot); the cold tier's error if syncing fails.
   virtual absl::Status Flush(std::string_view ns) = 0;
 
+  // Returns a snapshot of the counters and capacities. Never fails.
   virtual StoreStats Stats() const = 0;
 };
 

@@ -143,7 +143,7 @@ void SetProcessCpuPerOp(benchmark::State& state, double cpu0) {
 // Puts every block of the fixture's pool once (untimed setup; aborts on failure).
 void PutPool(Fixture& f) {
   for (size_t i = 0; i < f.keys.size(); ++i) {
-    BlockPut put{f.keys[i], "", 1, f.payloads[i]};
+    BlockPut put{f.keys[i], "", 0, f.payloads[i]};  // roots: block 0
     if (!f.store->Put("bench", {&put, 1}).ok()) abort();
   }
 }
@@ -159,7 +159,7 @@ void BM_PutHot(benchmark::State& state) {
   auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, false);
   size_t i = 0;
   for (auto _ : state) {
-    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
+    BlockPut put{f->keys[i], "", 0, f->payloads[i]};
     if (!f->store->Put("bench", {&put, 1}).ok()) state.SkipWithError("put failed");
     i = (i + 1) % n;
   }
@@ -180,7 +180,7 @@ void BM_PutWriteThrough(benchmark::State& state) {
   size_t i = 0;
   const double cpu0 = ProcessCpuSeconds();
   for (auto _ : state) {
-    BlockPut put{f->keys[i], "", 1, f->payloads[i]};
+    BlockPut put{f->keys[i], "", 0, f->payloads[i]};
     if (!f->store->Put("bench", {&put, 1}).ok()) state.SkipWithError("put failed");
     i = (i + 1) % n;
   }
@@ -296,7 +296,7 @@ void BM_IndexMemory(benchmark::State& state) {
     for (size_t i = 0; i < n; ++i) {
       keys[i % 64] = Key(i);
       BlockPut put{keys[i % 64], i % 64 == 0 ? std::string_view() : keys[(i - 1) % 64],
-                   static_cast<uint32_t>(i % 64 + 1), payload};
+                   static_cast<uint32_t>(i % 64), payload};
       if (!store->Put("bench", {&put, 1}).ok()) abort();
     }
     StoreStats st = store->Stats();

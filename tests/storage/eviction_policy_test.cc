@@ -1,5 +1,8 @@
 #include "storage/eviction_policy.h"
 
+#include <string>
+#include <string_view>
+
 #include "gtest/gtest.h"
 
 namespace kvtier::storage {
@@ -70,6 +73,25 @@ TEST(EvictionPolicyTest, StaleHeapItemsAreCompacted) {
   for (uint64_t t = 1; t < 100000; ++t) p->OnAccess(1, At(t));
   EXPECT_EQ(p->PickVictim(), 1u);
   EXPECT_LT(p->MemoryBytes(), 16u << 10);
+}
+
+TEST(EvictionPolicyNamesTest, RoundTripAndErrorListsEveryName) {
+  ASSERT_EQ(EvictionPolicyNames().size(), 5u);
+  for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
+                    EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
+                    EvictionPolicyKind::kReuseLru}) {
+    auto parsed = ParseEvictionPolicy(EvictionPolicyName(kind));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, kind);
+    EXPECT_EQ(EvictionPolicyNames()[static_cast<size_t>(kind)], EvictionPolicyName(kind));
+    EXPECT_STREQ(NewEvictionPolicy(kind)->name(), EvictionPolicyName(kind));
+  }
+  absl::Status bad = ParseEvictionPolicy("mru").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(bad));
+  for (std::string_view name : EvictionPolicyNames()) {
+    EXPECT_NE(std::string(bad.message()).find(std::string(name)), std::string::npos) << name;
+  }
+  EXPECT_NE(std::string(bad.message()).find("'mru'"), std::string::npos);
 }
 
 }  // namespace

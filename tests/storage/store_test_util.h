@@ -1,10 +1,13 @@
-// Helpers shared by the TieredStore tests: a small layout, deterministic encoded payloads
-// and a settable clock.
+// Helpers shared by the TieredStore tests: a small layout, deterministic encoded payloads,
+// store options sized in blocks and the StoreTest fixture (a temp dir and a FakeClock).
 #ifndef KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
 #define KVTIER_TESTS_STORAGE_STORE_TEST_UTIL_H_
 
-#include <atomic>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,9 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "gtest/gtest.h"
+#include "storage/cold_tier.h"
 #include "storage/hot_arena.h"
 #include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage::testing {
 
@@ -53,8 +60,8 @@ inline std::string MakePayload(const kv::Layout& layout, uint32_t block_index, u
   // Finite fp16 values in [-2, 2): sign, small exponent, random mantissa.
   for (size_t i = 0; i + 1 < raw.size(); i += 2) {
     uint64_t r = rng();
-    uint16_t h = static_cast<uint16_t>(((r & 1) << 15) | ((12 + (r >> 1) % 4) << 10) |
-                                       ((r >> 8) & 0x3ff));
+    uint16_t h =
+        static_cast<uint16_t>(((r & 1) << 15) | ((12 + (r >> 1) % 4) << 10) | ((r >> 8) & 0x3ff));
     raw[i] = static_cast<char>(h & 0xff);
     raw[i + 1] = static_cast<char>(h >> 8);
   }
@@ -89,14 +96,80 @@ inline Tier TierOf(TieredStore* store, const std::string& key, const std::string
   return r.ok() ? r->tiers[0] : Tier::kNone;
 }
 
-// A clock tests move by hand. Thread-safe.
-class ManualClock final : public common::Clock {
- public:
-  int64_t NowMicros() const override { return now_us_.load(); }
-  void AdvanceMillis(int64_t ms) { now_us_ += ms * 1000; }
+// Flips one byte of `payload` where it is stored in a RocksDB write-ahead log (*.log)
+// under `db_dir`, damaging the WAL record that holds it. A record may be split at the
+// log's 32 KiB block boundaries, so the byte is looked up by a 64-byte window of the
+// payload, tried at several offsets. Returns false if no WAL holds any window.
+inline bool FlipByteInWal(const std::string& db_dir, const std::string& payload) {
+  for (const auto& f : std::filesystem::directory_iterator(db_dir)) {
+    if (f.path().extension() != ".log") continue;
+    std::string bytes;
+    {
+      std::ifstream in(f.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    for (size_t off = payload.size() / 2; off + 64 <= payload.size(); off += 512) {
+      const size_t at = bytes.find(payload.substr(off, 64));
+      if (at == std::string::npos) continue;
+      bytes[at + 32] ^= 0x40;
+      std::ofstream out(f.path(), std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      return out.good();
+    }
+  }
+  return false;
+}
 
- private:
-  std::atomic<int64_t> now_us_{1'000'000};
+// Options of a test store: capacities in full SmallLayout() blocks, synchronous demotion
+// (deterministic), pin expiry on `clock`.
+inline StoreOptions TestStoreOptions(const std::string& data_dir, uint64_t hot_blocks,
+                                     uint64_t cold_blocks, common::Clock* clock) {
+  StoreOptions o;
+  o.data_dir = data_dir;
+  o.hot_capacity_bytes = hot_blocks * SlotBytes();
+  o.cold_capacity_bytes = cold_blocks * SlotBytes();
+  o.background_demotion = false;
+  o.clock = clock;
+  return o;
+}
+
+// Opens a store (over `cold` when given); a failure fails the test and returns null.
+inline std::unique_ptr<TieredStore> OpenStore(const StoreOptions& o,
+                                              std::unique_ptr<ColdTier> cold = nullptr) {
+  auto store = cold != nullptr ? TieredStore::Open(o, std::move(cold)) : TieredStore::Open(o);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+// Puts the chain KeyOf(seq, 0) .. KeyOf(seq, n-1) (each block the parent of the next)
+// and returns the payloads.
+inline std::vector<std::string> PutChain(TieredStore* store, uint64_t seq, uint32_t n,
+                                         const std::string& ns = "ns") {
+  std::vector<std::string> payloads;
+  for (uint32_t i = 0; i < n; ++i) {
+    payloads.push_back(MakePayload(SmallLayout(), i, seq));
+    std::string key = KeyOf(seq, i);
+    std::string parent = i == 0 ? "" : KeyOf(seq, i - 1);
+    BlockPut put{key, parent, i, payloads.back()};
+    EXPECT_TRUE(store->Put(ns, {&put, 1}).ok());
+  }
+  return payloads;
+}
+
+// The fixture of the TieredStore tests: a store directory and a clock that moves only
+// when the test says so.
+class StoreTest : public ::testing::Test {
+ protected:
+  StoreOptions Options(uint64_t hot_blocks = 64, uint64_t cold_blocks = 1 << 20) {
+    return TestStoreOptions(dir_.Sub("db"), hot_blocks, cold_blocks, &clock_);
+  }
+  std::unique_ptr<TieredStore> Open(const StoreOptions& o,
+                                    std::unique_ptr<ColdTier> cold = nullptr) {
+    return OpenStore(o, std::move(cold));
+  }
+
+  kvtier::testing::TempDir dir_;
+  kvtier::testing::FakeClock clock_;
 };
 
 }  // namespace kvtier::storage::testing

@@ -35,15 +35,13 @@ class ConcurrencyTest : public ::testing::TestWithParam<bool> {};  // write_thro
 TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
   kvtier::testing::TempDir dir;
   const kv::Layout layout = SmallLayout();
-  const uint64_t slot = testing::SlotBytes();
-  StoreOptions o;
-  o.data_dir = dir.Sub("db");
-  o.hot_capacity_bytes = 24 * slot;
-  o.cold_capacity_bytes = 200 * slot;
+  StoreOptions o = testing::TestStoreOptions(dir.Sub("db"), /*hot_blocks=*/24,
+                                             /*cold_blocks=*/200, /*clock=*/nullptr);
+  o.background_demotion = true;
   o.hot_allocator = "malloc";
-  auto opened = TieredStore::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  TieredStore* store = opened->get();
+  std::unique_ptr<TieredStore> opened = testing::OpenStore(o);
+  ASSERT_NE(opened, nullptr);
+  TieredStore* store = opened.get();
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("ns", GetParam())).ok());
 
   // payloads[seq][i]: seq = thread * kChainsPerThread + chain.

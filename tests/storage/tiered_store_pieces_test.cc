@@ -18,7 +18,6 @@ namespace {
 
 using ::kvtier::storage::testing::KeyOf;
 using ::kvtier::storage::testing::MakePayload;
-using ::kvtier::storage::testing::ManualClock;
 using ::kvtier::storage::testing::NsStats;
 using ::kvtier::storage::testing::RefBytes;
 using ::kvtier::storage::testing::SmallLayout;
@@ -54,22 +53,8 @@ std::vector<std::vector<size_t>> CutPatterns(size_t size) {
   };
 }
 
-class TieredStorePiecesTest : public ::testing::Test {
+class TieredStorePiecesTest : public testing::StoreTest {
  protected:
-  StoreOptions Options(uint64_t hot_blocks = 64) {
-    StoreOptions o;
-    o.data_dir = dir_.Sub("db");
-    o.hot_capacity_bytes = hot_blocks * SlotBytes();
-    o.cold_capacity_bytes = (1 << 20) * SlotBytes();
-    o.background_demotion = false;
-    o.clock = &clock_;
-    return o;
-  }
-  std::unique_ptr<TieredStore> Open(const StoreOptions& o) {
-    auto store = TieredStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? *std::move(store) : nullptr;
-  }
   static absl::Status PutPieces(TieredStore* store, const std::string& ns, const std::string& key,
                                 std::span<const std::string_view> pieces,
                                 bool standalone = false) {
@@ -80,9 +65,6 @@ class TieredStorePiecesTest : public ::testing::Test {
     put.standalone = standalone;
     return store->Put(ns, {&put, 1});
   }
-
-  kvtier::testing::TempDir dir_;
-  ManualClock clock_;
 };
 
 TEST(ParsePiecesHeaderTest, MatchesParseHeaderForEverySplit) {

@@ -15,7 +15,6 @@ namespace kvtier::storage {
 namespace {
 
 using ::kvtier::storage::testing::MakePayload;
-using ::kvtier::storage::testing::ManualClock;
 using ::kvtier::storage::testing::RefBytes;
 using ::kvtier::storage::testing::SmallLayout;
 using ::kvtier::storage::testing::SmallNamespace;
@@ -30,20 +29,14 @@ class RandomOpsTest : public ::testing::TestWithParam<EvictionPolicyKind> {};
 
 TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
   kvtier::testing::TempDir dir;
-  ManualClock clock;
+  kvtier::testing::FakeClock clock;
   const kv::Layout layout = SmallLayout();
-  const uint64_t slot = testing::SlotBytes();
-  StoreOptions o;
-  o.data_dir = dir.Sub("db");
-  o.hot_capacity_bytes = 16 * slot;
-  o.cold_capacity_bytes = 40 * slot;
+  StoreOptions o = testing::TestStoreOptions(dir.Sub("db"), /*hot_blocks=*/16,
+                                             /*cold_blocks=*/40, &clock);
   o.policy = GetParam();
-  o.background_demotion = false;
-  o.clock = &clock;
   o.hot_allocator = "malloc";
-  auto opened = TieredStore::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  std::unique_ptr<TieredStore> store = *std::move(opened);
+  std::unique_ptr<TieredStore> store = testing::OpenStore(o);
+  ASSERT_NE(store, nullptr);
   NamespaceOptions ns = SmallNamespace();
   ns.sink_blocks = 1;
   ASSERT_TRUE(store->RegisterNamespace(ns).ok());

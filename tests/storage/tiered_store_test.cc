@@ -8,9 +8,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "storage/cold_tier.h"
 #include "storage/hot_arena.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/fake_cold_tier.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -18,7 +18,7 @@ namespace {
 
 using ::kvtier::storage::testing::KeyOf;
 using ::kvtier::storage::testing::MakePayload;
-using ::kvtier::storage::testing::ManualClock;
+using ::kvtier::storage::testing::PutChain;
 using ::kvtier::storage::testing::NsStats;
 using ::kvtier::storage::testing::RefBytes;
 using ::kvtier::storage::testing::SmallLayout;
@@ -27,39 +27,7 @@ using ::kvtier::storage::testing::SmallNamespace;
 using ::kvtier::storage::testing::TierOf;
 using ::testing::HasSubstr;
 
-class TieredStoreTest : public ::testing::Test {
- protected:
-  StoreOptions Options(uint64_t hot_blocks = 64, uint64_t cold_blocks = 1 << 20) {
-    StoreOptions o;
-    o.data_dir = dir_.Sub("db");
-    o.hot_capacity_bytes = hot_blocks * SlotBytes();
-    o.cold_capacity_bytes = cold_blocks * SlotBytes();
-    o.background_demotion = false;
-    o.clock = &clock_;
-    return o;
-  }
-  std::unique_ptr<TieredStore> Open(const StoreOptions& o) {
-    auto store = TieredStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? *std::move(store) : nullptr;
-  }
-  // Puts a chain seq/0 .. seq/n-1; returns the payloads.
-  std::vector<std::string> PutChain(TieredStore* store, uint64_t seq, uint32_t n,
-                                    const std::string& ns = "ns") {
-    std::vector<std::string> payloads;
-    for (uint32_t i = 0; i < n; ++i) {
-      payloads.push_back(MakePayload(SmallLayout(), i, seq));
-      std::string key = KeyOf(seq, i);
-      std::string parent = i == 0 ? "" : KeyOf(seq, i - 1);
-      BlockPut put{key, parent, i, payloads.back()};
-      EXPECT_TRUE(store->Put(ns, {&put, 1}).ok());
-    }
-    return payloads;
-  }
-
-  kvtier::testing::TempDir dir_;
-  ManualClock clock_;
-};
+class TieredStoreTest : public testing::StoreTest {};
 
 TEST_F(TieredStoreTest, PutGetRoundTripFromHot) {
   auto store = Open(Options());
@@ -169,13 +137,13 @@ TEST_F(TieredStoreTest, LookupReportsPrefixAndTiersWithoutTouchingRecency) {
   store.reset();
   store = Open(Options(/*hot_blocks=*/2));
   std::string pa = MakePayload(SmallLayout(), 1, 7), pb = MakePayload(SmallLayout(), 1, 8);
-  BlockPut a{"a", "", 1, pa}, b{"b", "", 1, pb};
+  BlockPut a{"a", "", 0, pa}, b{"b", "", 0, pb};  // roots
   ASSERT_TRUE(store->Put("ns", {&a, 1}).ok());
   ASSERT_TRUE(store->Put("ns", {&b, 1}).ok());
   std::vector<std::string> ka = {"a"};
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Lookup("ns", ka).ok());
   std::string pc = MakePayload(SmallLayout(), 1, 9);
-  BlockPut c{"c", "", 1, pc};
+  BlockPut c{"c", "", 0, pc};
   ASSERT_TRUE(store->Put("ns", {&c, 1}).ok());  // 3 > 0.9 * 2 slots: demote down to 1
   EXPECT_EQ(TierOf(store.get(), "a"), Tier::kCold);
 }
@@ -306,29 +274,25 @@ TEST_F(TieredStoreTest, WriteBackNeedsFlushToSurviveRestart) {
 }
 
 TEST_F(TieredStoreTest, CorruptColdValueIsAMissCountedAndDeleted) {
+  auto disk = std::make_shared<kvtier::testing::FakeColdTier::Disk>();
   std::vector<std::string> payloads;
   {
-    auto store = Open(Options());
+    auto store = Open(Options(), std::make_unique<kvtier::testing::FakeColdTier>(disk));
     ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("wt", true)).ok());
     payloads = PutChain(store.get(), 6, 3, "wt");
   }
-  {
-    // Flip payload bytes of block 2 underneath the store (namespace id 0).
-    auto cold = ColdTier::Open(ColdTierOptions{dir_.Sub("db")});
-    ASSERT_TRUE(cold.ok());
-    auto raw = (*cold)->GetRawForTest(0, KeyOf(6, 2));
-    ASSERT_TRUE(raw.ok()) << raw.status();
-    (*raw)[raw->size() / 2] ^= 0x5a;
-    (*raw)[raw->size() - 1] ^= 0x01;
-    ASSERT_TRUE((*cold)->PutRawForTest(0, KeyOf(6, 2), *raw).ok());
-  }
-  auto store = Open(Options());
+  // Flip payload bytes of block 2 underneath the store (namespace id 0).
+  auto cold = std::make_unique<kvtier::testing::FakeColdTier>(disk);
+  ASSERT_TRUE(cold->CorruptValue(0, KeyOf(6, 2)));
+  kvtier::testing::FakeColdTier* fake = cold.get();
+  auto store = Open(Options(), std::move(cold));
   auto bad = store->Get("wt", KeyOf(6, 2));
   EXPECT_TRUE(absl::IsNotFound(bad.status())) << bad.status();
   NamespaceStats st = NsStats(*store, "wt");
   EXPECT_EQ(st.checksum_failures, 1u);
   EXPECT_EQ(st.cold.blocks, 2u);
   EXPECT_EQ(TierOf(store.get(), KeyOf(6, 2), "wt"), Tier::kNone);
+  EXPECT_FALSE(fake->Contains(0, KeyOf(6, 2)));
   for (uint32_t i = 0; i < 2; ++i) {
     auto ref = store->Get("wt", KeyOf(6, i));
     ASSERT_TRUE(ref.ok());
@@ -336,7 +300,7 @@ TEST_F(TieredStoreTest, CorruptColdValueIsAMissCountedAndDeleted) {
   }
   // Deleted for good: a restart does not bring it back.
   store.reset();
-  store = Open(Options());
+  store = Open(Options(), std::make_unique<kvtier::testing::FakeColdTier>(disk));
   EXPECT_EQ(TierOf(store.get(), KeyOf(6, 2), "wt"), Tier::kNone);
   EXPECT_EQ(NsStats(*store, "wt").cold.blocks, 2u);
 }
@@ -363,7 +327,7 @@ TEST_F(TieredStoreTest, PinKeepsBlocksHotUntilTtlExpires) {
   auto store = Open(Options(/*hot_blocks=*/4));
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
   std::string p = MakePayload(SmallLayout(), 1, 42);
-  BlockPut put{"sys", "", 1, p};
+  BlockPut put{"sys", "", 0, p};
   ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
   std::vector<std::string> keys = {"sys", "absent"};
   auto pinned = store->Pin("ns", keys, /*ttl_ms=*/1000);
@@ -420,7 +384,7 @@ TEST_F(TieredStoreTest, ZstdNamespaceCompressesCompressibleBlocks) {
   std::string raw(SmallLayout().BytesPerBlock(), '\0');  // zeros compress well
   auto blob = kv::Encode(kv::CodecId::kFp16, SmallLayout(), 1, kv::AsBytes(raw));
   ASSERT_TRUE(blob.ok());
-  BlockPut put{"zero", "", 1, *blob};
+  BlockPut put{"zero", "", 0, *blob};
   ASSERT_TRUE(store->Put("z", {&put, 1}).ok());
   EXPECT_LT(NsStats(*store, "z").cold.bytes, blob->size() / 4);
   ASSERT_EQ(*store->Evict("z", {}, false), 1u);
@@ -459,15 +423,9 @@ TEST_F(TieredStoreTest, RePutReplacesBytes) {
   EXPECT_EQ(NsStats(*store).hot.blocks + NsStats(*store).cold.blocks, 2u - 1u + 1u);
 }
 
-TEST(EvictionPolicyNames, RoundTrip) {
-  for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
-                    EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
-                    EvictionPolicyKind::kReuseLru}) {
-    auto parsed = ParseEvictionPolicy(EvictionPolicyName(kind));
-    ASSERT_TRUE(parsed.ok());
-    EXPECT_EQ(*parsed, kind);
-  }
-  EXPECT_TRUE(absl::IsInvalidArgument(ParseEvictionPolicy("mru").status()));
+TEST(TierNameTest, NamesEveryTier) {
+  EXPECT_STREQ(TierName(Tier::kNone), "none");
+  EXPECT_STREQ(TierName(Tier::kHot), "hot");
   EXPECT_STREQ(TierName(Tier::kCold), "cold");
 }
 

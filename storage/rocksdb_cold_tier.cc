@@ -1,18 +1,25 @@
-#include "storage/cold_tier.h"
+#include "storage/rocksdb_cold_tier.h"
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-#include <xxhash.h>
 #include <zstd.h>
 
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/strings.h"
+#include "storage/checksum.h"
 
 namespace kvtier::storage {
 namespace {
@@ -70,28 +77,44 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::InternalError(msg);
 }
 
-}  // namespace
+// RocksDB's info log, forwarded to `base`, counting what WAL recovery dropped: RocksDB
+// reports a skipped corrupted WAL range only as a "... dropping N bytes; ..." line there.
+class WalDropCounter final : public rocksdb::Logger {
+ public:
+  explicit WalDropCounter(std::shared_ptr<rocksdb::Logger> base)
+      : rocksdb::Logger(base->GetInfoLogLevel()), base_(std::move(base)) {}
 
-uint64_t PayloadChecksum(std::span<const uint8_t> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
-
-absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& options) {
-  if (options.dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create data_dir '", options.dir, "': ", ec.message()));
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
   }
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
-  db_options.max_total_wal_size = 256ull << 20;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    va_list copy;
+    va_copy(copy, ap);
+    char line[1024];
+    vsnprintf(line, sizeof(line), format, copy);
+    va_end(copy);
+    const char* at = std::strstr(line, " dropping ");
+    if (at != nullptr) {
+      dropped_ranges_.fetch_add(1, std::memory_order_relaxed);
+      dropped_bytes_.fetch_add(std::strtoull(at + 10, nullptr, 10), std::memory_order_relaxed);
+    }
+    base_->Logv(level, format, ap);
+  }
+  void Flush() override { base_->Flush(); }
+  size_t GetLogFileSize() const override { return base_->GetLogFileSize(); }
 
+  uint64_t dropped_ranges() const { return dropped_ranges_.load(std::memory_order_relaxed); }
+  uint64_t dropped_bytes() const { return dropped_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  const std::shared_ptr<rocksdb::Logger> base_;
+  std::atomic<uint64_t> dropped_ranges_{0};
+  std::atomic<uint64_t> dropped_bytes_{0};
+};
+
+rocksdb::ColumnFamilyOptions BlocksCfOptions(const ColdTierOptions& options) {
   rocksdb::ColumnFamilyOptions blocks;
-  blocks.compression = rocksdb::kNoCompression;  // see the header: zstd is ours, per value
+  blocks.compression = rocksdb::kNoCompression;  // zstd is ours, per value (PutBlock)
   blocks.write_buffer_size = 64ull << 20;
   blocks.max_write_buffer_number = 3;
   blocks.target_file_size_base = 256ull << 20;
@@ -107,21 +130,85 @@ absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& 
     blocks.blob_compression_type = rocksdb::kNoCompression;
     blocks.enable_blob_garbage_collection = true;  // reclaim deleted / overwritten values
   }
+  return blocks;
+}
+
+// Returns the table files under `dir` that cannot be opened or fail their checksums, as
+// "000012.sst (Corruption: ...)" joined by "; ". RocksDB's own error at DB::Open does not
+// always name the damaged table file (a bad footer is reported against the MANIFEST).
+std::string DamagedTableFiles(const std::string& dir) {
+  std::string out;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    if (f.path().extension() != ".sst") continue;
+    rocksdb::SstFileReader reader{rocksdb::Options()};
+    rocksdb::Status s = reader.Open(f.path().string());
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (s.ok()) continue;
+    if (!out.empty()) out += "; ";
+    absl::StrAppend(&out, f.path().filename().string(), " (", s.ToString(), ")");
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
+    const ColdTierOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create data_dir '", options.dir, "': ", ec.message()));
+  }
+  std::unique_ptr<RocksDbColdTier> tier(new RocksDbColdTier(options));
+  std::shared_ptr<WalDropCounter> wal_log;
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.max_total_wal_size = 256ull << 20;
+  // Recover the intact WAL records after a damaged one (kPointInTimeRecovery would stop
+  // there and lose everything after it). Payloads are verified by our checksum anyway;
+  // the price is that a dropped delete can bring an older (still valid) block back.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+  std::shared_ptr<rocksdb::Logger> base_log;
+  if (rocksdb::CreateLoggerFromOptions(options.dir, db_options, &base_log).ok()) {
+    wal_log = std::make_shared<WalDropCounter>(std::move(base_log));
+    db_options.info_log = wal_log;
+  }
+
   rocksdb::ColumnFamilyOptions meta;
   meta.compression = rocksdb::kNoCompression;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {"blocks", blocks},
+      {"blocks", BlocksCfOptions(options)},
       {"meta", meta}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  std::unique_ptr<ColdTier> tier(new ColdTier(options));
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, cfs, &handles, &tier->db_);
   if (!s.ok()) {
     absl::Status st = FromRocks(s, "open");
-    return absl::Status(st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable
-                                                                  : st.code(),
-                        st.message());
+    if (absl::IsDataLoss(st)) {
+      // Name the damaged file so the operator knows what to move aside.
+      const std::string damaged = DamagedTableFiles(options.dir);
+      if (!damaged.empty()) {
+        return absl::DataLossError(
+            absl::StrCat(st.message(), "; damaged table file(s) in ", options.dir, ": ", damaged));
+      }
+      return st;
+    }
+    return absl::Status(
+        st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable : st.code(),
+        st.message());
+  }
+  if (wal_log != nullptr && wal_log->dropped_ranges() > 0) {
+    tier->wal_dropped_ranges_ = wal_log->dropped_ranges();
+    tier->wal_dropped_bytes_ = wal_log->dropped_bytes();
+    KVTIER_LOG(WARNING) << "cold tier " << options.dir << ": WAL recovery skipped "
+                        << tier->wal_dropped_ranges_ << " corrupted range(s), "
+                        << tier->wal_dropped_bytes_ << " bytes (see its RocksDB LOG)";
   }
   tier->default_cf_ = handles[0];
   tier->blocks_cf_ = handles[1];
@@ -129,7 +216,7 @@ absl::StatusOr<std::unique_ptr<ColdTier>> ColdTier::Open(const ColdTierOptions& 
   return tier;
 }
 
-ColdTier::~ColdTier() {
+RocksDbColdTier::~RocksDbColdTier() {
   if (db_ == nullptr) return;
   for (auto* cf : {default_cf_, blocks_cf_, meta_cf_}) {
     if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
@@ -138,38 +225,33 @@ ColdTier::~ColdTier() {
   delete db_;
 }
 
-absl::StatusOr<uint32_t> ColdTier::PutBlock(ColdIndexRecord record,
-                                            std::span<const uint8_t> payload,
-                                            uint64_t checksum, bool compress) {
-  std::string value;
+absl::StatusOr<uint32_t> RocksDbColdTier::PutBlock(ColdIndexRecord record,
+                                                   std::span<const uint8_t> payload,
+                                                   uint64_t checksum, bool compress) {
+  std::string packed;
   uint8_t flags = 0;
   if (compress) {
-    std::string packed(ZSTD_compressBound(payload.size()), '\0');
+    packed.resize(ZSTD_compressBound(payload.size()));
     size_t n = ZSTD_compress(packed.data(), packed.size(), payload.data(), payload.size(), 1);
     // Keep zstd only when it saves at least 1/8; otherwise reads would pay for nothing.
     if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 8) {
       packed.resize(n);
       flags |= kFlagZstd;
-      value.reserve(kRecordHeaderBytes + n);
-      PutU32(&value, kRecordMagic);
-      value.push_back(static_cast<char>(kRecordVersion));
-      value.push_back(static_cast<char>(flags));
-      value.append(2, '\0');
-      PutU64(&value, checksum);
-      PutU32(&value, static_cast<uint32_t>(payload.size()));
-      value.append(packed);
     }
   }
-  if ((flags & kFlagZstd) == 0) {
-    value.reserve(kRecordHeaderBytes + payload.size());
-    PutU32(&value, kRecordMagic);
-    value.push_back(static_cast<char>(kRecordVersion));
-    value.push_back(static_cast<char>(flags));
-    value.append(2, '\0');
-    PutU64(&value, checksum);
-    PutU32(&value, static_cast<uint32_t>(payload.size()));
-    value.append(reinterpret_cast<const char*>(payload.data()), payload.size());
-  }
+  const std::string_view body =
+      (flags & kFlagZstd)
+          ? std::string_view(packed)
+          : std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size());
+  std::string value;
+  value.reserve(kRecordHeaderBytes + body.size());
+  PutU32(&value, kRecordMagic);
+  value.push_back(static_cast<char>(kRecordVersion));
+  value.push_back(static_cast<char>(flags));
+  value.append(2, '\0');
+  PutU64(&value, checksum);
+  PutU32(&value, static_cast<uint32_t>(payload.size()));
+  value.append(body);
   record.payload_bytes = static_cast<uint32_t>(payload.size());
   record.stored_bytes = static_cast<uint32_t>(value.size());
   record.checksum = checksum;
@@ -194,9 +276,8 @@ absl::StatusOr<uint32_t> ColdTier::PutBlock(ColdIndexRecord record,
   return record.stored_bytes;
 }
 
-absl::Status ColdTier::GetBlock(
-    uint32_t ns_id, std::string_view key,
-    const std::function<void(std::span<const uint8_t>, uint64_t)>& sink) {
+absl::Status RocksDbColdTier::GetBlock(uint32_t ns_id, std::string_view key,
+                                       const PayloadSink& sink) {
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions ro;
   // Our XXH3 over the payload (below) covers what RocksDB's block checksum would; paying
@@ -232,7 +313,7 @@ absl::Status ColdTier::GetBlock(
   return absl::OkStatus();
 }
 
-absl::Status ColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
+absl::Status RocksDbColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
   rocksdb::WriteBatch batch;
   rocksdb::Status s = batch.Delete(blocks_cf_, BlockKey(ns_id, key));
   if (s.ok()) s = batch.Delete(meta_cf_, IndexKey(ns_id, key));
@@ -240,7 +321,7 @@ absl::Status ColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
   return FromRocks(s, "delete block");
 }
 
-absl::Status ColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
+absl::Status RocksDbColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
   rocksdb::WriteOptions wo;
   wo.sync = true;  // rare, and a lost namespace would orphan its blocks
   std::string key = BlockKey(ns_id, "", kNamespacePrefix);
@@ -248,7 +329,7 @@ absl::Status ColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
                    "put namespace");
 }
 
-absl::Status ColdTier::ForEachNamespace(
+absl::Status RocksDbColdTier::ForEachNamespace(
     const std::function<void(uint32_t, std::string_view)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
   const std::string prefix(1, kNamespacePrefix);
@@ -259,7 +340,7 @@ absl::Status ColdTier::ForEachNamespace(
   return FromRocks(it->status(), "scan namespaces");
 }
 
-absl::Status ColdTier::ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) {
+absl::Status RocksDbColdTier::ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
   const std::string prefix(1, kBlockIndexPrefix);
   ColdIndexRecord rec;
@@ -282,20 +363,6 @@ absl::Status ColdTier::ForEachBlock(const std::function<void(const ColdIndexReco
   return FromRocks(it->status(), "scan block index");
 }
 
-absl::Status ColdTier::SyncWal() { return FromRocks(db_->SyncWAL(), "sync wal"); }
-
-absl::StatusOr<std::string> ColdTier::GetRawForTest(uint32_t ns_id, std::string_view key) {
-  std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), blocks_cf_, BlockKey(ns_id, key), &value);
-  if (!s.ok()) return FromRocks(s, "get raw");
-  return value;
-}
-
-absl::Status ColdTier::PutRawForTest(uint32_t ns_id, std::string_view key,
-                                     std::string_view value) {
-  return FromRocks(db_->Put(rocksdb::WriteOptions(), blocks_cf_, BlockKey(ns_id, key),
-                            rocksdb::Slice(value.data(), value.size())),
-                   "put raw");
-}
+absl::Status RocksDbColdTier::Sync() { return FromRocks(db_->SyncWAL(), "sync wal"); }
 
 }  // namespace kvtier::storage

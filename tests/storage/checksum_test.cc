@@ -1,13 +1,21 @@
-#include "storage/kv/checksum.h"
+#include "storage/checksum.h"
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace kvtier::kv {
+namespace kvtier::storage {
 namespace {
+
+uint64_t Checksum64(std::string_view s) {
+  return PayloadChecksum(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()),
+                                                  s.size()));
+}
+uint64_t Checksum64(std::span<const uint8_t> s) { return PayloadChecksum(s); }
 
 TEST(ChecksumTest, MatchesPublishedXxh3Vectors) {
   // XXH3_64bits, seed 0: the upstream empty-input anchor and "a" / "abc".
@@ -46,4 +54,4 @@ TEST(ChecksumTest, DetectsSingleBitFlip) {
 }
 
 }  // namespace
-}  // namespace kvtier::kv
+}  // namespace kvtier::storage

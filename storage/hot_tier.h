@@ -1,0 +1,113 @@
+// HotTier: the hot tier's slots (docs/design.md §4 Tiers and eviction). Owns the
+// HotArena and a table of slots carved from it; each slot holds one block's payload and
+// is reference counted on the model of leveldb's util/cache.cc handles: a slot is freed
+// only when no index entry owns it and no reader holds it, so the bytes behind a
+// BlockRef stay valid (and are never reused) however the block moves meanwhile.
+//
+// References: Allocate returns a slot with one reference held by the caller; Acquire and
+// NewRef take more; Release drops one. Own / Disown mark whether the index points at the
+// slot. Bytes of a slot may be written without any lock by whoever allocated it, until
+// it is published (Own); after that they are read-only.
+//
+// Thread-safe: an internal mutex guards the slot table and the arena. Lock order: a
+// caller may hold TieredStoreImpl's index mutex while calling in; HotTier never calls out.
+#ifndef KVTIER_STORAGE_HOT_TIER_H_
+#define KVTIER_STORAGE_HOT_TIER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/eviction_policy.h"
+#include "storage/hot_arena.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::storage {
+
+using SlotId = uint32_t;
+
+class HotTier {
+ public:
+  // What a reference to a slot sees. `data` stays valid while the reference is held.
+  struct SlotView {
+    uint8_t* data = nullptr;
+    uint64_t alloc_bytes = 0;          // capacity of the slot
+    uint32_t payload_bytes = 0;        // bytes of the block (set by SetPayload)
+    std::optional<uint64_t> checksum;  // PayloadChecksum, once someone computed it
+  };
+
+  // Creates the arena (HotArena::Create: same arguments, same errors).
+  static absl::StatusOr<std::unique_ptr<HotTier>> Create(uint64_t capacity_bytes,
+                                                         std::string_view allocator);
+  HotTier(const HotTier&) = delete;
+  HotTier& operator=(const HotTier&) = delete;
+  // REQUIRES: no BlockRef from NewRef is alive.
+  ~HotTier() = default;
+
+  uint64_t capacity_bytes() const { return capacity_bytes_; }
+  const char* allocator_name() const { return allocator_name_; }
+  // Bytes in allocated slots (rounded to HotArena::kAlignment).
+  uint64_t used_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Returns a new slot of at least `bytes` (payload_bytes 0, no checksum) holding one
+  // reference for the caller, or nullopt when no free extent is large enough.
+  std::optional<SlotId> Allocate(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes a reference and returns the slot's current view. REQUIRES: the caller holds a
+  // reference or knows the slot is owned (and keeps it so for the call).
+  SlotView Acquire(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the slot's view without taking a reference (same REQUIRES as Acquire).
+  SlotView View(SlotId slot) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops a reference; frees the slot when it was the last and no entry owns it.
+  void Release(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns a read handle (holding its own reference) on the slot's payload.
+  BlockRef NewRef(SlotId slot, Tier tier, uint32_t block_index) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Sets the payload size (and the checksum when known) of a slot being filled.
+  void SetPayload(SlotId slot, uint32_t payload_bytes, std::optional<uint64_t> checksum)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void SetChecksum(SlotId slot, uint64_t checksum) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The index entry `entry` now points at the slot / no longer does (the slot is freed
+  // once no reference remains).
+  void Own(SlotId slot, BlockId entry) ABSL_LOCKS_EXCLUDED(mu_);
+  void Disown(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls fn(entry) for every owned slot. fn must not call back into the HotTier.
+  void ForEachOwned(const std::function<void(BlockId entry)>& fn) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Slot {
+    uint64_t offset = 0;
+    uint64_t alloc_bytes = 0;
+    uint32_t payload_bytes = 0;
+    uint32_t refs = 0;
+    uint64_t checksum = 0;
+    bool has_checksum = false;      // computed lazily: only a cold write needs it
+    bool owned = false;             // an index entry points here
+    BlockId entry = kInvalidBlock;  // ... this one (when owned)
+  };
+
+  explicit HotTier(std::unique_ptr<HotArena> arena);
+  SlotView ViewLocked(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFreeLocked(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const uint64_t capacity_bytes_;
+  const char* const allocator_name_;
+  uint8_t* const base_;
+
+  // State below is protected by mu_.
+  mutable absl::Mutex mu_;
+  const std::unique_ptr<HotArena> arena_ ABSL_PT_GUARDED_BY(mu_);
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<SlotId> free_slots_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier::storage
+
+#endif  // KVTIER_STORAGE_HOT_TIER_H_

@@ -1,0 +1,155 @@
+// PrefixIndex: the store's index of every block it knows (docs/design.md §4 Tiers and
+// eviction). One 84-byte Entry per key in a chunked table, found through a hash set of
+// 32-bit ids (the set hashes the key stored in the entry, so it holds 4 bytes per key).
+// An entry links to its parent; the index keeps, per entry, how many children it has
+// and how many of those are in the hot tier, and a list of the cold leaves (entries with
+// a cold record and no child) in least-recently-used order, which is where cold-capacity
+// eviction takes victims.
+//
+// Lifecycle: an entry exists while it is resident (kHot or kCold), busy (kBusy), or has
+// children. An entry with none of these flags but with children is a *ghost*: kept so
+// the prefix structure (and sink protection) survives deletes and out-of-order puts.
+// MaybeFree frees a childless ghost and walks up to ghosts it leaves childless.
+//
+// Ids are reused after an entry is freed. Residency flags (kCold, kPinned, kBusy,
+// kEligible, kStandalone) are the caller's to set on at(id).flags; kHot is set only
+// through SetHot (it drives the parent's hot child count) and kUsed / kInColdList only
+// by the index.
+//
+// Thread-compatible: TieredStoreImpl calls it only while holding its index mutex. Not
+// copyable or movable (the hash set points back at the entry table).
+#ifndef KVTIER_STORAGE_PREFIX_INDEX_H_
+#define KVTIER_STORAGE_PREFIX_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "storage/eviction_policy.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::storage {
+
+// "No entry": the parent of a root, the end of the cold list. Same value as
+// kInvalidBlock, so entry ids are the policy's BlockIds.
+inline constexpr BlockId kNoEntry = kInvalidBlock;
+
+// One index entry: 84 bytes, of which 33 are the key. Links are entry ids.
+struct Entry {
+  static constexpr uint8_t kUsed = 1;  // the table slot is allocated
+  static constexpr uint8_t kHot = 2;   // payload in the hot tier (slot)
+  static constexpr uint8_t kCold = 4;  // a record for the current payload is cold
+  static constexpr uint8_t kPinned = 8;
+  static constexpr uint8_t kBusy = 16;      // being demoted / copied to cold
+  static constexpr uint8_t kEligible = 32;  // announced to the policy as a candidate
+  static constexpr uint8_t kInColdList = 64;
+  static constexpr uint8_t kStandalone = 128;
+
+  char key[kMaxKeyBytes];
+  uint8_t key_len;
+  uint8_t flags;
+  uint16_t ns;
+  uint32_t parent;        // kNoEntry when none
+  uint32_t children;      // child entries in the index (resident or ghost)
+  uint32_t hot_children;  // ... of which in the hot tier
+  uint32_t block_index;
+  uint32_t slot;  // hot slot id when kHot
+  uint32_t payload_bytes;
+  uint32_t cold_bytes;  // stored bytes when kCold
+  uint32_t cold_prev;   // cold LRU-of-leaves list (when kInColdList)
+  uint32_t cold_next;
+  uint32_t hits;
+  uint32_t recency;  // low 32 bits of the tick of the last access
+  float attention;
+
+  std::string_view key_view() const { return std::string_view(key, key_len); }
+  bool resident() const { return flags & (kHot | kCold); }
+};
+static_assert(sizeof(Entry) == 84, "index entry grew");
+
+class PrefixIndex {
+ public:
+  // Called after an entry's child counts changed, so the caller can re-evaluate the
+  // entry (eviction eligibility). Called only from within PrefixIndex methods.
+  using LinksChanged = std::function<void(BlockId id)>;
+
+  explicit PrefixIndex(LinksChanged on_links_changed);
+  PrefixIndex(const PrefixIndex&) = delete;
+  PrefixIndex& operator=(const PrefixIndex&) = delete;
+
+  // REQUIRES: id names a used entry (or one the caller keeps alive with kBusy).
+  Entry& at(BlockId id) { return chunks_[id >> kChunkShift][id & kChunkMask]; }
+  const Entry& at(BlockId id) const { return chunks_[id >> kChunkShift][id & kChunkMask]; }
+
+  // Returns the entry of (ns, key), or kNoEntry.
+  BlockId Find(uint16_t ns, std::string_view key) const;
+  // Returns the entry of (ns, key), creating an empty (ghost) one when absent.
+  // REQUIRES: 1 <= key.size() <= kMaxKeyBytes.
+  BlockId FindOrCreate(uint16_t ns, std::string_view key);
+
+  // Every entry id is below id_limit(); ids without Entry::kUsed are free.
+  uint32_t id_limit() const { return num_ids_; }
+  // Number of entries (resident and ghosts).
+  size_t size() const { return ids_.size(); }
+  // Heap bytes of the table, the hash set and the free list.
+  size_t MemoryBytes() const;
+
+  // Links `id` under `parent` (kNoEntry: a root), updating both parents' child counts;
+  // an old parent left a childless ghost is freed.
+  void SetParent(BlockId id, BlockId parent);
+  // Frees `id` if it is a childless ghost, then walks up the parents.
+  void MaybeFree(BlockId id);
+  // Sets or clears Entry::kHot and the parent's hot child count.
+  void SetHot(BlockId id, bool hot);
+
+  // Puts `id` in the cold leaf list if it has a cold record and no child (at the least
+  // recently used end when at_head), or takes it out otherwise.
+  void UpdateColdList(BlockId id, bool at_head);
+  // Moves a listed entry to the most recently used end.
+  void TouchCold(BlockId id);
+  // The least recently used cold leaf (follow at(id).cold_next), or kNoEntry.
+  BlockId cold_head() const { return cold_head_; }
+
+ private:
+  static constexpr uint32_t kChunkShift = 14;
+  static constexpr uint32_t kChunkMask = (1u << kChunkShift) - 1;
+
+  struct KeyRef {
+    uint16_t ns;
+    std::string_view key;
+  };
+  // Hash and equality over entry ids that look the key up in the entry table.
+  struct IdHash {
+    using is_transparent = void;
+    const PrefixIndex* index;
+    size_t operator()(BlockId id) const;
+    size_t operator()(const KeyRef& k) const;
+  };
+  struct IdEq {
+    using is_transparent = void;
+    const PrefixIndex* index;
+    bool operator()(BlockId a, BlockId b) const { return a == b; }
+    bool operator()(BlockId a, const KeyRef& b) const;
+    bool operator()(const KeyRef& a, BlockId b) const { return (*this)(b, a); }
+  };
+
+  BlockId NewEntry(uint16_t ns, std::string_view key);
+  void ColdUnlink(BlockId id);
+  void ColdAppend(BlockId id, bool at_head);
+
+  const LinksChanged on_links_changed_;
+  std::vector<std::unique_ptr<Entry[]>> chunks_;
+  uint32_t num_ids_ = 0;  // high-water mark of ids
+  std::vector<BlockId> free_ids_;
+  absl::flat_hash_set<BlockId, IdHash, IdEq> ids_;
+  BlockId cold_head_ = kNoEntry;  // least recently used cold leaf
+  BlockId cold_tail_ = kNoEntry;
+};
+
+}  // namespace kvtier::storage
+
+#endif  // KVTIER_STORAGE_PREFIX_INDEX_H_

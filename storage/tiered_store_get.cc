@@ -1,0 +1,181 @@
+// TieredStoreImpl: Get, promotion from the cold tier, Pin (tiered_store_impl.h).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "storage/tiered_store_impl.h"
+
+namespace kvtier::storage {
+
+absl::StatusOr<BlockRef> TieredStoreImpl::Get(std::string_view ns_name, std::string_view key) {
+  NsState* ns;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(ns, FindNsLocked(ns_name));
+    ns->stats.gets++;
+    const BlockId id = index_.Find(ns->id, key);
+    if (id == kNoEntry || !index_.at(id).resident()) {
+      ns->stats.get_misses++;
+      return absl::NotFoundError("block not found");
+    }
+    Entry& e = index_.at(id);
+    if (e.flags & Entry::kHot) {
+      e.hits++;
+      TouchLocked(id);
+      policy_->OnAccess(id, InfoLocked(e));
+      ns->stats.hot.hits++;
+      return hot_->NewRef(e.slot, Tier::kHot, e.block_index);
+    }
+  }
+  return Promote(ns, key, false, 0);
+}
+
+absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view key, bool pin,
+                                                  int64_t pin_until_ms) {
+  uint32_t payload_bytes;
+  bool standalone;
+  {
+    absl::MutexLock lock(&mu_);
+    const BlockId id = index_.Find(ns->id, key);
+    if (id == kNoEntry || !(index_.at(id).flags & Entry::kCold)) {
+      ns->stats.get_misses++;
+      return absl::NotFoundError("block not found");
+    }
+    payload_bytes = index_.at(id).payload_bytes;
+    standalone = index_.at(id).flags & Entry::kStandalone;
+  }
+  // Standalone entries stay cold-only; a hot tier full of pinned blocks serves a heap copy.
+  std::optional<SlotId> slot;
+  if (!standalone) slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, payload_bytes));
+  HotTier::SlotView dst;
+  if (slot) dst = hot_->View(*slot);  // our allocation reference keeps it ours
+  std::string heap_copy;
+  bool size_ok = true;
+  uint64_t checksum = 0;
+  // No lock is held during the read: a slow cold read blocks only this call.
+  absl::Status st = cold_->GetBlock(ns->id, key, [&](std::span<const uint8_t> bytes, uint64_t sum) {
+    checksum = sum;  // GetBlock verified the bytes against it
+    payload_bytes = static_cast<uint32_t>(bytes.size());
+    if (!slot) {
+      heap_copy.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    } else if (bytes.size() > dst.alloc_bytes) {
+      size_ok = false;
+    } else {
+      std::memcpy(dst.data, bytes.data(), bytes.size());
+    }
+  });
+  if (st.ok() && !size_ok) st = absl::DataLossError("cold payload larger than its slot");
+  if (!st.ok()) {
+    if (slot) hot_->Release(*slot);
+    if (absl::IsDataLoss(st)) return DropCorruptCold(ns, key, st);
+    absl::MutexLock lock(&mu_);
+    ns->stats.get_misses++;
+    if (absl::IsNotFound(st)) return absl::NotFoundError("block not found");
+    return st;
+  }
+  if (slot) hot_->SetPayload(*slot, payload_bytes, checksum);
+  absl::MutexLock lock(&mu_);
+  return PublishPromotedLocked(ns, key, slot, std::move(heap_copy), pin, pin_until_ms);
+}
+
+absl::Status TieredStoreImpl::DropCorruptCold(NsState* ns, std::string_view key,
+                                              const absl::Status& cause) {
+  // Never served: count, delete and report a miss.
+  absl::MutexLock stripe(&Stripe(ns->id, key));
+  bool delete_record = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ns->stats.checksum_failures++;
+    ns->stats.get_misses++;
+    const BlockId id = index_.Find(ns->id, key);
+    if (id != kNoEntry && (index_.at(id).flags & Entry::kCold) &&
+        !(index_.at(id).flags & Entry::kBusy)) {
+      delete_record = true;
+      if (index_.at(id).flags & Entry::kHot) {
+        LeaveColdLocked(id);
+      } else {
+        RemoveLocked(id);
+      }
+    }
+  }
+  KVTIER_LOG(WARNING) << "cold block failed verification, deleted: " << cause.ToString();
+  if (delete_record) {
+    absl::Status st = cold_->DeleteBlock(ns->id, key);
+    if (!st.ok()) KVTIER_LOG(WARNING) << "deleting a corrupt cold block failed: " << st.ToString();
+  }
+  return absl::NotFoundError("block not found (checksum failure)");
+}
+
+absl::StatusOr<BlockRef> TieredStoreImpl::PublishPromotedLocked(NsState* ns, std::string_view key,
+                                                                std::optional<SlotId> slot,
+                                                                std::string heap_copy, bool pin,
+                                                                int64_t pin_until_ms) {
+  const BlockId id = index_.Find(ns->id, key);
+  if (id == kNoEntry || !index_.at(id).resident()) {
+    // Deleted while we read: do not resurrect it.
+    if (slot) hot_->Release(*slot);
+    ns->stats.get_misses++;
+    return absl::NotFoundError("block not found");
+  }
+  Entry& e = index_.at(id);
+  e.hits++;
+  TouchLocked(id);
+  ns->stats.cold.hits++;
+  if (!slot) {
+    auto owned = std::make_shared<std::string>(std::move(heap_copy));
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(owned->data()), owned->size());
+    return BlockRef(std::shared_ptr<const void>(owned, owned.get()), bytes, Tier::kCold,
+                    e.block_index);
+  }
+  BlockRef ref = hot_->NewRef(*slot, Tier::kCold, e.block_index);
+  if (e.flags & Entry::kHot) {
+    // Someone else promoted or re-put it meanwhile: serve our copy, freed after the read.
+    hot_->Release(*slot);
+    return ref;
+  }
+  EnterHotLocked(id, *slot);
+  ns->stats.promotions++;
+  if (pin) PinLocked(id, pin_until_ms);
+  policy_->OnAccess(id, InfoLocked(e));
+  hot_->Release(*slot);  // the allocation's reference: the index owns the slot now
+  MaybeWakeDemoterLocked();
+  return ref;
+}
+
+absl::StatusOr<uint64_t> TieredStoreImpl::Pin(std::string_view ns_name,
+                                              std::span<const std::string> keys, uint64_t ttl_ms) {
+  ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
+  const int64_t until =
+      ttl_ms == 0 ? kPinForever : clock_->NowMillis() + static_cast<int64_t>(ttl_ms);
+  uint64_t pinned = 0;
+  for (const std::string& key : keys) {
+    {
+      absl::MutexLock lock(&mu_);
+      const BlockId id = index_.Find(ns->id, key);
+      if (id == kNoEntry) continue;
+      const Entry& e = index_.at(id);
+      if (e.flags & Entry::kHot) {
+        PinLocked(id, until);
+        ++pinned;
+        continue;
+      }
+      if (!(e.flags & Entry::kCold) || (e.flags & Entry::kStandalone)) continue;
+    }
+    if (!Promote(ns, key, true, until).ok()) continue;
+    absl::MutexLock lock(&mu_);
+    const BlockId id = index_.Find(ns->id, key);
+    if (id != kNoEntry && (index_.at(id).flags & Entry::kHot)) {
+      // A concurrent promotion may have won; make sure the resident copy is pinned.
+      PinLocked(id, until);
+      ++pinned;
+    }
+  }
+  return pinned;
+}
+
+}  // namespace kvtier::storage

@@ -1,0 +1,505 @@
+#include "storage/tiered_store_impl.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "storage/namespace_record.h"
+
+namespace kvtier::storage {
+
+// ---------------------------------------------------------------------------------------
+// Setup
+
+TieredStoreImpl::TieredStoreImpl(const StoreOptions& options, std::unique_ptr<HotTier> hot,
+                                 std::unique_ptr<ColdTier> cold)
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : common::RealClock()),
+      hot_(std::move(hot)),
+      cold_(std::move(cold)),
+      high_bytes_(static_cast<uint64_t>(options.high_watermark * hot_->capacity_bytes())),
+      low_bytes_(static_cast<uint64_t>(options.low_watermark * hot_->capacity_bytes())),
+      index_([this](BlockId id) {
+        mu_.AssertHeld();  // PrefixIndex calls back only from within index_ methods
+        UpdateEligibilityLocked(id);
+      }),
+      policy_(NewEvictionPolicy(options.policy, options.policy_options)) {}
+
+TieredStoreImpl::~TieredStoreImpl() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    demote_cv_.SignalAll();
+  }
+  if (demoter_.joinable()) demoter_.join();
+}
+
+absl::Status TieredStoreImpl::ValidateOptions(const StoreOptions& options) {
+  if (!(options.low_watermark > 0 && options.low_watermark <= options.high_watermark &&
+        options.high_watermark <= 1.0)) {
+    return absl::InvalidArgumentError(
+        "watermarks must satisfy 0 < low_watermark <= high_watermark <= 1");
+  }
+  if (options.cold_capacity_bytes == 0) {
+    return absl::InvalidArgumentError("cold_capacity_bytes must be positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TieredStoreImpl::Init() {
+  RETURN_IF_ERROR(Recover());
+  if (options_.background_demotion) demoter_ = std::thread([this] { BackgroundLoop(); });
+  if (options_.warm_from_cold) WarmFromCold();
+  return absl::OkStatus();
+}
+
+void TieredStoreImpl::WarmFromCold() {
+  std::vector<std::pair<NsState*, std::string>> warm;
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t planned = 0;
+    // Most recently used cold leaves first is unknown after restart: take index order.
+    for (BlockId id = 0; id < index_.id_limit() && planned < low_bytes_; ++id) {
+      const Entry& e = index_.at(id);
+      if ((e.flags & Entry::kUsed) && (e.flags & Entry::kCold) && !(e.flags & Entry::kStandalone)) {
+        NsState* ns = namespaces_[e.ns].get();
+        planned += HotArena::RoundUp(ns->slot_bytes);
+        if (planned <= low_bytes_) warm.emplace_back(ns, std::string(e.key_view()));
+      }
+    }
+  }
+  for (auto& [ns, key] : warm) {
+    (void)Promote(ns, key, false, 0);
+  }
+}
+
+absl::Status TieredStoreImpl::Recover() {
+  std::vector<std::pair<uint32_t, std::string>> specs;
+  RETURN_IF_ERROR(cold_->ForEachNamespace(
+      [&](BlockId id, std::string_view spec) { specs.emplace_back(id, std::string(spec)); }));
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, spec] : specs) {
+    ASSIGN_OR_RETURN(NamespaceOptions opts, ParseNamespace(spec));
+    if (id > 0xffff) return absl::DataLossError("namespace id out of range");
+    RETURN_IF_ERROR(AddNamespaceLocked(id, opts));
+  }
+  absl::Status bad;
+  RETURN_IF_ERROR(cold_->ForEachBlock([&](const ColdIndexRecord& rec) {
+    if (rec.ns_id >= namespaces_.size() || namespaces_[rec.ns_id] == nullptr || rec.key.empty() ||
+        rec.key.size() > kMaxKeyBytes || rec.parent_key.size() > kMaxKeyBytes) {
+      bad = absl::DataLossError("block index record names an unknown namespace or bad key");
+      return;
+    }
+    const uint16_t ns = static_cast<uint16_t>(rec.ns_id);
+    const BlockId id = index_.FindOrCreate(ns, rec.key);
+    Entry& e = index_.at(id);
+    e.block_index = rec.block_index;
+    e.payload_bytes = rec.payload_bytes;
+    if (rec.standalone) e.flags |= Entry::kStandalone;
+    e.recency = static_cast<uint32_t>(++tick_);
+    if (!rec.standalone && !rec.parent_key.empty() && rec.parent_key != rec.key) {
+      index_.SetParent(id, index_.FindOrCreate(ns, rec.parent_key));
+    }
+    EnterColdLocked(id, rec.stored_bytes);
+  }));
+  RETURN_IF_ERROR(bad);
+  // Ghosts whose real record never showed up (parent never stored) stay as ghosts: they
+  // have children by construction.
+  return absl::OkStatus();
+}
+
+absl::Status TieredStoreImpl::AddNamespaceLocked(BlockId id, const NamespaceOptions& opts) {
+  if (namespaces_.size() <= id) namespaces_.resize(id + 1);
+  auto state = std::make_unique<NsState>();
+  state->opts = opts;
+  state->id = static_cast<uint16_t>(id);
+  state->slot_bytes = kv::EncodedSize(opts.codec, opts.layout, opts.layout.tokens_per_block,
+                                      opts.keep_sinks ? opts.layout.sink_tokens : 0);
+  state->stats.name = opts.name;
+  state->stats.tenant = opts.tenant;
+  state->stats.codec = opts.codec;
+  ns_by_name_[opts.name] = static_cast<uint16_t>(id);
+  namespaces_[id] = std::move(state);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Namespaces
+
+absl::StatusOr<NamespaceOptions> TieredStoreImpl::RegisterNamespace(const NamespaceOptions& ns) {
+  RETURN_IF_ERROR(ns.Validate());
+  absl::MutexLock lock(&mu_);
+  auto it = ns_by_name_.find(ns.name);
+  if (it != ns_by_name_.end()) {
+    const NamespaceOptions& have = namespaces_[it->second]->opts;
+    std::string diff = FirstNamespaceDifference(have, ns);
+    if (!diff.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("namespace '", ns.name, "' is registered with a different ", diff));
+    }
+    return have;
+  }
+  if (namespaces_.size() > 0xffff) return absl::ResourceExhaustedError("too many namespaces");
+  const uint16_t id = static_cast<uint16_t>(namespaces_.size());
+  // Namespace writes are rare; holding mu_ over the synced write keeps ids unique.
+  RETURN_IF_ERROR(cold_->PutNamespace(id, SerializeNamespace(ns)));
+  RETURN_IF_ERROR(AddNamespaceLocked(id, ns));
+  return ns;
+}
+
+absl::StatusOr<NsState*> TieredStoreImpl::FindNsLocked(std::string_view name) const {
+  auto it = ns_by_name_.find(std::string(name));
+  if (it == ns_by_name_.end()) {
+    return absl::NotFoundError(absl::StrCat("namespace '", Sv(name), "' is not registered"));
+  }
+  return namespaces_[it->second].get();
+}
+
+absl::StatusOr<NsState*> TieredStoreImpl::FindNs(std::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  return FindNsLocked(name);
+}
+
+absl::StatusOr<NamespaceOptions> TieredStoreImpl::GetNamespace(std::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(name));
+  return ns->opts;
+}
+
+std::vector<NamespaceOptions> TieredStoreImpl::ListNamespaces() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<NamespaceOptions> out;
+  for (const auto& ns : namespaces_) {
+    if (ns != nullptr) out.push_back(ns->opts);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NamespaceOptions& a, const NamespaceOptions& b) { return a.name < b.name; });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Index helpers and residency transitions
+
+BlockInfo TieredStoreImpl::InfoLocked(const Entry& e) const {
+  BlockInfo info;
+  info.block_index = e.block_index;
+  info.hits = e.hits;
+  info.attention = e.attention;
+  info.tick = tick_;
+  info.payload_bytes = e.payload_bytes;
+  return info;
+}
+
+void TieredStoreImpl::TouchLocked(BlockId id) {
+  Entry& e = index_.at(id);
+  e.recency = static_cast<uint32_t>(++tick_);
+  index_.TouchCold(id);
+}
+
+void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
+  Entry& e = index_.at(id);
+  bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy));
+  if (eligible) {
+    // The sink rule holds per tier: a sink block (index < sink_blocks) is not demoted
+    // while a descendant is hot, and cold eviction never deletes a block with a descendant.
+    // A sink whose descendants are all cold may be demoted: it stays resident (cold) and
+    // its prefix whole. Counting cold descendants here would keep every conversation's
+    // block 0 hot forever and crowd out reusable blocks. Structure-aware policies
+    // further take hot leaves only, which implies the sink rule.
+    const NsState& ns = *namespaces_[e.ns];
+    const bool protected_sink = e.block_index < ns.opts.sink_blocks && e.hot_children > 0;
+    eligible = policy_->structure_aware() ? e.hot_children == 0 : !protected_sink;
+  }
+  if (eligible == static_cast<bool>(e.flags & Entry::kEligible)) return;
+  if (eligible) {
+    e.flags |= Entry::kEligible;
+  } else {
+    e.flags &= ~Entry::kEligible;
+  }
+  policy_->OnEligible(id, eligible);
+}
+
+void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot) {
+  Entry& e = index_.at(id);
+  KVTIER_CHECK(!(e.flags & Entry::kHot)) << "block already hot";
+  e.slot = slot;
+  hot_->Own(slot, id);
+  NsState& ns = *namespaces_[e.ns];
+  ns.stats.hot.blocks++;
+  ns.stats.hot.bytes += hot_->View(slot).payload_bytes;
+  policy_->OnInsert(id, InfoLocked(e));
+  index_.SetHot(id, true);  // re-evaluates the parent
+  UpdateEligibilityLocked(id);
+}
+
+void TieredStoreImpl::LeaveHotLocked(BlockId id) {
+  Entry& e = index_.at(id);
+  if (!(e.flags & Entry::kHot)) return;
+  if (e.flags & Entry::kEligible) e.flags &= ~Entry::kEligible;
+  policy_->OnRemove(id);
+  NsState& ns = *namespaces_[e.ns];
+  ns.stats.hot.blocks--;
+  ns.stats.hot.bytes -= hot_->View(e.slot).payload_bytes;
+  hot_->Disown(e.slot);  // freed now unless a reader holds it
+  e.slot = kNoEntry;
+  if (e.flags & Entry::kPinned) {
+    e.flags &= ~Entry::kPinned;
+    pins_.erase(id);
+  }
+  index_.SetHot(id, false);  // re-evaluates the parent
+}
+
+void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
+  Entry& e = index_.at(id);
+  NsState& ns = *namespaces_[e.ns];
+  if (e.flags & Entry::kCold) {
+    ns.stats.cold.bytes -= e.cold_bytes;
+    cold_used_ -= e.cold_bytes;
+  } else {
+    ns.stats.cold.blocks++;
+  }
+  e.flags |= Entry::kCold;
+  e.cold_bytes = stored_bytes;
+  ns.stats.cold.bytes += stored_bytes;
+  cold_used_ += stored_bytes;
+  index_.UpdateColdList(id, false);
+}
+
+void TieredStoreImpl::LeaveColdLocked(BlockId id) {
+  Entry& e = index_.at(id);
+  if (!(e.flags & Entry::kCold)) return;
+  NsState& ns = *namespaces_[e.ns];
+  ns.stats.cold.blocks--;
+  ns.stats.cold.bytes -= e.cold_bytes;
+  cold_used_ -= e.cold_bytes;
+  e.cold_bytes = 0;
+  e.flags &= ~Entry::kCold;
+  index_.UpdateColdList(id, false);
+}
+
+bool TieredStoreImpl::RemoveLocked(BlockId id) {
+  Entry& e = index_.at(id);
+  const bool had_cold = e.flags & Entry::kCold;
+  LeaveHotLocked(id);
+  LeaveColdLocked(id);
+  index_.MaybeFree(id);
+  return had_cold;
+}
+
+void TieredStoreImpl::PinLocked(BlockId id, int64_t until_ms) {
+  Entry& e = index_.at(id);
+  e.flags |= Entry::kPinned;
+  pins_[id] = until_ms;
+  next_pin_expiry_ms_ = std::min(next_pin_expiry_ms_, until_ms);
+  UpdateEligibilityLocked(id);
+}
+
+// ---------------------------------------------------------------------------------------
+// Lookups and admin calls
+
+absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
+                                                     std::span<const std::string> keys) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
+  LookupResult out;
+  out.tiers.reserve(keys.size());
+  bool prefix = true;
+  uint64_t hits = 0;
+  for (const std::string& key : keys) {
+    const BlockId id = index_.Find(ns->id, key);
+    Tier tier = Tier::kNone;
+    if (id != kNoEntry) {
+      const uint8_t f = index_.at(id).flags;
+      tier = (f & Entry::kHot) ? Tier::kHot : (f & Entry::kCold) ? Tier::kCold : Tier::kNone;
+    }
+    out.tiers.push_back(tier);
+    if (tier != Tier::kNone) {
+      ++hits;
+      if (prefix) ++out.prefix_blocks;
+    } else {
+      prefix = false;
+    }
+  }
+  ns->stats.lookups++;
+  ns->stats.lookup_blocks += keys.size();
+  ns->stats.lookup_hit_blocks += hits;
+  ns->stats.lookup_prefix_hit_blocks += out.prefix_blocks;
+  return out;
+}
+
+bool TieredStoreImpl::DeleteOne(NsState* ns, std::string_view key,
+                                uint64_t NamespaceStats::*counter) {
+  absl::MutexLock stripe(&Stripe(ns->id, key));
+  bool existed = false;
+  bool had_cold = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const BlockId id = index_.Find(ns->id, key);
+    if (id != kNoEntry && (index_.at(id).flags & (Entry::kHot | Entry::kCold))) {
+      existed = true;
+      ns->stats.*counter += 1;
+      had_cold = RemoveLocked(id);
+    }
+  }
+  if (had_cold) {
+    absl::Status st = cold_->DeleteBlock(ns->id, key);
+    if (!st.ok()) KVTIER_LOG(WARNING) << "cold delete failed: " << st.ToString();
+  }
+  return existed;
+}
+
+absl::StatusOr<uint64_t> TieredStoreImpl::Delete(std::string_view ns_name,
+                                                 std::span<const std::string> keys) {
+  ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
+  uint64_t n = 0;
+  for (const std::string& key : keys) {
+    if (DeleteOne(ns, key, &NamespaceStats::evictions_admin)) ++n;
+  }
+  return n;
+}
+
+absl::StatusOr<uint64_t> TieredStoreImpl::Unpin(std::string_view ns_name,
+                                                std::span<const std::string> keys) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
+  uint64_t n = 0;
+  for (const std::string& key : keys) {
+    const BlockId id = index_.Find(ns->id, key);
+    if (id == kNoEntry || !(index_.at(id).flags & Entry::kPinned)) continue;
+    index_.at(id).flags &= ~Entry::kPinned;
+    pins_.erase(id);
+    UpdateEligibilityLocked(id);
+    ++n;
+  }
+  MaybeWakeDemoterLocked();
+  return n;
+}
+
+absl::Status TieredStoreImpl::ReportScores(std::string_view ns_name,
+                                           std::span<const std::string> keys,
+                                           std::span<const float> scores) {
+  if (keys.size() != scores.size()) {
+    return absl::InvalidArgumentError("keys and scores must have the same size");
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const BlockId id = index_.Find(ns->id, keys[i]);
+    if (id == kNoEntry) continue;
+    Entry& e = index_.at(id);
+    e.attention += scores[i];
+    if (e.flags & Entry::kHot) policy_->OnScore(id, scores[i], InfoLocked(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
+                                                std::span<const std::string> keys, bool drop) {
+  ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
+  // Targets, deepest first so a prefix never loses a block before its descendants.
+  std::vector<std::pair<uint32_t, std::string>> targets;  // (depth, key)
+  {
+    absl::MutexLock lock(&mu_);
+    absl::flat_hash_set<uint32_t> chosen;
+    for (const std::string& key : keys) {
+      const BlockId id = index_.Find(ns->id, key);
+      if (id != kNoEntry) chosen.insert(id);
+    }
+    const bool all = keys.empty();
+    for (BlockId id = 0; id < index_.id_limit(); ++id) {
+      const Entry& e = index_.at(id);
+      if (!(e.flags & Entry::kUsed) || e.ns != ns->id || !(e.flags & (Entry::kHot | Entry::kCold)))
+        continue;
+      uint32_t depth = 0;
+      bool selected = all || chosen.contains(id);
+      for (uint32_t p = e.parent; p != kNoEntry && depth < (1u << 20); p = index_.at(p).parent) {
+        ++depth;
+        if (drop && chosen.contains(p)) selected = true;  // descendants go too
+      }
+      if (!drop && !(e.flags & Entry::kHot)) selected = false;
+      if (selected) targets.emplace_back(depth, std::string(e.key_view()));
+    }
+  }
+  std::sort(targets.begin(), targets.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  uint64_t moved = 0;
+  for (const auto& [depth, key] : targets) {
+    if (drop) {
+      if (DeleteOne(ns, key, &NamespaceStats::evictions_admin)) ++moved;
+      continue;
+    }
+    BlockId id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = index_.Find(ns->id, key);
+      if (id == kNoEntry || !(index_.at(id).flags & Entry::kHot) ||
+          (index_.at(id).flags & Entry::kBusy))
+        continue;
+      Entry& e = index_.at(id);
+      if (e.flags & Entry::kPinned) {
+        e.flags &= ~Entry::kPinned;
+        pins_.erase(id);
+      }
+      e.flags |= Entry::kBusy;
+      UpdateEligibilityLocked(id);
+    }
+    if (DemoteMarked(id, DemoteMode::kAdmin) == DemoteResult::kMoved) ++moved;
+  }
+  return moved;
+}
+
+absl::Status TieredStoreImpl::Flush(std::string_view ns_name) {
+  std::vector<uint32_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    int ns_id = -1;
+    if (!ns_name.empty()) {
+      ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
+      ns_id = ns->id;
+    }
+    for (BlockId id = 0; id < index_.id_limit(); ++id) {
+      Entry& e = index_.at(id);
+      if ((e.flags & Entry::kHot) && !(e.flags & (Entry::kCold | Entry::kBusy)) &&
+          (ns_id < 0 || e.ns == ns_id)) {
+        e.flags |= Entry::kBusy;
+        UpdateEligibilityLocked(id);
+        ids.push_back(id);
+      }
+    }
+  }
+  bool failed = false;
+  for (BlockId id : ids) {
+    // kGone is fine: the block was deleted or replaced after Flush picked it.
+    if (DemoteMarked(id, DemoteMode::kCopyOnly) == DemoteResult::kFailed) failed = true;
+  }
+  RETURN_IF_ERROR(cold_->Sync());
+  if (failed) return absl::UnavailableError("flush: some blocks could not be written to cold");
+  return absl::OkStatus();
+}
+
+StoreStats TieredStoreImpl::Stats() const {
+  absl::MutexLock lock(&mu_);
+  StoreStats out;
+  out.hot_allocator = hot_->allocator_name();
+  out.hot_capacity_bytes = hot_->capacity_bytes();
+  out.hot_used_bytes = hot_->used_bytes();
+  out.cold_capacity_bytes = options_.cold_capacity_bytes;
+  out.cold_used_bytes = cold_used_;
+  out.index_entries = index_.size();
+  out.index_memory_bytes = index_.MemoryBytes();
+  out.policy_memory_bytes = policy_->MemoryBytes();
+  for (const auto& ns : namespaces_) {
+    if (ns != nullptr) out.namespaces.push_back(ns->stats);
+  }
+  std::sort(out.namespaces.begin(), out.namespaces.end(),
+            [](const NamespaceStats& a, const NamespaceStats& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace kvtier::storage

@@ -1,0 +1,237 @@
+// TieredStoreImpl: the TieredStore behind TieredStore::Open (docs/design.md §4 Tiers and
+// eviction). It orchestrates four collaborators, each with its own file and contract:
+//   PrefixIndex (prefix_index.h)    entries, parent links, ghosts, the cold leaf list
+//   HotTier (hot_tier.h)            slots in the hot arena, refcounted read handles
+//   EvictionPolicy (eviction_policy.h)  which eligible hot block to demote next
+//   ColdTier (cold_tier.h)          persistent records; RocksDbColdTier in production
+// and keeps what crosses them: namespaces, residency transitions (which keep child
+// counts, policy eligibility and the cold list in step), pins, statistics, demotion and
+// cold-capacity enforcement.
+//
+// Locking: mu_ guards the index, the policy, pins and counters. Payload copies,
+// checksums and cold I/O run outside it. Cold writes and deletes of one key are
+// serialized by its stripe (Stripe()), taken before mu_, so the cold record and the
+// index never disagree. Lock order: stripe -> mu_ -> HotTier's own mutex.
+// Naming: a method whose name ends in `Locked` requires mu_ held; every other method
+// takes it itself.
+//
+// The member functions are defined in tiered_store_impl.cc (setup, namespaces,
+// residency, admin calls, stats), tiered_store_put.cc (Put), tiered_store_get.cc (Get,
+// promotion, Pin) and tiered_store_demotion.cc (room in the hot tier, demotion,
+// cold-capacity eviction, the background demoter).
+//
+// Thread-safe (see TieredStore).
+#ifndef KVTIER_STORAGE_TIERED_STORE_IMPL_H_
+#define KVTIER_STORAGE_TIERED_STORE_IMPL_H_
+
+#include <xxhash.h>
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "storage/cold_tier.h"
+#include "storage/eviction_policy.h"
+#include "storage/hot_tier.h"
+#include "storage/kv/codec.h"
+#include "storage/prefix_index.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::storage {
+
+// One registered namespace. `opts`, `id` and `slot_bytes` are constant after
+// registration (read without the store's mutex); `stats` is guarded by the store's mu_.
+struct NsState {
+  NamespaceOptions opts;
+  uint16_t id = 0;
+  uint64_t slot_bytes = 0;  // hot slot size of a full block
+  NamespaceStats stats;
+};
+
+class TieredStoreImpl final : public TieredStore {
+ public:
+  // Takes the tiers; nothing is read yet (Init does that). REQUIRES: valid options
+  // (ValidateOptions), non-null tiers.
+  TieredStoreImpl(const StoreOptions& options, std::unique_ptr<HotTier> hot,
+                  std::unique_ptr<ColdTier> cold);
+  ~TieredStoreImpl() override;
+
+  // INVALID_ARGUMENT naming the bad StoreOptions field.
+  static absl::Status ValidateOptions(const StoreOptions& options);
+  // Recovers namespaces and the index from the cold tier, starts the demoter and, with
+  // warm_from_cold, promotes cold blocks. The cold tier's errors; DATA_LOSS for a
+  // malformed record. Call once, before any other method.
+  absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // TieredStore.
+  absl::StatusOr<NamespaceOptions> RegisterNamespace(const NamespaceOptions& ns) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<NamespaceOptions> GetNamespace(std::string_view name) const override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<NamespaceOptions> ListNamespaces() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<LookupResult> Lookup(std::string_view ns,
+                                      std::span<const std::string> keys) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> Delete(std::string_view ns, std::span<const std::string> keys) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> Pin(std::string_view ns, std::span<const std::string> keys,
+                               uint64_t ttl_ms) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> Unpin(std::string_view ns, std::span<const std::string> keys) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReportScores(std::string_view ns, std::span<const std::string> keys,
+                            std::span<const float> scores) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
+                                 bool drop) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Flush(std::string_view ns) override ABSL_LOCKS_EXCLUDED(mu_);
+  StoreStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  static constexpr size_t kNumStripes = 64;
+  static constexpr int64_t kPinForever = std::numeric_limits<int64_t>::max();
+
+  enum class DemoteMode { kWatermark, kAdmin, kCopyOnly };
+  // kGone: a concurrent Delete / re-Put took the block out of the hot tier first.
+  enum class DemoteResult { kMoved, kGone, kFailed };
+
+  // A validated Put, ready to store (tiered_store_put.cc).
+  struct PreparedPut;
+
+  absl::Mutex& Stripe(uint16_t ns, std::string_view key) {
+    return stripes_[XXH3_64bits_withSeed(key.data(), key.size(), ns) % kNumStripes];
+  }
+
+  // --- Setup (tiered_store_impl.cc)
+  absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AddNamespaceLocked(uint32_t id, const NamespaceOptions& opts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WarmFromCold() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Namespaces and index helpers (tiered_store_impl.cc)
+  absl::StatusOr<NsState*> FindNsLocked(std::string_view name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<NsState*> FindNs(std::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
+  BlockInfo InfoLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Residency transitions (tiered_store_impl.cc). They keep child counts, policy and
+  // cold list in step.
+  void EnterHotLocked(BlockId id, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaveHotLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnterColdLocked(BlockId id, uint32_t stored_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaveColdLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateEligibilityLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PinLocked(BlockId id, int64_t until_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes every tier copy of `id` from the index (cold record deletion is the caller's,
+  // outside mu_). Returns true if the block had a cold record.
+  bool RemoveLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes one block everywhere, holding its stripe. Returns whether it existed.
+  bool DeleteOne(NsState* ns, std::string_view key, uint64_t NamespaceStats::*counter)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Put (tiered_store_put.cc)
+  // Stores blocks[position] of a Put call.
+  absl::Status PutOne(NsState* ns, const BlockPut& block, size_t position) ABSL_LOCKS_EXCLUDED(mu_);
+  // The prefix metadata rules (TieredStore::Put). INVALID_ARGUMENT naming
+  // blocks[position].block_index, FAILED_PRECONDITION naming blocks[position].parent_key.
+  absl::Status CheckPrefixRulesLocked(const NsState& ns, const BlockPut& block,
+                                      size_t position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validates the block against the namespace and fills *prepared (no slot yet).
+  // INVALID_ARGUMENT / FAILED_PRECONDITION as Put.
+  absl::Status PreparePut(const NsState& ns, const BlockPut& block, PreparedPut* prepared) const;
+  // Copies the payload into a new hot slot (standalone entries and a full hot tier get
+  // none) and points prepared->payload at contiguous bytes.
+  void CopyIntoHot(const NsState& ns, const BlockPut& block, PreparedPut* prepared)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes the cold record (write-through, or no hot room); returns its stored bytes,
+  // or nullopt when no cold write was needed.
+  absl::StatusOr<std::optional<uint32_t>> WriteColdForPut(const NsState& ns, const BlockPut& block,
+                                                          const PreparedPut& prepared)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes the block in the index. Returns true if an older cold record of the key
+  // holds other bytes and must be deleted (DropStaleCold).
+  bool PublishLocked(NsState* ns, const BlockPut& block, const PreparedPut& prepared,
+                     std::optional<uint32_t> stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DropStaleCold(const NsState& ns, std::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Get (tiered_store_get.cc)
+  // Reads a cold block into a new hot slot (or a heap copy when the arena is full of
+  // pinned blocks) and returns a read handle. NOT_FOUND on absence or checksum failure.
+  absl::StatusOr<BlockRef> Promote(NsState* ns, std::string_view key, bool pin,
+                                   int64_t pin_until_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts, deletes and reports as a miss a block whose cold read failed verification.
+  absl::Status DropCorruptCold(NsState* ns, std::string_view key, const absl::Status& cause)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes a promoted copy in `slot` (or serves `heap_copy` when slot is nullopt).
+  absl::StatusOr<BlockRef> PublishPromotedLocked(NsState* ns, std::string_view key,
+                                                 std::optional<SlotId> slot, std::string heap_copy,
+                                                 bool pin, int64_t pin_until_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Room and demotion (tiered_store_demotion.cc)
+  // Allocates a hot slot, demoting synchronously while the arena has no room. Returns
+  // nullopt when nothing more can be demoted.
+  std::optional<SlotId> AllocSlot(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Demotes the policy's victim; returns false if there is none.
+  bool DemoteOne() ABSL_LOCKS_EXCLUDED(mu_);
+  BlockId PickVictimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes block `id` to cold (if not there) and, unless kCopyOnly, frees its hot slot,
+  // then enforces the cold capacity. REQUIRES: the entry is marked kBusy by the caller.
+  DemoteResult DemoteMarked(BlockId id, DemoteMode mode) ABSL_LOCKS_EXCLUDED(mu_);
+  DemoteResult DemoteMarkedOnly(BlockId id, DemoteMode mode) ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishDemotionLocked(BlockId id, DemoteMode mode, bool wrote,
+                            const absl::StatusOr<uint32_t>& stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DemoteUntilBelow(uint64_t target_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Demotes synchronously when background demotion is off and the arena is over the
+  // high watermark.
+  void DemoteIfSynchronous() ABSL_LOCKS_EXCLUDED(mu_);
+  void EnforceColdCapacity() ABSL_LOCKS_EXCLUDED(mu_);
+  void ExpirePinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void MaybeWakeDemoterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const StoreOptions options_;
+  common::Clock* const clock_;
+  const std::unique_ptr<HotTier> hot_;            // thread-safe itself
+  const std::unique_ptr<ColdTier> cold_;          // thread-safe itself
+  const uint64_t high_bytes_;                     // demotion starts above this many hot bytes
+  const uint64_t low_bytes_;                      // ... and stops at or below this many
+  std::array<absl::Mutex, kNumStripes> stripes_;  // serialize cold writes per key
+  std::thread demoter_;                           // started by Init, joined by the destructor
+
+  // State below is protected by mu_.
+  mutable absl::Mutex mu_;
+  absl::CondVar demote_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t demote_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::unique_ptr<NsState>> namespaces_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint16_t> ns_by_name_ ABSL_GUARDED_BY(mu_);
+  PrefixIndex index_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<EvictionPolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlockId, int64_t> pins_ ABSL_GUARDED_BY(mu_);  // id -> until ms
+  int64_t next_pin_expiry_ms_ ABSL_GUARDED_BY(mu_) = kPinForever;
+  uint64_t cold_used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvtier::storage
+
+#endif  // KVTIER_STORAGE_TIERED_STORE_IMPL_H_

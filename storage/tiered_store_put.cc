@@ -1,0 +1,289 @@
+// TieredStoreImpl: Put (tiered_store_impl.h). A block goes through four steps:
+// PreparePut (validate against the namespace), CopyIntoHot (a hot slot, filled outside
+// any lock), WriteColdForPut (write-through or no hot room) and PublishLocked (the
+// index), the last two under the key's stripe.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "storage/checksum.h"
+#include "storage/kv/compaction.h"
+#include "storage/tiered_store_impl.h"
+
+namespace kvtier::storage {
+
+struct TieredStoreImpl::PreparedPut {
+  // The payload as contiguous bytes: the caller's, `joined`, or the hot slot's copy.
+  // Empty while the payload is still only in BlockPut::pieces (in_pieces).
+  std::span<const uint8_t> payload;
+  std::string joined;  // pieces concatenated, when contiguous bytes are needed
+  bool in_pieces = false;
+  uint64_t payload_size = 0;
+  uint64_t raw_bytes = 0;  // source-dtype bytes the block represents
+  bool write_through = false;
+  std::optional<SlotId> slot;  // holds our allocation reference until published
+};
+
+namespace {
+
+// FAILED_PRECONDITION naming the first field in which the blob differs from the
+// namespace.
+absl::Status CheckBlobMatches(const NamespaceOptions& ns, const kv::EncodedInfo& info,
+                              bool standalone) {
+  const kv::Layout& want = ns.layout;
+  if (info.codec != ns.codec) {
+    return absl::FailedPreconditionError(absl::StrCat("payload codec ", kv::CodecName(info.codec),
+                                                      " differs from namespace codec ",
+                                                      kv::CodecName(ns.codec)));
+  }
+  if (info.layout.num_layers != want.num_layers) {
+    return absl::FailedPreconditionError("payload layout.num_layers differs from namespace");
+  }
+  if (info.layout.num_kv_heads != want.num_kv_heads) {
+    return absl::FailedPreconditionError("payload layout.num_kv_heads differs from namespace");
+  }
+  if (info.layout.head_dim != want.head_dim) {
+    return absl::FailedPreconditionError("payload layout.head_dim differs from namespace");
+  }
+  if (info.layout.dtype != want.dtype) {
+    return absl::FailedPreconditionError("payload layout.dtype differs from namespace");
+  }
+  if (!standalone && info.num_tokens > want.tokens_per_block) {
+    return absl::FailedPreconditionError("payload holds more tokens than layout.tokens_per_block");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKeys(const BlockPut& block) {
+  if (block.key.empty() || block.key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key must be 1..", kMaxKeyBytes, " bytes, got ", block.key.size()));
+  }
+  if (block.parent_key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parent_key must be at most ", kMaxKeyBytes, " bytes"));
+  }
+  if (!block.standalone && block.parent_key == block.key) {
+    return absl::InvalidArgumentError("parent_key must differ from key");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TieredStoreImpl::Put(std::string_view ns_name, std::span<const BlockPut> blocks) {
+  ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
+  for (size_t i = 0; i < blocks.size(); ++i) RETURN_IF_ERROR(PutOne(ns, blocks[i], i));
+  return absl::OkStatus();
+}
+
+absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t position) {
+  PreparedPut prepared;
+  RETURN_IF_ERROR(PreparePut(*ns, block, &prepared));
+  {
+    // Checked before the hot copy too, so a rejected block demotes nothing.
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckPrefixRulesLocked(*ns, block, position));
+  }
+  CopyIntoHot(*ns, block, &prepared);
+  bool stale_cold_record;
+  {
+    absl::MutexLock stripe(&Stripe(ns->id, block.key));
+    absl::Status rules;
+    {
+      // Again under the stripe: a concurrent Put of the key may have stored it meanwhile.
+      absl::MutexLock lock(&mu_);
+      rules = CheckPrefixRulesLocked(*ns, block, position);
+    }
+    absl::StatusOr<std::optional<uint32_t>> stored =
+        rules.ok() ? WriteColdForPut(*ns, block, prepared)
+                   : absl::StatusOr<std::optional<uint32_t>>(rules);
+    if (!stored.ok()) {
+      // Nothing was published: the slot goes back, the index is untouched.
+      if (prepared.slot) hot_->Release(*prepared.slot);
+      return stored.status();
+    }
+    absl::MutexLock lock(&mu_);
+    stale_cold_record = PublishLocked(ns, block, prepared, *stored);
+  }
+  if (stale_cold_record) RETURN_IF_ERROR(DropStaleCold(*ns, block.key));
+  DemoteIfSynchronous();
+  EnforceColdCapacity();
+  return absl::OkStatus();
+}
+
+absl::Status TieredStoreImpl::CheckPrefixRulesLocked(const NsState& ns, const BlockPut& block,
+                                                     size_t position) const {
+  if (block.standalone) return absl::OkStatus();  // not part of the prefix tree
+  const bool root = block.parent_key.empty();
+  if (root != (block.block_index == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blocks[", position, "].block_index is ", block.block_index,
+                     root ? " but the block has no parent_key (only block 0 has none)"
+                          : " but the block has a parent_key (block 0 has none)"));
+  }
+  if (!root) {
+    // A parent this node does not hold is fine: in a cluster it lives on another node.
+    const BlockId parent = index_.Find(ns.id, block.parent_key);
+    if (parent != kNoEntry && index_.at(parent).resident() &&
+        !(index_.at(parent).flags & Entry::kStandalone) &&
+        block.block_index != index_.at(parent).block_index + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blocks[", position, "].block_index is ", block.block_index,
+                       " but its parent holds block_index ", index_.at(parent).block_index,
+                       " (a child's block_index is its parent's + 1)"));
+    }
+  }
+  const BlockId id = index_.Find(ns.id, block.key);
+  if (id != kNoEntry && index_.at(id).resident() && !(index_.at(id).flags & Entry::kStandalone)) {
+    const Entry& e = index_.at(id);
+    const std::string_view have =
+        e.parent == kNoEntry ? std::string_view() : index_.at(e.parent).key_view();
+    if (have != block.parent_key) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "blocks[", position, "].parent_key differs from the parent the stored key has (",
+          have.empty() ? "none" : "another key", "): a key never changes its parent"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TieredStoreImpl::PreparePut(const NsState& ns, const BlockPut& block,
+                                         PreparedPut* p) const {
+  RETURN_IF_ERROR(CheckKeys(block));
+  // A payload given as pieces is copied once, straight into the hot slot (`payload` then
+  // views the slot); it is joined only when it must be contiguous without a hot copy.
+  p->in_pieces = block.payload.empty() && !block.pieces.empty();
+  if (p->in_pieces && block.standalone) {
+    p->joined = JoinPieces(block.pieces);
+    p->in_pieces = false;
+  }
+  p->payload = kv::AsBytes(p->joined.empty() ? block.payload : p->joined);
+  p->payload_size = p->in_pieces ? PiecesSize(block.pieces) : p->payload.size();
+  // A standalone entry may be a compacted sequence: a compaction header (kept positions)
+  // around an ordinary codec blob, which is what is checked against the namespace.
+  std::span<const uint8_t> blob = p->payload;
+  if (block.standalone && kv::IsCompactedEntry(p->payload)) {
+    absl::StatusOr<kv::CompactedEntry> entry = kv::ParseCompactedEntry(p->payload);
+    if (!entry.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("payload is not a valid compacted entry: ", entry.status().message()));
+    }
+    blob = entry->blob;
+  }
+  absl::StatusOr<kv::EncodedInfo> info =
+      p->in_pieces ? ParsePiecesHeader(block.pieces) : kv::ParseHeader(blob);
+  if (!info.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload is not a valid encoded block: ", info.status().message()));
+  }
+  RETURN_IF_ERROR(CheckBlobMatches(ns.opts, *info, block.standalone));
+  if (p->payload_size > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError("payload larger than 4 GiB");
+  }
+  p->raw_bytes = info->raw_bytes;
+  p->write_through = ns.opts.write_through || block.standalone;
+  return absl::OkStatus();
+}
+
+void TieredStoreImpl::CopyIntoHot(const NsState& ns, const BlockPut& block, PreparedPut* p) {
+  if (!block.standalone) p->slot = AllocSlot(std::max<uint64_t>(ns.slot_bytes, p->payload_size));
+  if (!p->slot) {
+    if (p->in_pieces) {
+      p->joined = JoinPieces(block.pieces);  // no hot room: the cold write needs it contiguous
+      p->payload = kv::AsBytes(p->joined);
+    }
+    return;
+  }
+  hot_->SetPayload(*p->slot, static_cast<uint32_t>(p->payload_size), std::nullopt);
+  uint8_t* const dst = hot_->View(*p->slot).data;
+  if (p->in_pieces) {
+    uint8_t* o = dst;
+    for (std::string_view piece : block.pieces) {
+      if (piece.empty()) continue;
+      std::memcpy(o, piece.data(), piece.size());
+      o += piece.size();
+    }
+    // Our allocation reference keeps the slot ours until it is published.
+    p->payload = std::span<const uint8_t>(dst, p->payload_size);
+  } else {
+    std::memcpy(dst, p->payload.data(), p->payload.size());
+  }
+}
+
+absl::StatusOr<std::optional<uint32_t>> TieredStoreImpl::WriteColdForPut(const NsState& ns,
+                                                                         const BlockPut& block,
+                                                                         const PreparedPut& p) {
+  if (!p.write_through && p.slot) return std::nullopt;
+  // A hot-only Put skips the XXH3 pass: it is computed when the block goes cold.
+  const uint64_t checksum = PayloadChecksum(p.payload);
+  if (p.slot) hot_->SetChecksum(*p.slot, checksum);
+  ColdIndexRecord rec;
+  rec.ns_id = ns.id;
+  rec.key = std::string(block.key);
+  rec.parent_key = block.standalone ? "" : std::string(block.parent_key);
+  rec.block_index = block.block_index;
+  rec.standalone = block.standalone;
+  ASSIGN_OR_RETURN(uint32_t stored, cold_->PutBlock(rec, p.payload, checksum, ns.opts.cold_zstd));
+  return stored;
+}
+
+bool TieredStoreImpl::PublishLocked(NsState* ns, const BlockPut& block, const PreparedPut& p,
+                                    std::optional<uint32_t> stored) {
+  const BlockId id = index_.FindOrCreate(ns->id, block.key);
+  Entry& e = index_.at(id);
+  const int64_t pinned_until = (e.flags & Entry::kPinned) ? pins_[id] : 0;  // a re-put keeps it
+  bool stale_cold_record = false;
+  if (e.flags & Entry::kHot) {
+    // Same bytes as before? Only asked when the old copy also has a cold record.
+    const HotTier::SlotView old = hot_->View(e.slot);
+    const bool same = (e.flags & Entry::kCold) && old.payload_bytes == p.payload.size() &&
+                      std::memcmp(old.data, p.payload.data(), p.payload.size()) == 0;
+    LeaveHotLocked(id);
+    if ((e.flags & Entry::kCold) && !same && !stored) stale_cold_record = true;
+  } else if ((e.flags & Entry::kCold) && !stored) {
+    stale_cold_record = true;  // cannot tell whether the cold copy matches
+  }
+  if (stale_cold_record) LeaveColdLocked(id);
+  e.block_index = block.block_index;
+  e.payload_bytes = static_cast<uint32_t>(p.payload.size());
+  if (block.standalone) {
+    e.flags |= Entry::kStandalone;
+  } else {
+    e.flags &= ~Entry::kStandalone;
+  }
+  const BlockId parent = (block.standalone || block.parent_key.empty())
+                             ? kNoEntry
+                             : index_.FindOrCreate(ns->id, block.parent_key);
+  index_.SetParent(id, parent);
+  if (stored) EnterColdLocked(id, *stored);
+  TouchLocked(id);
+  if (p.slot) {
+    EnterHotLocked(id, *p.slot);
+    hot_->Release(*p.slot);  // the index owns it now
+    if (pinned_until != 0) PinLocked(id, pinned_until);
+  }
+  ns->stats.puts++;
+  ns->stats.raw_bytes_put += p.raw_bytes;
+  ns->stats.encoded_bytes_put += p.payload.size();
+  return stale_cold_record;
+}
+
+absl::Status TieredStoreImpl::DropStaleCold(const NsState& ns, std::string_view key) {
+  // The old cold record holds different bytes; drop it rather than serve them.
+  absl::MutexLock stripe(&Stripe(ns.id, key));
+  bool still_stale;
+  {
+    absl::MutexLock lock(&mu_);
+    const BlockId id = index_.Find(ns.id, key);
+    still_stale = id == kNoEntry || !(index_.at(id).flags & Entry::kCold);
+  }
+  if (still_stale) RETURN_IF_ERROR(cold_->DeleteBlock(ns.id, key));
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::storage
