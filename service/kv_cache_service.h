@@ -41,6 +41,7 @@
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/metrics.h"
+#include "service/peer_fanout.h"
 #include "service/put_watchdog.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"

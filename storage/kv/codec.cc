@@ -380,8 +380,8 @@ absl::StatusOr<std::string> internal::EncodeWithKernels(const CodecKernels& k, C
   if (kind == Kind::kLossless) {
     std::string out(kEncodedHeaderBytes, '\0');
     RETURN_IF_ERROR(internal::AppendLosslessBody(k, raw, out));
-    WriteHeader(codec, layout, n, n, out.size() - kEncodedHeaderBytes,
-                reinterpret_cast<uint8_t*>(out.data()));
+    EncodeRawHeader(codec, layout, n, n, out.size() - kEncodedHeaderBytes,
+                    reinterpret_cast<uint8_t*>(out.data()));
     return out;
   }
   const uint32_t r = kind == Kind::kRaw ? n : ProtectedTokens(layout, block_index, n, options);
