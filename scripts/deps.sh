@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
       librocksdb-dev libzstd-dev libxxhash-dev libssl-dev libhiredis-dev prometheus-cpp-dev
-      libgtest-dev libgmock-dev libbenchmark-dev redis-server kubectl)
+      libgtest-dev libgmock-dev libbenchmark-dev redis-server kubectl
+      python3 python3-grpcio python3-protobuf python3-numpy python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
