@@ -200,7 +200,8 @@ def main(argv=None):
         for r in cpp:
             r.setdefault("system", "kvtier")
             _print({k: r.get(k, 0) for k in ("system", "phase", "ops_per_s", "gb_per_s",
-                                                "p50_us", "p99_us")}, args.json)
+                                                "p50_us", "p99_us", "client_cpu_s_per_gb")},
+                   args.json)
         for py, c in zip(results, cpp):
             ratio = py["gb_per_s"] / c["gb_per_s"] if c["gb_per_s"] else 0.0
             line = dict(phase=py["phase"], python=py["system"], cpp=c["system"],

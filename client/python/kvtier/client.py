@@ -46,6 +46,7 @@ from typing import Any, Optional
 import grpc
 import numpy as np
 
+from kvtier import _grpc_fast
 from kvtier import errors
 from kvtier import layout as layout_mod
 from kvtier import shm as shm_mod
@@ -223,7 +224,7 @@ class _GetParser:
 
 
 class _Channel:
-    def __init__(self, address, index, opts):
+    def __init__(self, address, index, opts, metadata):
         options = [("grpc.use_local_subchannel_pool", 1), ("kvtier.channel_id", index),
                    ("grpc.max_receive_message_length", opts["max_receive_message_bytes"]),
                    ("grpc.max_send_message_length", -1)]
@@ -236,6 +237,11 @@ class _Channel:
                                              response_deserializer=pb.PutResponse.FromString)
         self.get = self.channel.unary_stream(_GET, request_serializer=pb.GetRequest.SerializeToString,
                                              response_deserializer=None)
+        self.keepalive = _grpc_fast.Keepalive(self.channel, metadata)
+
+    def close(self):
+        self.keepalive.cancel()
+        self.channel.close()
 
 
 class Client:
@@ -266,7 +272,7 @@ class Client:
         self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
         opts = dict(max_receive_message_bytes=max_receive_message_bytes,
                     http2_stream_window_bytes=http2_stream_window_bytes)
-        self._channels = [_Channel(address, i, opts) for i in range(num_channels)]
+        self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
         self._next = 0
         self._lock = threading.Lock()
         self._layouts = {}
@@ -290,7 +296,7 @@ class Client:
         if region is not None:
             region.close()
         for ch in self._channels:
-            ch.channel.close()
+            ch.close()
         self._pool.shutdown(wait=False)
 
     def __enter__(self):
@@ -540,7 +546,7 @@ class Client:
                 yield b"".join([b"\x12" + _varint(have)] + pieces)
 
         def attempt(ch, left, _):
-            return ch.put(requests(), timeout=left, metadata=self._metadata)
+            return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
 
         resp = self._call("Put", attempt, False, deadline)
         return PutResult(resp.blocks_stored, resp.bytes_stored)
@@ -650,6 +656,7 @@ class Client:
             req.shm_session = b""
 
         def attempt(ch, left, _):
+            ch.keepalive.ensure()
             call = ch.get(req, timeout=left, metadata=self._metadata)
             parser = _GetParser(dest)
             try:
@@ -667,6 +674,7 @@ class Client:
 
     def _get_shm_attempt(self, req):
         def attempt(ch, left, _):
+            ch.keepalive.ensure()
             header, extra = None, False
             for msg in ch.get(req, timeout=left, metadata=self._metadata):
                 if header is not None or not msg or msg[0] != 0x0A:
