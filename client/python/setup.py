@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 from setuptools import setup
-from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,10 +32,5 @@ def _generate():
     open(os.path.join(HERE, "kvtier", "v1", "__init__.py"), "a").close()
 
 
-class BuildPy(build_py):
-    def run(self):
-        _generate()
-        super().run()
-
-
-setup(cmdclass={"build_py": BuildPy})
+_generate()  # before setup(): metadata generation already needs the kvtier.v1 package
+setup()
