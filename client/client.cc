@@ -13,17 +13,18 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/prefix_keys.h"
 #include "client/shared_region.h"
-#include "client/wire.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "protocol/convert.h"
+#include "protocol/error_detail.h"
+#include "protocol/wire.h"
 
 namespace kvtier::client {
 namespace {
@@ -33,10 +34,11 @@ namespace v1 = ::kvtier::v1;
 constexpr char kPutMethod[] = "/kvtier.v1.KvCache/Put";
 constexpr char kGetMethod[] = "/kvtier.v1.KvCache/Get";
 
+using protocol::CheckSpecMatches;
+using protocol::GetStreamParser;
+
 absl::Status FromGrpc(const char* rpc, const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(rpc, ": ", status.error_message()));
+  return protocol::FromGrpcStatus(rpc, status);
 }
 
 std::chrono::system_clock::time_point DeadlineAfter(int64_t ms) {
@@ -121,8 +123,7 @@ struct Client::Impl {
     if (region == r) region.reset();
   }
   static bool IsLostSession(const absl::Status& s) {
-    return s.code() == absl::StatusCode::kFailedPrecondition &&
-           absl::StrContains(s.message(), "shm_session");
+    return protocol::HasErrorReason(s, v1::SHM_SESSION_UNKNOWN);
   }
 
   // Opens the shared region `offer` describes, or records why not.
@@ -301,11 +302,11 @@ struct Client::Impl {
     }
     if (stream_ok && shm_session.empty()) {
       std::vector<grpc::Slice> slices;
-      for (const auto& chunk : PlanChunks(sizes, options.chunk_bytes)) {
+      for (const auto& chunk : protocol::PlanChunks(sizes, options.chunk_bytes)) {
         uint64_t len = 0;
         for (const auto& piece : chunk) len += piece.bytes;
-        uint8_t prefix[kMaxFramePrefixBytes];
-        const size_t prefix_len = EncodeChunkPrefix(len, prefix);
+        uint8_t prefix[protocol::kMaxFramePrefixBytes];
+        const size_t prefix_len = protocol::EncodeChunkPrefix(len, prefix);
         slices.clear();
         slices.emplace_back(prefix, prefix_len);  // copied: a few bytes
         for (const auto& piece : chunk) {
@@ -487,70 +488,6 @@ struct Client::Impl {
     return absl::OkStatus();
   }
 };
-
-kvtier::v1::Layout ToProto(const kv::Layout& layout) {
-  v1::Layout p;
-  p.set_num_layers(layout.num_layers);
-  p.set_num_kv_heads(layout.num_kv_heads);
-  p.set_head_dim(layout.head_dim);
-  p.set_tokens_per_block(layout.tokens_per_block);
-  p.set_dtype(layout.dtype == kv::Dtype::kBf16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
-  p.set_sink_tokens(layout.sink_tokens);
-  return p;
-}
-
-absl::StatusOr<kv::Layout> FromProto(const kvtier::v1::Layout& p) {
-  kv::Layout layout;
-  layout.num_layers = p.num_layers();
-  layout.num_kv_heads = p.num_kv_heads();
-  layout.head_dim = p.head_dim();
-  layout.tokens_per_block = p.tokens_per_block();
-  switch (p.dtype()) {
-    case v1::DTYPE_FP16:
-      layout.dtype = kv::Dtype::kFp16;
-      break;
-    case v1::DTYPE_BF16:
-      layout.dtype = kv::Dtype::kBf16;
-      break;
-    default:
-      return absl::InvalidArgumentError("layout.dtype must be fp16 or bf16");
-  }
-  layout.sink_tokens = p.sink_tokens();
-  RETURN_IF_ERROR(layout.Validate());
-  return layout;
-}
-
-absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
-                              const kvtier::v1::NamespaceSpec& stored) {
-  const auto& a = requested.layout();
-  const auto& b = stored.layout();
-  auto mismatch = [&](const char* field, auto want, auto have) {
-    return absl::FailedPreconditionError(absl::StrCat("namespace '", stored.name(), "': ", field,
-                                                      " mismatch: client has ", want,
-                                                      ", server has ", have));
-  };
-  if (a.num_layers() != b.num_layers()) {
-    return mismatch("layout.num_layers", a.num_layers(), b.num_layers());
-  }
-  if (a.num_kv_heads() != b.num_kv_heads()) {
-    return mismatch("layout.num_kv_heads", a.num_kv_heads(), b.num_kv_heads());
-  }
-  if (a.head_dim() != b.head_dim()) return mismatch("layout.head_dim", a.head_dim(), b.head_dim());
-  if (a.tokens_per_block() != b.tokens_per_block()) {
-    return mismatch("layout.tokens_per_block", a.tokens_per_block(), b.tokens_per_block());
-  }
-  if (a.dtype() != b.dtype()) {
-    return mismatch("layout.dtype", v1::Dtype_Name(a.dtype()), v1::Dtype_Name(b.dtype()));
-  }
-  if (a.sink_tokens() != b.sink_tokens()) {
-    return mismatch("layout.sink_tokens", a.sink_tokens(), b.sink_tokens());
-  }
-  if (requested.codec() != v1::CODEC_UNSPECIFIED && stored.codec() != v1::CODEC_UNSPECIFIED &&
-      requested.codec() != stored.codec()) {
-    return mismatch("codec", v1::Codec_Name(requested.codec()), v1::Codec_Name(stored.codec()));
-  }
-  return absl::OkStatus();
-}
 
 // A request naming a namespace and its keys (Lookup, Pin, Unpin, ReportScores, Delete,
 // Evict all carry these two fields).

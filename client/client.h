@@ -18,7 +18,7 @@
 // region full) payloads travel over TCP as below. Put and Get payloads never pass through protobuf `bytes` fields:
 // Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
 // messages are parsed straight out of the received slices into the destination buffers
-// (client/wire.h). A batch larger than one block is split over up to
+// (protocol/wire.h). A batch larger than one block is split over up to
 // `max_streams_per_call` concurrent streams.
 //
 // Deadlines: every call has one (CallOptions::deadline_ms, else the client default) that
@@ -54,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "protocol/convert.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 
@@ -294,14 +295,9 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// Converts between kvtier::kv and proto enums/layouts.
-kvtier::v1::Layout ToProto(const kv::Layout& layout);
-absl::StatusOr<kv::Layout> FromProto(const kvtier::v1::Layout& layout);
-
-// Returns FAILED_PRECONDITION naming the first field where the stored namespace differs
-// from the requested one (layout fields and codec; informational fields are ignored).
-absl::Status CheckSpecMatches(const kvtier::v1::NamespaceSpec& requested,
-                              const kvtier::v1::NamespaceSpec& stored);
+// Layout conversions for callers of this API; defined in protocol/convert.h.
+using ::kvtier::protocol::FromProto;
+using ::kvtier::protocol::ToProto;
 
 }  // namespace kvtier::client
 

@@ -60,7 +60,7 @@ struct ClusterClient::Impl {
   // One immutable membership snapshot; nodes are in ring order (sorted by id).
   struct View {
     std::vector<Node> nodes;
-    std::shared_ptr<const RendezvousRing> ring;
+    std::shared_ptr<const protocol::RendezvousRing> ring;
     uint32_t replication = 1;
   };
 
@@ -128,7 +128,7 @@ struct ClusterClient::Impl {
               [](const Node& a, const Node& b) { return a.id < b.id; });
     std::vector<std::string> ids;
     for (const Node& n : v->nodes) ids.push_back(n.id);
-    v->ring = std::make_shared<const RendezvousRing>(ids);
+    v->ring = std::make_shared<const protocol::RendezvousRing>(ids);
     v->replication = std::max<uint32_t>(1, status.replication_factor());
 
     // Connect the members that lack a client and are reported healthy.
@@ -204,7 +204,7 @@ struct ClusterClient::Impl {
       rank[i] = v->nodes[i].client == nullptr ? 2 : (IsDown(v->nodes[i]) ? 1 : 0);
     }
     for (size_t k = 0; k < keys.size(); ++k) {
-      owners[k] = v->ring->OwnersOfHash(RendezvousKeyHash(ns, keys[k]), v->replication);
+      owners[k] = v->ring->OwnersOfHash(protocol::RendezvousKeyHash(ns, keys[k]), v->replication);
       std::stable_sort(owners[k].begin(), owners[k].end(),
                        [&](size_t a, size_t b) { return rank[a] < rank[b]; });
     }
@@ -315,7 +315,7 @@ std::vector<ClusterMember> ClusterClient::members() const {
   return out;
 }
 
-std::shared_ptr<const RendezvousRing> ClusterClient::ring() const {
+std::shared_ptr<const protocol::RendezvousRing> ClusterClient::ring() const {
   return impl_->Snapshot()->ring;
 }
 

@@ -1,5 +1,5 @@
 // kvtier::client::ClusterClient: a client of a whole kvtierd cluster that sends puts and
-// gets straight to the nodes that own the blocks (rendezvous placement, client/rendezvous.h),
+// gets straight to the nodes that own the blocks (rendezvous placement, protocol/rendezvous.h),
 // in parallel per owner.
 //
 //   ClusterClientOptions options;
@@ -46,7 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 #include "kvtier/v1/kvtier.pb.h"
 
 namespace kvtier::client {
@@ -100,7 +100,7 @@ class ClusterClient {
 
   // The current members (sorted by node id), ring and replication factor.
   std::vector<ClusterMember> members() const;
-  std::shared_ptr<const RendezvousRing> ring() const;
+  std::shared_ptr<const protocol::RendezvousRing> ring() const;
   uint32_t replication_factor() const;
 
   // Stores each block on all of its min(R, members) owners, one Client::PutBlocks per

@@ -1,4 +1,4 @@
-// Turns token ids into kvtier's canonical chained prefix keys (DESIGN.md section 2):
+// Turns token ids into kvtier's canonical chained prefix keys (docs/design.md §2 Data model):
 //   key_0 = SHA-256(seed || tokens_0 || extra), key_i = SHA-256(key_{i-1} || tokens_i ||
 //   extra), truncated to 16 bytes, seed derived from namespace and tenant.
 // A thin wrapper over storage/kv/prefix_key.h (the one implementation, shared with the

@@ -10,9 +10,10 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "client/shm_wire.h"
+#include "protocol/shm_wire.h"
 
 namespace kvtier::client {
+namespace shm = ::kvtier::protocol::shm;
 
 absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
     const std::string& socket_path, uint64_t bytes, std::string_view expected_instance,

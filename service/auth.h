@@ -1,4 +1,4 @@
-// Tenant authentication and authorization for kvtierd (DESIGN.md sections 2 and 6).
+// Tenant authentication and authorization for kvtierd (docs/design.md §5 Service, admission and limits).
 //
 // With ServerConfig.tenants empty, authentication is off: every caller is an operator of
 // every tenant (the single-team default). Otherwise each call must carry

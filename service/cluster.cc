@@ -364,7 +364,7 @@ void Membership::Install(std::vector<Peer> peers) {
   if (ring_ != nullptr && peers == peers_) return;
   std::vector<std::string> ids;
   for (const Peer& p : peers) ids.push_back(p.id);
-  ring_ = std::make_shared<const client::RendezvousRing>(std::move(ids));
+  ring_ = std::make_shared<const protocol::RendezvousRing>(std::move(ids));
   peers_ = std::move(peers);
   ++version_;
 }
@@ -374,7 +374,7 @@ std::vector<Peer> Membership::peers() const {
   return peers_;
 }
 
-std::shared_ptr<const client::RendezvousRing> Membership::ring() const {
+std::shared_ptr<const protocol::RendezvousRing> Membership::ring() const {
   absl::MutexLock lock(&mu_);
   return ring_;
 }
@@ -568,7 +568,7 @@ void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::strin
   auto st = std::make_shared<FanoutState>();
   st->done = std::move(done);
   st->self_id = membership_->self_id();
-  const std::shared_ptr<const client::RendezvousRing> ring = membership_->ring();
+  const std::shared_ptr<const protocol::RendezvousRing> ring = membership_->ring();
   const std::vector<Peer> members = membership_->peers();
   SyncMembership(members);
   std::map<std::string, std::string> address_of;
@@ -704,7 +704,7 @@ v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<s
 void PeerFanout::FillClusterStatus(v1::ClusterStatusResponse* response) const {
   response->set_node_id(membership_->self_id());
   response->set_replication_factor(std::max<uint32_t>(1, options_.replication_factor));
-  const std::shared_ptr<const client::RendezvousRing> ring = membership_->ring();
+  const std::shared_ptr<const protocol::RendezvousRing> ring = membership_->ring();
   const std::vector<double> shares = ring->OwnershipShares(options_.replication_factor, 16384);
   std::map<std::string, double> share_of;
   for (size_t i = 0; i < ring->size(); ++i) share_of[ring->nodes()[i]] = shares[i];

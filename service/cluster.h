@@ -3,7 +3,7 @@
 // node does not hold (PeerFanout). DESIGN.md section 6.
 //
 // Ring identity. Every node and client must name a node the same way, because the ring
-// hashes node ids (client/rendezvous.h):
+// hashes node ids (protocol/rendezvous.h):
 //   - static peers: the id of a peer is its "host:port" entry exactly as written; this
 //     node is the entry equal to cluster.node_id, or else the entry whose host is one of
 //     this machine's addresses and whose port is our port;
@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
@@ -117,7 +117,7 @@ class Membership {
   // Returns the members sorted by id (this node included, marked self).
   std::vector<Peer> peers() const;
   // Returns the ring over the member ids; never null. Cheap (shared, immutable).
-  std::shared_ptr<const client::RendezvousRing> ring() const;
+  std::shared_ptr<const protocol::RendezvousRing> ring() const;
   const std::string& self_id() const { return options_.self_id; }
   // Returns a counter that increases whenever the member list changes.
   uint64_t version() const;
@@ -136,7 +136,7 @@ class Membership {
 
   mutable absl::Mutex mu_;
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const client::RendezvousRing> ring_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const protocol::RendezvousRing> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -1,4 +1,4 @@
-// Compact RPC core: turns a stored sequence into one compacted entry (DESIGN.md section 5).
+// Compact RPC core: turns a stored sequence into one compacted entry (docs/design.md §3 Put / Get / Lookup data flow).
 // Pure function of a TieredStore; no gRPC types beyond the generated messages, so the
 // kvtierd Compact handler is a thin wrapper:
 //

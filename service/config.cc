@@ -6,14 +6,17 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
+#include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "protocol/convert.h"
 #include "service/auth.h"
 #include "service/cluster.h"
+#include "service/limits.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
@@ -79,24 +82,27 @@ absl::StatusOr<v1::ServerConfig> LoadConfigFile(const std::string& path) {
 }
 
 void ApplyDefaults(v1::ServerConfig& c) {
+  // Storage and service defaults live in StoreOptions and ServiceLimits; the rest here.
+  const storage::StoreOptions store;
+  const ServiceLimits limits;
   if (c.listen_address().empty()) c.set_listen_address("127.0.0.1");
   if (c.port() == 0) c.set_port(kDefaultPort);
-  if (c.data_dir().empty()) c.set_data_dir("./kvtier-data");
-  if (c.hot_capacity_bytes() == 0) c.set_hot_capacity_bytes(256ull << 20);
-  if (c.cold_capacity_bytes() == 0) c.set_cold_capacity_bytes(16ull << 30);
-  if (c.high_watermark() == 0) c.set_high_watermark(0.90);
-  if (c.low_watermark() == 0) c.set_low_watermark(0.80);
-  if (c.eviction_policy().empty()) c.set_eviction_policy("prefix_lru");
-  if (c.hot_allocator().empty()) c.set_hot_allocator("auto");
+  if (c.data_dir().empty()) c.set_data_dir(store.data_dir);
+  if (c.hot_capacity_bytes() == 0) c.set_hot_capacity_bytes(store.hot_capacity_bytes);
+  if (c.cold_capacity_bytes() == 0) c.set_cold_capacity_bytes(store.cold_capacity_bytes);
+  if (c.high_watermark() == 0) c.set_high_watermark(store.high_watermark);
+  if (c.low_watermark() == 0) c.set_low_watermark(store.low_watermark);
+  if (c.eviction_policy().empty()) c.set_eviction_policy(storage::EvictionPolicyName(store.policy));
+  if (c.hot_allocator().empty()) c.set_hot_allocator(store.hot_allocator);
   if (c.executor_threads() == 0) {
     c.set_executor_threads(std::max(2u, std::thread::hardware_concurrency()));
   }
   if (c.executor_queue() == 0) c.set_executor_queue(1024);
   if (c.max_message_bytes() == 0) c.set_max_message_bytes(4ull << 20);
-  if (c.max_keys_per_request() == 0) c.set_max_keys_per_request(4096);
+  if (c.max_keys_per_request() == 0) c.set_max_keys_per_request(limits.max_keys_per_request);
   if (c.keepalive_time_ms() == 0) c.set_keepalive_time_ms(30000);
-  if (c.memory_quota_bytes() == 0) c.set_memory_quota_bytes(1ull << 30);
-  if (c.max_put_bytes() == 0) c.set_max_put_bytes(1ull << 30);
+  if (c.memory_quota_bytes() == 0) c.set_memory_quota_bytes(limits.put_budget_bytes);
+  if (c.max_put_bytes() == 0) c.set_max_put_bytes(limits.max_put_bytes);
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
   if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);
@@ -181,75 +187,155 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view what) {
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  uint64_t n = 0;
-  std::string_view suffix = text.substr(i);
-  if (i == 0 || !absl::SimpleAtoi(Sv(text.substr(0, i)), &n)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Sv(what), ": expected a byte size like 256MiB, got \"", Sv(text), "\""));
+std::vector<std::string> EvictionPolicyNames() {
+  std::vector<std::string> names;
+  for (int k = 0; k < 256; ++k) {
+    const auto kind = static_cast<storage::EvictionPolicyKind>(k);
+    auto parsed = storage::ParseEvictionPolicy(storage::EvictionPolicyName(kind));
+    if (parsed.ok() && *parsed == kind) names.emplace_back(storage::EvictionPolicyName(kind));
   }
-  uint64_t mult = 1;
-  if (suffix.empty() || suffix == "B") {
-    mult = 1;
-  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
-    mult = 1ull << 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    mult = 1ull << 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    mult = 1ull << 30;
-  } else if (suffix == "T" || suffix == "TiB") {
-    mult = 1ull << 40;
+  return names;
+}
+
+namespace {
+
+// One kvtierd flag: its name, the placeholder of its value (null: a boolean flag) and what
+// it sets.
+struct FlagSpec {
+  const char* name;
+  const char* value;
+  const char* help;
+};
+
+constexpr FlagSpec kFlags[] = {
+    {"--config", "FILE", "textproto kvtier.v1.ServerConfig to start from"},
+    {"--check-config", "FILE", "load, default and validate FILE, then exit"},
+    {"--listen", "ADDR", "listen_address"},
+    {"--port", "N", "port; 0 binds a free port"},
+    {"--data-dir", "DIR", "data_dir (RocksDB and the shm socket)"},
+    {"--hot-capacity", "SIZE", "hot_capacity_bytes"},
+    {"--cold-capacity", "SIZE", "cold_capacity_bytes"},
+    {"--policy", "POLICY", "eviction_policy"},
+    {"--hot-allocator", "A", "hot_allocator: auto, cuda, mlock or malloc"},
+    {"--metrics-port", "N", "Prometheus /metrics port; 0 = off"},
+    {"--node-id", "ID", "cluster.node_id"},
+    {"--executor-threads", "N", "executor_threads"},
+    {"--max-message-bytes", "SIZE", "max_message_bytes"},
+    {"--shm-socket", "PATH|off", "shm_socket; off disables the shared-memory path"},
+    {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
+    {"--help", nullptr, "print this text"},
+};
+
+const FlagSpec* FindFlag(std::string_view name) {
+  if (name == "-h") name = "--help";
+  for (const FlagSpec& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// Applies one flag (other than --config / --check-config / --help) to `c`.
+absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::ServerConfig& c) {
+  if (flag == "--port") {
+    ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+    c.set_port(v);
+  } else if (flag == "--listen") {
+    c.set_listen_address(value);
+  } else if (flag == "--data-dir") {
+    c.set_data_dir(value);
+  } else if (flag == "--hot-capacity") {
+    ASSIGN_OR_RETURN(uint64_t v, common::ParseByteSize(value, flag));
+    c.set_hot_capacity_bytes(v);
+  } else if (flag == "--cold-capacity") {
+    ASSIGN_OR_RETURN(uint64_t v, common::ParseByteSize(value, flag));
+    c.set_cold_capacity_bytes(v);
+  } else if (flag == "--policy") {
+    c.set_eviction_policy(value);
+  } else if (flag == "--hot-allocator") {
+    c.set_hot_allocator(value);
+  } else if (flag == "--metrics-port") {
+    ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+    c.set_metrics_port(v);
+  } else if (flag == "--node-id") {
+    c.mutable_cluster()->set_node_id(value);
+  } else if (flag == "--executor-threads") {
+    ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+    if (v == 0) return absl::InvalidArgumentError("--executor-threads must be > 0");
+    c.set_executor_threads(v);
+  } else if (flag == "--max-message-bytes") {
+    ASSIGN_OR_RETURN(uint64_t v, common::ParseByteSize(value, flag));
+    c.set_max_message_bytes(v);
+  } else if (flag == "--shm-socket") {
+    c.set_shm_socket(value);
+  } else if (flag == "--warm-from-cold") {
+    c.set_warm_from_cold(true);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Sv(what), ": unknown size suffix \"", Sv(suffix), "\" (use K, M, G, T)"));
+    return absl::InternalError(absl::StrCat("flag ", flag, " has no handler"));
   }
-  if (n > UINT64_MAX / mult) {
-    return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": size overflows"));
-  }
-  return n * mult;
+  return absl::OkStatus();
 }
 
-std::string UsageText() {
-  return "usage: kvtierd [--config FILE] [--check-config FILE] [--listen ADDR] [--port N]\n"
-         "               [--data-dir DIR] [--hot-capacity SIZE] [--cold-capacity SIZE]\n"
-         "               [--policy lru|prefix_lru|lfu|heavy_hitter] [--hot-allocator A]\n"
-         "               [--metrics-port N] [--node-id ID] [--executor-threads N]\n"
-         "               [--max-message-bytes SIZE] [--warm-from-cold]\n"
-         "               [--shm-socket PATH|off]\n"
-         "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. With no arguments:\n"
-         "127.0.0.1:50051, RocksDB under ./kvtier-data, a 256 MiB hot tier. --port 0 binds a\n"
-         "free port. Once ready it prints `kvtierd listening on HOST:PORT` on stdout.\n";
-}
-
-absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
-  CommandLine cl;
-  // First pass: split into (flag, value) pairs and find the config file.
+// Splits argv into (flag, value) pairs: `--flag value`, `--flag=value`, or a boolean
+// `--flag`. INVALID_ARGUMENT for a positional argument, an unknown flag or a missing
+// value.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SplitFlags(
+    const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, std::string>> flags;
-  static const char* const kBoolFlags[] = {"--help", "-h", "--warm-from-cold"};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::string value;
-    if (flag.rfind("--", 0) != 0 && flag != "-h") {
+    if (flag.rfind("-", 0) != 0) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", flag, "\""));
     }
-    bool is_bool = false;
-    for (const char* b : kBoolFlags) is_bool |= (flag == b);
-    if (auto eq = flag.find('='); eq != std::string::npos) {
+    const size_t eq = flag.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
-    } else if (!is_bool) {
+    }
+    const FlagSpec* spec = FindFlag(flag);
+    if (spec == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
+    flag = spec->name;
+    if (spec->value != nullptr && !inline_value) {
       if (i + 1 >= args.size()) {
         return absl::InvalidArgumentError(absl::StrCat(flag, ": missing value"));
       }
       value = args[++i];
     }
-    flags.emplace_back(flag, value);
+    flags.emplace_back(std::move(flag), std::move(value));
   }
+  return flags;
+}
+
+}  // namespace
+
+std::string UsageText() {
+  v1::ServerConfig d;
+  ApplyDefaults(d);
+  std::string out =
+      "usage: kvtierd [FLAGS]\n"
+      "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. Once ready it prints\n"
+      "`kvtierd listening on HOST:PORT` on stdout. Flags override --config FILE.\n";
+  for (const FlagSpec& f : kFlags) {
+    absl::StrAppend(&out, "  ", f.name, f.value != nullptr ? absl::StrCat(" ", f.value) : "",
+                    "\n      ", f.help, "\n");
+  }
+  absl::StrAppend(&out, "POLICY: ", absl::StrJoin(EvictionPolicyNames(), ", "), "\n");
+  absl::StrAppend(&out, "SIZE: ", Sv(common::kByteSizeSyntax), "\n");
+  absl::StrAppend(&out, "Defaults: ", d.listen_address(), ":", d.port(), ", data_dir ",
+                  d.data_dir(), ", hot ", d.hot_capacity_bytes(), " bytes, cold ",
+                  d.cold_capacity_bytes(), " bytes, policy ", d.eviction_policy(),
+                  ", allocator ", d.hot_allocator(), ", max_message_bytes ",
+                  d.max_message_bytes(), ".\n");
+  return out;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  ASSIGN_OR_RETURN(auto flags, SplitFlags(args));
   std::string config_path;
   for (const auto& [flag, value] : flags) {
-    if (flag == "--help" || flag == "-h") {
+    if (flag == "--help") {
       cl.mode = CommandLine::Mode::kHelp;
       return cl;
     }
@@ -265,47 +351,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     ASSIGN_OR_RETURN(cl.config, LoadConfigFile(config_path));
   }
   ApplyDefaults(cl.config);
-  v1::ServerConfig& c = cl.config;
   for (const auto& [flag, value] : flags) {
     if (flag == "--config" || flag == "--check-config") continue;
-    if (flag == "--port") {
-      ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
-      c.set_port(v);
-    } else if (flag == "--listen") {
-      c.set_listen_address(value);
-    } else if (flag == "--data-dir") {
-      c.set_data_dir(value);
-    } else if (flag == "--hot-capacity") {
-      ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
-      c.set_hot_capacity_bytes(v);
-    } else if (flag == "--cold-capacity") {
-      ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
-      c.set_cold_capacity_bytes(v);
-    } else if (flag == "--policy") {
-      c.set_eviction_policy(value);
-    } else if (flag == "--hot-allocator") {
-      c.set_hot_allocator(value);
-    } else if (flag == "--metrics-port") {
-      ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
-      c.set_metrics_port(v);
-    } else if (flag == "--node-id") {
-      c.mutable_cluster()->set_node_id(value);
-    } else if (flag == "--executor-threads") {
-      ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
-      if (v == 0) return absl::InvalidArgumentError("--executor-threads must be > 0");
-      c.set_executor_threads(v);
-    } else if (flag == "--max-message-bytes") {
-      ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(value, flag));
-      c.set_max_message_bytes(v);
-    } else if (flag == "--shm-socket") {
-      c.set_shm_socket(value);
-    } else if (flag == "--warm-from-cold") {
-      c.set_warm_from_cold(true);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag));
-    }
+    RETURN_IF_ERROR(ApplyFlag(flag, value, cl.config));
   }
-  RETURN_IF_ERROR(ValidateConfig(c));
+  RETURN_IF_ERROR(ValidateConfig(cl.config));
   return cl;
 }
 
@@ -323,17 +373,6 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   return o;
 }
 
-kv::Layout LayoutFromProto(const v1::Layout& l) {
-  kv::Layout out;
-  out.num_layers = l.num_layers();
-  out.num_kv_heads = l.num_kv_heads();
-  out.head_dim = l.head_dim();
-  out.tokens_per_block = l.tokens_per_block();
-  out.dtype = l.dtype() == v1::DTYPE_BF16 ? kv::Dtype::kBf16 : kv::Dtype::kFp16;
-  out.sink_tokens = l.sink_tokens();
-  return out;
-}
-
 v1::Tier TierToProto(storage::Tier tier) {
   switch (tier) {
     case storage::Tier::kHot:
@@ -345,8 +384,6 @@ v1::Tier TierToProto(storage::Tier tier) {
   }
   return v1::TIER_NONE;
 }
-
-v1::Codec CodecToProto(kv::CodecId codec) { return static_cast<v1::Codec>(codec); }
 
 absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::NamespaceSpec& spec,
                                                              std::string_view field) {
@@ -365,17 +402,14 @@ absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::Namespace
       spec.layout().dtype() != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".layout.dtype is unknown"));
   }
-  ns.layout = LayoutFromProto(spec.layout());
+  ns.layout = protocol::LayoutFromProtoUnchecked(spec.layout());
   if (absl::Status s = ns.layout.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".", s.message()));
   }
   if (spec.codec() == v1::CODEC_UNSPECIFIED) {
     ns.codec = ns.layout.dtype == kv::Dtype::kBf16 ? kv::CodecId::kBf16 : kv::CodecId::kFp16;
-  } else if (spec.codec() >= v1::CODEC_FP16 && spec.codec() <= v1::CODEC_KIVI4) {
-    ns.codec = static_cast<kv::CodecId>(spec.codec());
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Sv(field), ".codec ", static_cast<int>(spec.codec()), " is unknown"));
+    ASSIGN_OR_RETURN(ns.codec, protocol::CodecFromProto(spec.codec(), absl::StrCat(Sv(field), ".codec")));
   }
   if ((ns.codec == kv::CodecId::kFp16 && ns.layout.dtype != kv::Dtype::kFp16) ||
       (ns.codec == kv::CodecId::kBf16 && ns.layout.dtype != kv::Dtype::kBf16)) {
@@ -395,8 +429,8 @@ v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns) {
   spec.set_name(ns.name);
   spec.set_tenant(ns.tenant);
   spec.set_model_id(ns.model_id);
-  *spec.mutable_layout() = client::ToProto(ns.layout);
-  spec.set_codec(CodecToProto(ns.codec));
+  *spec.mutable_layout() = protocol::ToProto(ns.layout);
+  spec.set_codec(protocol::CodecToProto(ns.codec));
   spec.set_disable_sink_protection(!ns.keep_sinks);
   spec.set_write_through(ns.write_through);
   spec.set_cold_zstd(ns.cold_zstd);

@@ -49,32 +49,31 @@ struct CommandLine {
 };
 
 // Parses argv[1..] (`--flag value` or `--flag=value`): --config FILE, --check-config
-// FILE, --port, --listen, --data-dir, --hot-capacity, --cold-capacity (bytes; K/M/G/T
-// and KiB/MiB/GiB/TiB suffixes), --policy, --hot-allocator, --metrics-port, --node-id,
-// --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --help. Loads the file,
-// applies defaults, then the flags, then validates. INVALID_ARGUMENT naming the flag or
-// field; NOT_FOUND for an unreadable config file.
+// FILE, --port, --listen, --data-dir, --hot-capacity, --cold-capacity (sizes as
+// common/byte_size.h), --policy, --hot-allocator, --metrics-port, --node-id,
+// --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --help (-h).
+// Loads the file, applies defaults, then the flags, then validates. INVALID_ARGUMENT
+// naming the flag ("unknown flag --x", "--port: missing value") or field; NOT_FOUND for
+// an unreadable config file.
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args);
 
-// Usage text for --help.
+// Usage text for --help: every flag, every eviction policy, the size syntax and the
+// defaults.
 std::string UsageText();
 
-// Parses "256MiB", "1G", "4096" into bytes. INVALID_ARGUMENT naming `what`.
-absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view what);
+// Names of every eviction policy ParseEvictionPolicy accepts, in enum order.
+std::vector<std::string> EvictionPolicyNames();
 
 // Store options for a validated config.
 storage::StoreOptions ToStoreOptions(const v1::ServerConfig& config);
 
-// Proto <-> storage conversions. FromProto returns INVALID_ARGUMENT naming the field
-// (prefixed with `field`, e.g. "spec.layout.head_dim ...") when the spec is invalid.
+// Proto <-> storage conversions (layouts and codecs: protocol/convert.h). FromProto
+// returns INVALID_ARGUMENT naming the field (prefixed with `field`, e.g.
+// "spec.layout.head_dim ...") when the spec is invalid.
 absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::NamespaceSpec& spec,
                                                              std::string_view field);
 v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns);
-// Without validation (an unspecified dtype reads as fp16); the other direction is
-// client::ToProto.
-kv::Layout LayoutFromProto(const v1::Layout& layout);
 v1::Tier TierToProto(storage::Tier tier);
-v1::Codec CodecToProto(kv::CodecId codec);
 
 // The server's prefix-key hash scheme version (storage/kv/prefix_key.h when present).
 const char* HashSchemeVersion();

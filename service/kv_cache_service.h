@@ -1,5 +1,9 @@
 // The kvtier.v1.KvCache (data plane) and kvtier.v1.KvCacheAdmin gRPC services on the
-// callback API.
+// callback API (docs/design.md §3 Put / Get / Lookup data flow, §5 Service, admission and
+// limits). Pieces: admission and the unary helper (service/admission.h), request checks
+// (service/request_checks.h), the Put and Get reactors (service/put_reactor.h,
+// service/get_reactor.h), the handlers (service/data_handlers.cc,
+// service/admin_handlers.cc), frames (protocol/wire.h).
 //
 // Reactions never block: every call that touches the store or a codec is queued on the
 // bounded executor (common::ThreadPool::TrySchedule; a full queue answers
@@ -36,6 +40,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "service/auth.h"
 #include "service/cluster.h"
+#include "service/limits.h"
 #include "service/metrics.h"
 #include "service/shm_server.h"
 #include "storage/tiered_store.h"
@@ -66,13 +71,9 @@ struct ServiceContext {
   NamespaceCache namespaces;
   std::string node_id;
   uint32_t replication_factor = 1;
-  uint32_t max_keys_per_request = 4096;
-  uint64_t max_put_bytes = 1ull << 30;
-  uint64_t chunk_bytes = 1ull << 20;  // payload bytes per Get chunk message
-  int64_t open_micros = 0;            // when the store was opened (uptime)
-  // Payload bytes all Put streams may hold at once (their declared totals); a Put whose
-  // header would exceed it is refused with RESOURCE_EXHAUSTED instead of buffering.
-  uint64_t put_budget_bytes = 1ull << 30;
+  ServiceLimits limits;
+  int64_t open_micros = 0;  // when the store was opened (uptime)
+  // Payload bytes reserved by Put streams (at most limits.put_budget_bytes).
   std::atomic<uint64_t> put_bytes_in_flight{0};
   // Shutdown: once set, new calls are refused with UNAVAILABLE.
   std::atomic<bool> draining{false};
@@ -90,9 +91,6 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
 // Drops the entries of tenants `caller` may not see.
 void RemoveOtherTenants(const Caller& caller,
                         google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces);
-
-// Converts at the gRPC edge (codes are numerically identical).
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 using KvCacheBase =
     v1::KvCache::WithCallbackMethod_RegisterNamespace<v1::KvCache::WithRawCallbackMethod_Put<

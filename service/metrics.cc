@@ -9,6 +9,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
+#include "protocol/convert.h"
 #include "service/config.h"
 
 namespace kvtier::service {
@@ -92,7 +93,7 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
     v1::NamespaceStats* o = out->add_namespaces();
     o->set_name(n.name);
     o->set_tenant(n.tenant);
-    o->set_codec(CodecToProto(n.codec));
+    o->set_codec(protocol::CodecToProto(n.codec));
     o->set_lookups(n.lookups);
     o->set_lookup_blocks(n.lookup_blocks);
     o->set_lookup_hit_blocks(n.lookup_hit_blocks);

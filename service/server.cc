@@ -33,11 +33,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   ctx.executor = s->executor_.get();
   ASSIGN_OR_RETURN(ctx.auth, Authenticator::FromConfig(config));
   ctx.replication_factor = config.cluster().replication_factor();
-  ctx.max_keys_per_request = config.max_keys_per_request();
-  ctx.max_put_bytes = config.max_put_bytes();
-  ctx.put_budget_bytes = std::max(config.memory_quota_bytes(), config.max_put_bytes());
-  // A chunk frame plus its few framing bytes must fit the message limit.
-  ctx.chunk_bytes = std::min<uint64_t>(1ull << 20, config.max_message_bytes() - 64);
+  ctx.limits = ServiceLimits::FromConfig(config);
   s->data_service_ = std::make_unique<KvCacheServiceImpl>(&ctx);
   s->admin_service_ = std::make_unique<KvCacheAdminImpl>(&ctx);
 
@@ -68,8 +64,13 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", JoinHostPort(config.listen_address(), config.port())));
   }
-  // Not serving until the store is open.
-  s->server_->GetHealthCheckService()->SetServingStatus(false);
+  // Not serving until the store is open. Health answers for the whole server ("") and
+  // for each service by name; SetServingStatus(bool) later flips them all.
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  for (const char* name : {v1::KvCache::service_full_name(), v1::KvCacheAdmin::service_full_name()}) {
+    health->SetServingStatus(name, false);
+  }
+  health->SetServingStatus(false);
   s->port_ = selected_port;
   s->address_ = JoinHostPort(config.listen_address(), selected_port);
   ctx.node_id = config.cluster().node_id().empty() ? s->address_ : config.cluster().node_id();

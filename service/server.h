@@ -1,6 +1,7 @@
 // KvtierServer: the whole kvtierd process minus flag parsing and signals. Owns the gRPC
-// server (KvCache, KvCacheAdmin, grpc.health.v1, reflection), the bounded executor, the
-// TieredStore and the optional Prometheus exporter.
+// server (KvCache, KvCacheAdmin, grpc.health.v1 for "" and both service names,
+// reflection), the bounded executor, the TieredStore and the optional Prometheus
+// exporter.
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the

@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/shm_wire.h"
+#include "protocol/shm_wire.h"
 #include "common/logging.h"
 #include "common/strings.h"
 
 namespace kvtier::service {
 namespace {
 
-namespace shm = ::kvtier::client::shm;
+namespace shm = ::kvtier::protocol::shm;
 
 std::string RandomBytes(size_t n) {
   std::random_device rd;

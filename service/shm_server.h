@@ -1,8 +1,8 @@
 // ShmServer: kvtierd's end of the same-node shared-memory data path (the handshake is in
-// client/shm_wire.h). It listens on a Unix socket; each connection may ask once for a
+// protocol/shm_wire.h). It listens on a Unix socket; each connection may ask once for a
 // region, gets a sealed memfd of that size (mapped here too) and a random 16-byte session
 // id, and keeps the session for as long as the connection stays open. Put and Get
-// (service/kv_cache_service.cc) resolve PutHeader.shm_session / GetRequest.shm_session
+// (service/put_reactor.cc, service/get_reactor.cc) resolve PutHeader.shm_session / GetRequest.shm_session
 // with Find() and copy between the region and the store: one server-side copy per block,
 // no socket copies.
 //

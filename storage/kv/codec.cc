@@ -236,8 +236,10 @@ absl::Status DecodeColSlab(const CodecKernels& k, Dtype dtype, uint32_t d, uint3
   return absl::OkStatus();
 }
 
-void WriteHeader(CodecId codec, const Layout& layout, uint32_t num_tokens,
-                 uint32_t raw_tokens, uint64_t body_bytes, uint8_t* out) {
+}  // namespace
+
+void EncodeRawHeader(CodecId codec, const Layout& layout, uint32_t num_tokens,
+                     uint32_t raw_tokens, uint64_t body_bytes, uint8_t* out) {
   std::memcpy(out, kMagic, 4);
   Put<uint16_t>(out + 4, kFormatVersion);
   out[6] = static_cast<uint8_t>(codec);
@@ -250,8 +252,6 @@ void WriteHeader(CodecId codec, const Layout& layout, uint32_t num_tokens,
   Put<uint32_t>(out + 28, 0);
   Put<uint64_t>(out + 32, body_bytes);
 }
-
-}  // namespace
 
 std::span<const CodecId> AllCodecs() { return kAllCodecs; }
 
@@ -358,7 +358,7 @@ absl::StatusOr<std::string> Encode(CodecId codec, const Layout& layout,
   const uint64_t size = EncodedSize(codec, layout, n, r);
   std::string out(size, '\0');
   uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
-  WriteHeader(codec, layout, n, r, size - kEncodedHeaderBytes, o);
+  EncodeRawHeader(codec, layout, n, r, size - kEncodedHeaderBytes, o);
   o += kEncodedHeaderBytes;
   if (kind == Kind::kRaw) {
     std::memcpy(o, raw.data(), raw.size());

@@ -95,6 +95,14 @@ const char* CodecName(CodecId codec);
 // Parses a name returned by CodecName. INVALID_ARGUMENT naming the value otherwise.
 absl::StatusOr<CodecId> ParseCodecName(std::string_view name);
 
+// Writes the kEncodedHeaderBytes-byte header of the ENCODED FORMAT above into `out`:
+// `codec`, layout.dtype and dimensions, num_tokens, raw_tokens and body_bytes. What
+// Encode writes; exported so a server can put the header in front of raw fp16/bf16 bytes
+// it stores unchanged (body = the raw bytes, raw_tokens = num_tokens) without copying
+// them. REQUIRES: out holds kEncodedHeaderBytes bytes.
+void EncodeRawHeader(CodecId codec, const Layout& layout, uint32_t num_tokens,
+                     uint32_t raw_tokens, uint64_t body_bytes, uint8_t* out);
+
 struct CodecOptions {
   // Keep the first layout.sink_tokens tokens of block 0 in the source dtype. Default on.
   bool keep_sinks = true;

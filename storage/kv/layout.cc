@@ -51,4 +51,29 @@ std::string Layout::DebugString() const {
                       tokens_per_block, " ", DtypeName(dtype), " sinks", sink_tokens);
 }
 
+std::optional<LayoutDiff> FirstDifference(const Layout& want, const Layout& got,
+                                          bool compare_tokens) {
+  auto diff = [](const char* field, uint32_t w, uint32_t g) {
+    return LayoutDiff{field, absl::StrCat(w), absl::StrCat(g)};
+  };
+  if (want.num_layers != got.num_layers) {
+    return diff("num_layers", want.num_layers, got.num_layers);
+  }
+  if (want.num_kv_heads != got.num_kv_heads) {
+    return diff("num_kv_heads", want.num_kv_heads, got.num_kv_heads);
+  }
+  if (want.head_dim != got.head_dim) return diff("head_dim", want.head_dim, got.head_dim);
+  if (want.dtype != got.dtype) {
+    return LayoutDiff{"dtype", DtypeName(want.dtype), DtypeName(got.dtype)};
+  }
+  if (!compare_tokens) return std::nullopt;
+  if (want.tokens_per_block != got.tokens_per_block) {
+    return diff("tokens_per_block", want.tokens_per_block, got.tokens_per_block);
+  }
+  if (want.sink_tokens != got.sink_tokens) {
+    return diff("sink_tokens", want.sink_tokens, got.sink_tokens);
+  }
+  return std::nullopt;
+}
+
 }  // namespace kvtier::kv

@@ -7,6 +7,7 @@
 #define KVTIER_STORAGE_KV_LAYOUT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -59,6 +60,23 @@ struct Layout {
 
   friend bool operator==(const Layout&, const Layout&) = default;
 };
+
+// The first field in which two layouts differ: its name ("num_layers", "num_kv_heads",
+// "head_dim", "dtype", "tokens_per_block", "sink_tokens") and both values as text
+// (dtypes by DtypeName).
+struct LayoutDiff {
+  const char* field;
+  std::string want;
+  std::string got;
+};
+
+// Compares `want` and `got` field by field in the order above and returns the first
+// difference, or nullopt when they are equal. With compare_tokens false,
+// tokens_per_block and sink_tokens are not compared (an encoded blob's header carries
+// neither). The one layout comparator: the service, the protocol's spec checks and the
+// store use it.
+std::optional<LayoutDiff> FirstDifference(const Layout& want, const Layout& got,
+                                          bool compare_tokens = true);
 
 }  // namespace kvtier::kv
 

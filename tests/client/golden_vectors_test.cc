@@ -1,5 +1,5 @@
 // Cross-language golden vectors: the prefix keys (client/prefix_keys.h) and rendezvous
-// owners (client/rendezvous.h) of 10,000 generated inputs each, stored in
+// owners (protocol/rendezvous.h) of 10,000 generated inputs each, stored in
 // tests/data/golden_vectors.txt and checked here and by the Python client
 // (tests/python/test_golden.py), so both compute the same keys and placement.
 //
@@ -20,11 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/prefix_keys.h"
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 #include "gtest/gtest.h"
 
 namespace kvtier::client {
 namespace {
+
+using ::kvtier::protocol::RendezvousRing;
 
 constexpr int kCases = 10000;
 constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789._/-";

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/static_peer_cluster.h"
@@ -95,7 +95,7 @@ class ClusterClientTest : public ::testing::Test {
     ASSERT_TRUE(nodes.ok()) << nodes.status();
     nodes_.emplace(std::move(*nodes));
     ids_ = nodes_->ids();
-    ring_ = client::RendezvousRing(ids_);
+    ring_ = protocol::RendezvousRing(ids_);
     const absl::Status started = nodes_->StartAll();
     ASSERT_TRUE(started.ok()) << started;
   }
@@ -159,7 +159,7 @@ class ClusterClientTest : public ::testing::Test {
   TempDir dir_;
   uint32_t replication_ = 1;
   std::vector<std::string> ids_;
-  client::RendezvousRing ring_;
+  protocol::RendezvousRing ring_;
   std::optional<StaticPeerCluster> nodes_;
   std::unique_ptr<client::ClusterClient> cluster_;
 };

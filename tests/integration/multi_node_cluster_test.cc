@@ -1,6 +1,6 @@
 // Three real kvtierd processes on 127.0.0.1 forming one cluster (static peer list).
 //
-// Puts are routed to owners with the rendezvous ring (client/rendezvous.h) and sent with
+// Puts are routed to owners with the rendezvous ring (protocol/rendezvous.h) and sent with
 // one kvtier::client::Client per node; lookups go to any node and must give the same
 // cluster-wide answer; a SIGKILLed node's blocks are misses within the deadline (none
 // with R=2); a restarted node serves its persisted blocks again.
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -79,7 +79,7 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(nodes.ok()) << nodes.status();
     nodes_.emplace(std::move(*nodes));
     ids_ = nodes_->ids();
-    ring_ = client::RendezvousRing(ids_);
+    ring_ = protocol::RendezvousRing(ids_);
     clients_.resize(kNodes);
     for (int i = 0; i < kNodes; ++i) ASSERT_NO_FATAL_FAILURE(StartNode(i));
   }
@@ -149,7 +149,7 @@ class ClusterTest : public ::testing::Test {
   TempDir dir_;
   uint32_t replication_ = 1;
   std::vector<std::string> ids_;
-  client::RendezvousRing ring_;
+  protocol::RendezvousRing ring_;
   std::optional<StaticPeerCluster> nodes_;
   std::vector<std::unique_ptr<client::Client>> clients_;
 };

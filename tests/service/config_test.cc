@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "service/limits.h"
 #include "service/metrics.h"
 #include "tests/testing/temp_dir.h"
 
@@ -152,17 +153,55 @@ TEST(ConfigTest, BadFlagsAreRejected) {
               HasSubstr("--hot-capacity"));
   EXPECT_THAT(std::string(ParseCommandLine({"--port"}).status().message()),
               HasSubstr("missing value"));
+  // An unknown flag is named as such, with or without a value after it.
+  EXPECT_THAT(std::string(ParseCommandLine({"--x"}).status().message()),
+              HasSubstr("unknown flag --x"));
+  EXPECT_THAT(std::string(ParseCommandLine({"--x=1"}).status().message()),
+              HasSubstr("unknown flag --x"));
+  EXPECT_EQ(ParseCommandLine({"-h"})->mode, CommandLine::Mode::kHelp);
   EXPECT_EQ(ParseCommandLine({"--help"})->mode, CommandLine::Mode::kHelp);
 }
 
-TEST(ConfigTest, ByteSizes) {
-  EXPECT_EQ(*ParseByteSize("4096", "x"), 4096u);
-  EXPECT_EQ(*ParseByteSize("3K", "x"), 3072u);
-  EXPECT_EQ(*ParseByteSize("256MiB", "x"), 256ull << 20);
-  EXPECT_EQ(*ParseByteSize("16GiB", "x"), 16ull << 30);
-  EXPECT_FALSE(ParseByteSize("", "x").ok());
-  EXPECT_FALSE(ParseByteSize("M", "x").ok());
-  EXPECT_FALSE(ParseByteSize("99999999999999T", "x").ok());
+TEST(ConfigTest, SizeFlagsUseTheCommonByteSizeSyntax) {
+  auto cl = ParseCommandLine({"--hot-capacity", "64M", "--cold-capacity=1T"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->config.hot_capacity_bytes(), 64ull << 20);
+  EXPECT_EQ(cl->config.cold_capacity_bytes(), 1ull << 40);
+  auto decimal = ParseCommandLine({"--hot-capacity", "64MB"});
+  ASSERT_FALSE(decimal.ok());
+  EXPECT_THAT(std::string(decimal.status().message()), HasSubstr("4MiB"));
+}
+
+TEST(ConfigTest, HelpListsEveryEvictionPolicyAndTheSizeSyntax) {
+  const std::string usage = UsageText();
+  for (const char* policy : {"lru", "prefix_lru", "lfu", "heavy_hitter", "reuse_lru"}) {
+    EXPECT_THAT(usage, HasSubstr(policy));
+  }
+  EXPECT_EQ(EvictionPolicyNames().size(), 5u);
+  EXPECT_THAT(usage, HasSubstr("4GiB"));
+  for (const char* flag : {"--config", "--check-config", "--listen", "--port", "--data-dir",
+                           "--hot-capacity", "--cold-capacity", "--policy", "--hot-allocator",
+                           "--metrics-port", "--node-id", "--executor-threads",
+                           "--max-message-bytes", "--shm-socket", "--warm-from-cold"}) {
+    EXPECT_THAT(usage, HasSubstr(flag));
+  }
+}
+
+TEST(ConfigTest, DefaultsComeFromStoreOptionsAndServiceLimits) {
+  v1::ServerConfig c;
+  ApplyDefaults(c);
+  const storage::StoreOptions store;
+  const ServiceLimits limits;
+  EXPECT_EQ(c.data_dir(), store.data_dir);
+  EXPECT_EQ(c.hot_capacity_bytes(), store.hot_capacity_bytes);
+  EXPECT_EQ(c.cold_capacity_bytes(), store.cold_capacity_bytes);
+  EXPECT_EQ(c.eviction_policy(), storage::EvictionPolicyName(store.policy));
+  EXPECT_EQ(c.max_keys_per_request(), limits.max_keys_per_request);
+  EXPECT_EQ(c.max_put_bytes(), limits.max_put_bytes);
+  const ServiceLimits from = ServiceLimits::FromConfig(c);
+  EXPECT_EQ(from.max_keys_per_request, limits.max_keys_per_request);
+  EXPECT_EQ(from.put_budget_bytes, limits.put_budget_bytes);
+  EXPECT_EQ(from.chunk_bytes, limits.chunk_bytes);
 }
 
 TEST(ConfigTest, NamespaceRoundTripAndStoreOptions) {

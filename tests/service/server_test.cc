@@ -13,12 +13,19 @@
 namespace kvtier::service {
 namespace {
 
-// Calls grpc.health.v1.Health/Check for the whole server; returns the serving status
-// (1 = SERVING, 2 = NOT_SERVING) or -1 on an RPC error.
-int HealthStatus(grpc::Channel* channel) {
+// Calls grpc.health.v1.Health/Check for `service` ("" = the whole server); returns the
+// serving status (1 = SERVING, 2 = NOT_SERVING) or -1 on an RPC error.
+int HealthStatus(grpc::Channel* channel, const std::string& service = "") {
   grpc::ClientContext ctx;
-  grpc::Slice empty("", 0);
-  grpc::ByteBuffer req(&empty, 1), resp;
+  // HealthCheckRequest { string service = 1; }
+  std::string request_bytes;
+  if (!service.empty()) {
+    request_bytes.push_back(0x0a);
+    request_bytes.push_back(static_cast<char>(service.size()));
+    request_bytes += service;
+  }
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
   grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
                                    grpc::internal::RpcMethod::NORMAL_RPC);
   grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
@@ -45,6 +52,9 @@ TEST(KvtierServerTest, NotServingUntilTheStoreIsOpen) {
   ASSERT_GT((*server)->port(), 0);
   auto channel = grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
   EXPECT_EQ(HealthStatus(channel.get()), 2);  // NOT_SERVING
+  EXPECT_EQ(HealthStatus(channel.get(), "kvtier.v1.KvCache"), 2);
+  EXPECT_EQ(HealthStatus(channel.get(), "kvtier.v1.KvCacheAdmin"), 2);
+  EXPECT_EQ(HealthStatus(channel.get(), "no.such.Service"), -1);  // NOT_FOUND
 
   auto kv = v1::KvCache::NewStub(channel);
   v1::LookupRequest req;
@@ -59,6 +69,8 @@ TEST(KvtierServerTest, NotServingUntilTheStoreIsOpen) {
 
   ASSERT_TRUE((*server)->OpenStore().ok());
   EXPECT_EQ(HealthStatus(channel.get()), 1);  // SERVING
+  EXPECT_EQ(HealthStatus(channel.get(), "kvtier.v1.KvCache"), 1);
+  EXPECT_EQ(HealthStatus(channel.get(), "kvtier.v1.KvCacheAdmin"), 1);
   {
     grpc::ClientContext ctx;
     EXPECT_EQ(kv->Lookup(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "client/shared_region.h"
-#include "client/shm_wire.h"
+#include "protocol/shm_wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -20,7 +20,7 @@ namespace kvtier::service {
 namespace {
 
 using ::testing::HasSubstr;
-namespace shm = ::kvtier::client::shm;
+namespace shm = ::kvtier::protocol::shm;
 
 class ShmServerTest : public ::testing::Test {
  protected:

@@ -2,7 +2,7 @@
 //
 // Every node and every client must place a block on the same nodes, so the hash is part
 // of the wire contract ("rendezvous-v1") and pinned by golden values in
-// tests/client/rendezvous_test.cc:
+// tests/protocol/rendezvous_test.cc:
 //
 //   key_hash(ns, key)      = XXH3_64(u32le(len(ns)) || ns || key, seed 0)
 //   node_hash(node_id)     = XXH3_64(node_id, seed 0)
@@ -12,8 +12,8 @@
 // scores (practically never) are ordered by node id. Adding or removing a node moves
 // only the keys that node gains or loses (about 1/n of them), which is what lets a
 // restarted node take back exactly its old blocks.
-#ifndef KVTIER_CLIENT_RENDEZVOUS_H_
-#define KVTIER_CLIENT_RENDEZVOUS_H_
+#ifndef KVTIER_PROTOCOL_RENDEZVOUS_H_
+#define KVTIER_PROTOCOL_RENDEZVOUS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvtier::client {
+namespace kvtier::protocol {
 
 // Name of the placement scheme implemented here; advertise it if it ever changes.
 inline constexpr std::string_view kRendezvousScheme = "rendezvous-v1";
@@ -83,6 +83,6 @@ class RendezvousRing {
   std::vector<uint64_t> node_hashes_;
 };
 
-}  // namespace kvtier::client
+}  // namespace kvtier::protocol
 
-#endif  // KVTIER_CLIENT_RENDEZVOUS_H_
+#endif  // KVTIER_PROTOCOL_RENDEZVOUS_H_

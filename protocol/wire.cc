@@ -1,4 +1,4 @@
-#include "client/wire.h"
+#include "protocol/wire.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,64 +6,60 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace kvtier::client {
-namespace {
+namespace kvtier::protocol {
+SliceCursor::SliceCursor(std::span<const std::span<const uint8_t>> slices) : slices_(slices) {
+  for (const auto& s : slices_) remaining_ += s.size();
+  Skip();
+}
 
-constexpr uint8_t kHeaderTag = 0x0a;  // field 1, wire type 2
-constexpr uint8_t kChunkTag = 0x12;   // field 2, wire type 2
-
-// A read cursor over a list of spans.
-class SliceCursor {
- public:
-  explicit SliceCursor(std::span<const std::span<const uint8_t>> slices) : slices_(slices) {
-    Skip();
+void SliceCursor::Skip() {
+  while (index_ < slices_.size() && offset_ >= slices_[index_].size()) {
+    ++index_;
+    offset_ = 0;
   }
+}
 
-  bool ReadByte(uint8_t* out) {
-    if (index_ >= slices_.size()) return false;
-    *out = slices_[index_][offset_++];
-    Skip();
-    return true;
-  }
+bool SliceCursor::ReadByte(uint8_t* out) {
+  if (remaining_ == 0) return false;
+  *out = slices_[index_][offset_++];
+  --remaining_;
+  Skip();
+  return true;
+}
 
-  // Reads a base-128 varint of at most 10 bytes.
-  bool ReadVarint(uint64_t* out) {
-    uint64_t value = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-      uint8_t b;
-      if (!ReadByte(&b)) return false;
-      value |= uint64_t{b & 0x7fu} << shift;
-      if ((b & 0x80) == 0) {
-        *out = value;
-        return true;
-      }
-    }
-    return false;
-  }
-
-  uint64_t Remaining() const {
-    uint64_t n = 0;
-    for (size_t i = index_; i < slices_.size(); ++i) n += slices_[i].size();
-    return n - offset_;
-  }
-
-  size_t index() const { return index_; }
-  size_t offset() const { return offset_; }
-
- private:
-  void Skip() {
-    while (index_ < slices_.size() && offset_ >= slices_[index_].size()) {
-      ++index_;
-      offset_ = 0;
+bool SliceCursor::ReadVarint(uint64_t* out) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < kMaxVarintBytes; ++i) {
+    uint8_t b;
+    if (!ReadByte(&b)) return false;
+    // The 10th byte holds bit 63 only: anything more overflows 64 bits.
+    if (i == kMaxVarintBytes - 1 && b > 1) return false;
+    value |= uint64_t{b & 0x7fu} << (7 * i);
+    if ((b & 0x80) == 0) {
+      *out = value;
+      return true;
     }
   }
+  return false;
+}
 
-  std::span<const std::span<const uint8_t>> slices_;
-  size_t index_ = 0;
-  size_t offset_ = 0;
-};
+std::span<const uint8_t> SliceCursor::Next(uint64_t max) {
+  if (remaining_ == 0) return {};
+  const size_t n =
+      static_cast<size_t>(std::min<uint64_t>(max, slices_[index_].size() - offset_));
+  std::span<const uint8_t> out = slices_[index_].subspan(offset_, n);
+  offset_ += n;
+  remaining_ -= n;
+  Skip();
+  return out;
+}
 
-}  // namespace
+bool ReadChunkPrefix(SliceCursor& cursor) {
+  uint8_t tag = 0;
+  uint64_t length = 0;
+  return cursor.ReadByte(&tag) && tag == kChunkTag && cursor.ReadVarint(&length) &&
+         length == cursor.remaining();
+}
 
 size_t EncodeChunkPrefix(uint64_t payload_bytes, uint8_t out[kMaxFramePrefixBytes]) {
   size_t n = 0;
@@ -111,7 +107,7 @@ absl::Status GetStreamParser::Consume(std::span<const std::span<const uint8_t>> 
     return absl::OkStatus();
   }
   uint64_t length;
-  if (!cursor.ReadVarint(&length) || length != cursor.Remaining()) {
+  if (!cursor.ReadVarint(&length) || length != cursor.remaining()) {
     return absl::InternalError("get stream: malformed message length");
   }
   if (tag == kChunkTag) {
@@ -192,4 +188,4 @@ absl::Status GetStreamParser::Finish() const {
   return absl::OkStatus();
 }
 
-}  // namespace kvtier::client
+}  // namespace kvtier::protocol

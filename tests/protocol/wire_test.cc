@@ -1,4 +1,4 @@
-#include "client/wire.h"
+#include "protocol/wire.h"
 
 #include <cstring>
 #include <random>
@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
 
-namespace kvtier::client {
+namespace kvtier::protocol {
 namespace {
 
 namespace v1 = ::kvtier::v1;
@@ -194,5 +194,84 @@ TEST(GetStreamParserTest, RejectsMalformedStreams) {
   }
 }
 
+// Runs SliceCursor::ReadVarint over `bytes` split one byte per span (the worst case).
+bool ReadVarintSplit(const std::string& bytes, uint64_t* out) {
+  std::vector<std::span<const uint8_t>> spans;
+  for (const char& c : bytes) spans.emplace_back(reinterpret_cast<const uint8_t*>(&c), 1);
+  SliceCursor cursor(spans);
+  return cursor.ReadVarint(out);
+}
+
+TEST(SliceCursorTest, VarintsRoundTripAcrossSpanBoundaries) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{127}, uint64_t{128}, uint64_t{300},
+                     uint64_t{1} << 35, UINT64_MAX - 1, UINT64_MAX}) {
+    uint8_t prefix[kMaxFramePrefixBytes];
+    const size_t n = EncodeChunkPrefix(v, prefix);
+    uint64_t got = 0;
+    ASSERT_TRUE(ReadVarintSplit(std::string(reinterpret_cast<char*>(prefix) + 1, n - 1), &got))
+        << v;
+    EXPECT_EQ(got, v);
+  }
+}
+
+TEST(SliceCursorTest, VarintRejectsOverflowAndOverlongAndTruncated) {
+  uint64_t v = 0;
+  // Ten bytes whose last one sets bits above 63.
+  EXPECT_FALSE(ReadVarintSplit(std::string(9, '\xff') + '\x02', &v));
+  // Eleven bytes (continuation on the tenth): a 70-bit shift, once accepted by the client.
+  EXPECT_FALSE(ReadVarintSplit(std::string(10, '\x80') + '\x00', &v));
+  // The message ends inside the varint.
+  EXPECT_FALSE(ReadVarintSplit("\x80\x80", &v));
+  EXPECT_FALSE(ReadVarintSplit("", &v));
+  // The largest value is exactly ten bytes ending in 0x01.
+  ASSERT_TRUE(ReadVarintSplit(std::string(9, '\xff') + '\x01', &v));
+  EXPECT_EQ(v, UINT64_MAX);
+}
+
+TEST(SliceCursorTest, NextReturnsContiguousPiecesAndSkipsEmptySpans) {
+  const std::string a = "abc", b = "", c = "defg";
+  std::vector<std::span<const uint8_t>> spans = {
+      {reinterpret_cast<const uint8_t*>(a.data()), a.size()},
+      {reinterpret_cast<const uint8_t*>(b.data()), b.size()},
+      {reinterpret_cast<const uint8_t*>(c.data()), c.size()}};
+  SliceCursor cursor(spans);
+  EXPECT_EQ(cursor.remaining(), 7u);
+  uint8_t byte = 0;
+  ASSERT_TRUE(cursor.ReadByte(&byte));
+  EXPECT_EQ(byte, 'a');
+  EXPECT_EQ(cursor.Next(100).size(), 2u);  // the rest of "abc"
+  EXPECT_EQ(cursor.index(), 2u);           // the empty span is skipped
+  EXPECT_EQ(cursor.Next(3).size(), 3u);
+  EXPECT_EQ(cursor.remaining(), 1u);
+  EXPECT_EQ(cursor.Next(3).size(), 1u);
+  EXPECT_TRUE(cursor.Next(3).empty());
+  EXPECT_FALSE(cursor.ReadByte(&byte));
+}
+
+TEST(ReadChunkPrefixTest, AcceptsExactlyOneChunkField) {
+  v1::PutRequest req;
+  req.set_chunk(RandomBytes(1000, 5));
+  const std::string bytes = req.SerializeAsString();
+  std::mt19937 rng(11);
+  auto spans = RandomSlices(bytes, rng);
+  SliceCursor ok(spans);
+  ASSERT_TRUE(ReadChunkPrefix(ok));
+  EXPECT_EQ(ok.remaining(), 1000u);
+
+  // A header message, a length that does not reach the end, and an empty message.
+  v1::PutRequest header;
+  header.mutable_header()->set_namespace_("ns");
+  const std::string h = header.SerializeAsString();
+  std::span<const uint8_t> hs(reinterpret_cast<const uint8_t*>(h.data()), h.size());
+  SliceCursor not_chunk(std::span<const std::span<const uint8_t>>(&hs, 1));
+  EXPECT_FALSE(ReadChunkPrefix(not_chunk));
+  const std::string extra = bytes + "x";
+  std::span<const uint8_t> es(reinterpret_cast<const uint8_t*>(extra.data()), extra.size());
+  SliceCursor trailing(std::span<const std::span<const uint8_t>>(&es, 1));
+  EXPECT_FALSE(ReadChunkPrefix(trailing));
+  SliceCursor empty(std::span<const std::span<const uint8_t>>{});
+  EXPECT_FALSE(ReadChunkPrefix(empty));
+}
+
 }  // namespace
-}  // namespace kvtier::client
+}  // namespace kvtier::protocol

@@ -1,4 +1,4 @@
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace kvtier::client {
+namespace kvtier::protocol {
 namespace {
 
 using ::testing::ElementsAre;
@@ -184,4 +184,4 @@ TEST(RendezvousRingTest, OwnershipSharesSumToOneAndAreNearEven) {
 }
 
 }  // namespace
-}  // namespace kvtier::client
+}  // namespace kvtier::protocol

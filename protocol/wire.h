@@ -7,9 +7,11 @@
 //   PutRequest  { oneof msg { PutHeader header = 1; bytes chunk = 2; } }
 //   GetResponse { oneof msg { GetHeader header = 1; bytes chunk = 2; } }
 // so a chunk message is exactly: 0x12, varint(len), len payload bytes; a header message
-// is 0x0a, varint(len), serialized header.
-#ifndef KVTIER_CLIENT_WIRE_H_
-#define KVTIER_CLIENT_WIRE_H_
+// is 0x0a, varint(len), serialized header. Used by both ends: the client
+// (client/client.cc) and the server's Put / Get reactors (service/put_reactor.cc,
+// service/get_reactor.cc). See docs/design.md §3 Put / Get / Lookup data flow.
+#ifndef KVTIER_PROTOCOL_WIRE_H_
+#define KVTIER_PROTOCOL_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -22,14 +24,59 @@
 #include "absl/status/statusor.h"
 #include "kvtier/v1/kvtier.pb.h"
 
-namespace kvtier::client {
+namespace kvtier::protocol {
 
+// Field tags (field number << 3 | wire type 2) of the oneof members above.
+inline constexpr uint8_t kHeaderTag = 0x0a;  // field 1: PutHeader / GetHeader
+inline constexpr uint8_t kChunkTag = 0x12;   // field 2: bytes chunk
+
+// Longest base-128 varint of a 64-bit value.
+inline constexpr size_t kMaxVarintBytes = 10;
 // Maximum length of a field prefix: one tag byte plus a 10-byte varint.
-inline constexpr size_t kMaxFramePrefixBytes = 11;
+inline constexpr size_t kMaxFramePrefixBytes = 1 + kMaxVarintBytes;
 
 // Writes the prefix of a `chunk` field (tag 2, wire type 2) holding `payload_bytes` bytes
 // into `out` and returns how many bytes were written (2..11).
 size_t EncodeChunkPrefix(uint64_t payload_bytes, uint8_t out[kMaxFramePrefixBytes]);
+
+// A read cursor over the byte spans of one received message (its gRPC slices, in order).
+// The spans are viewed, not copied: they must outlive the cursor. Empty spans are
+// skipped. Thread-compatible.
+class SliceCursor {
+ public:
+  explicit SliceCursor(std::span<const std::span<const uint8_t>> slices);
+
+  // Reads one byte; false at the end.
+  bool ReadByte(uint8_t* out);
+
+  // Reads a base-128 varint. False (position unspecified) when the message ends inside
+  // it, when it runs past kMaxVarintBytes, or when its value overflows 64 bits.
+  bool ReadVarint(uint64_t* out);
+
+  // Returns the next contiguous piece of at most `max` bytes and moves past it; empty at
+  // the end.
+  std::span<const uint8_t> Next(uint64_t max);
+
+  // Bytes not read yet.
+  uint64_t remaining() const { return remaining_; }
+  // Position: index of the current span and offset inside it.
+  size_t index() const { return index_; }
+  size_t offset() const { return offset_; }
+
+ private:
+  void Skip();
+
+  std::span<const std::span<const uint8_t>> slices_;
+  size_t index_ = 0;
+  size_t offset_ = 0;
+  uint64_t remaining_ = 0;
+};
+
+// If the message under `cursor` is exactly one `chunk` field (kChunkTag, a varint
+// length, and that many bytes to the end), moves past the prefix and returns true: the
+// rest of the cursor is the payload. Otherwise returns false and the position is
+// unspecified (parse the message with protobuf instead).
+bool ReadChunkPrefix(SliceCursor& cursor);
 
 // One piece of a chunk message: `bytes` of block `block` starting at `offset`.
 struct ChunkPiece {
@@ -88,6 +135,6 @@ class GetStreamParser {
   uint64_t remaining_total_ = 0;
 };
 
-}  // namespace kvtier::client
+}  // namespace kvtier::protocol
 
-#endif  // KVTIER_CLIENT_WIRE_H_
+#endif  // KVTIER_PROTOCOL_WIRE_H_

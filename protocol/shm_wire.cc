@@ -1,4 +1,4 @@
-#include "client/shm_wire.h"
+#include "protocol/shm_wire.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace kvtier::client::shm {
+namespace kvtier::protocol::shm {
 
 absl::Status SendMessage(int sock, const void* data, size_t n, int fd) {
   iovec iov{const_cast<void*>(data), n};
@@ -67,4 +67,4 @@ absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd) {
       absl::StrCat("shm socket: message of ", got, " bytes, expected ", n));
 }
 
-}  // namespace kvtier::client::shm
+}  // namespace kvtier::protocol::shm

@@ -10,15 +10,15 @@
 // session lasts as long as the connection: when the client closes it (or exits) the
 // server forgets the session; the mapping itself goes once no call uses it any more.
 // Plain structs and two syscall wrappers; no gRPC.
-#ifndef KVTIER_CLIENT_SHM_WIRE_H_
-#define KVTIER_CLIENT_SHM_WIRE_H_
+#ifndef KVTIER_PROTOCOL_SHM_WIRE_H_
+#define KVTIER_PROTOCOL_SHM_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
 
-namespace kvtier::client::shm {
+namespace kvtier::protocol::shm {
 
 inline constexpr char kMagic[8] = {'K', 'V', 'T', 'S', 'H', 'M', '0', '1'};
 inline constexpr size_t kSessionBytes = 16;
@@ -49,6 +49,6 @@ absl::Status SendMessage(int sock, const void* data, size_t n, int fd = -1);
 // owns it) or -1. UNAVAILABLE on EOF, errors or a message of another size.
 absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd);
 
-}  // namespace kvtier::client::shm
+}  // namespace kvtier::protocol::shm
 
-#endif  // KVTIER_CLIENT_SHM_WIRE_H_
+#endif  // KVTIER_PROTOCOL_SHM_WIRE_H_

@@ -1,4 +1,4 @@
-#include "client/rendezvous.h"
+#include "protocol/rendezvous.h"
 
 #include <xxhash.h>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-namespace kvtier::client {
+namespace kvtier::protocol {
 namespace {
 
 void PutLe32(uint32_t v, unsigned char* out) {
@@ -146,4 +146,4 @@ std::vector<double> RendezvousRing::OwnershipShares(size_t r, size_t samples) co
   return shares;
 }
 
-}  // namespace kvtier::client
+}  // namespace kvtier::protocol

@@ -1,0 +1,132 @@
+// The kvtier.v1.KvCacheAdmin handlers (KvCacheAdminImpl), all through RunUnary
+// (service/admission.h).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "service/admission.h"
+#include "service/config.h"
+#include "service/kv_cache_service.h"
+#include "service/request_checks.h"
+
+namespace kvtier::service {
+namespace {
+
+// This node's stats with its identity fields, limited to what `caller` may see.
+v1::StatsResponse NodeStats(const ServiceContext& ctx, storage::TieredStore& store,
+                            const std::string& only_ns, const Caller& caller) {
+  v1::StatsResponse st;
+  FillStats(store.Stats(), only_ns, &st);
+  RemoveOtherTenants(caller, st.mutable_namespaces());
+  st.set_node_id(ctx.node_id);
+  st.set_hash_scheme(HashSchemeVersion());
+  st.set_uptime_ms((NowMicros() - ctx.open_micros) / 1000);
+  return st;
+}
+
+// ClusterStatus of a single node: itself, healthy, owning everything.
+void SingleNodeStatus(const ServiceContext& ctx, v1::StatsResponse st,
+                      v1::ClusterStatusResponse* response) {
+  response->set_node_id(ctx.node_id);
+  response->set_replication_factor(ctx.replication_factor);
+  v1::PeerStatus* self = response->add_peers();
+  self->set_node_id(ctx.node_id);
+  self->set_address(ctx.node_id);
+  self->set_healthy(true);
+  self->set_ownership_share(1.0);
+  self->set_last_seen_ms_ago(0);
+  *self->mutable_stats() = std::move(st);
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Stats(grpc::CallbackServerContext* context,
+                                                  const v1::StatsRequest* request,
+                                                  v1::StatsResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(
+      ctx_, context, Op::kStats,
+      Synchronous([ctx, request, response](storage::TieredStore& store,
+                                           const Caller& caller) -> absl::Status {
+        if (!request->namespace_().empty()) {
+          RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_(), caller).status());
+        }
+        *response = NodeStats(*ctx, store, request->namespace_(), caller);
+        FillShmOffer(*ctx, response->mutable_shared_memory());
+        if (ctx->shm != nullptr) {
+          response->set_shm_sessions(static_cast<uint32_t>(ctx->shm->session_count()));
+        }
+        ctx->metrics.AppendLatencies(response);
+        return absl::OkStatus();
+      }));
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::ListNamespaces(
+    grpc::CallbackServerContext* context, const v1::ListNamespacesRequest* /*request*/,
+    v1::ListNamespacesResponse* response) {
+  return RunUnary(ctx_, context, Op::kStats,
+                  Synchronous([response](storage::TieredStore& store, const Caller& caller) {
+                    for (const auto& ns : store.ListNamespaces()) {
+                      if (caller.MayUse(ns.tenant)) *response->add_namespaces() = NamespaceToProto(ns);
+                    }
+                    return absl::OkStatus();
+                  }));
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Evict(grpc::CallbackServerContext* context,
+                                                  const v1::EvictRequest* request,
+                                                  v1::EvictResponse* response) {
+  return RunUnary(ctx_, context, Op::kEvict,
+                  KeyedCount(ctx_, request, response, true,
+                             [request](storage::TieredStore& store, const std::string& ns,
+                                       const std::vector<std::string>& keys) {
+                               return store.Evict(ns, keys, request->drop());
+                             }));
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Flush(grpc::CallbackServerContext* context,
+                                                  const v1::FlushRequest* request,
+                                                  v1::FlushResponse* /*response*/) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(
+      ctx_, context, Op::kFlush,
+      Synchronous([ctx, request](storage::TieredStore& store, const Caller& caller) -> absl::Status {
+        if (request->namespace_().empty()) {
+          if (!caller.is_operator) {
+            return absl::PermissionDeniedError(
+                "namespace: flushing every namespace needs an operator token");
+          }
+        } else {
+          RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_(), caller).status());
+        }
+        return store.Flush(request->namespace_());
+      }));
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::ClusterStatus(
+    grpc::CallbackServerContext* context, const v1::ClusterStatusRequest* /*request*/,
+    v1::ClusterStatusResponse* response) {
+  ServiceContext* ctx = ctx_;
+  return RunUnary(
+      ctx_, context, Op::kStats,
+      [ctx, response](storage::TieredStore& store, const Caller& caller, FinishFn finish) {
+        v1::StatsResponse st = NodeStats(*ctx, store, "", caller);
+        if (ctx->fanout == nullptr) {
+          SingleNodeStatus(*ctx, std::move(st), response);
+          return finish(absl::OkStatus());
+        }
+        // Membership, health, ownership shares and every peer's Stats.
+        ctx->fanout->ClusterStatusAsync(
+            std::move(st), [response, finish, caller](v1::ClusterStatusResponse r) {
+              // Peers answered the operator peer token: keep this caller's tenant only.
+              for (v1::PeerStatus& p : *r.mutable_peers()) {
+                RemoveOtherTenants(caller, p.mutable_stats()->mutable_namespaces());
+              }
+              *response = std::move(r);
+              finish(absl::OkStatus());
+            });
+      });
+}
+
+}  // namespace kvtier::service

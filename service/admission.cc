@@ -1,0 +1,74 @@
+#include "service/admission.h"
+
+#include <utility>
+
+#include "common/clock.h"
+#include "protocol/error_detail.h"
+
+namespace kvtier::service {
+namespace {
+
+// A unary reactor that keeps ServiceContext::in_flight accurate.
+class UnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit UnaryReactor(ServiceContext* ctx) : ctx_(ctx) {}
+  void OnDone() override {
+    ctx_->in_flight.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  ServiceContext* const ctx_;
+};
+
+}  // namespace
+
+int64_t NowMicros() { return common::RealClock()->NowMicros(); }
+
+grpc::Status BusyStatus() {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "server busy: executor queue is full");
+}
+
+grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                   storage::TieredStore** store, Caller* caller) {
+  ctx->in_flight.fetch_add(1);
+  if (ctx->draining.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+  }
+  *store = ctx->store.load(std::memory_order_acquire);
+  if (*store == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is not open yet");
+  }
+  absl::StatusOr<Caller> who = ctx->auth.Authenticate(context->client_metadata());
+  if (!who.ok()) return protocol::ToGrpcStatus(who.status());
+  *caller = *std::move(who);
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                   Op op, UnaryWork work) {
+  grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
+  const int64_t start = NowMicros();
+  storage::TieredStore* store = nullptr;
+  Caller caller;
+  if (grpc::Status admit = Admit(ctx, context, &store, &caller); !admit.ok()) {
+    reactor->Finish(admit);
+    return reactor;
+  }
+  FinishFn finish = [ctx, reactor, op, start](absl::Status s) {
+    ctx->metrics.Record(op, NowMicros() - start, s.ok());
+    reactor->Finish(protocol::ToGrpcStatus(s));
+  };
+  const bool queued =
+      ctx->executor->TrySchedule([store, caller = std::move(caller), work = std::move(work),
+                                  finish = std::move(finish)]() mutable {
+        work(*store, caller, std::move(finish));
+      });
+  if (!queued) {
+    ctx->metrics.Record(op, NowMicros() - start, false);
+    reactor->Finish(BusyStatus());
+  }
+  return reactor;
+}
+
+}  // namespace kvtier::service

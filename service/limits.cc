@@ -1,0 +1,18 @@
+#include "service/limits.h"
+
+#include <algorithm>
+
+namespace kvtier::service {
+
+ServiceLimits ServiceLimits::FromConfig(const v1::ServerConfig& config) {
+  ServiceLimits limits;
+  limits.max_keys_per_request = config.max_keys_per_request();
+  limits.max_put_bytes = config.max_put_bytes();
+  limits.put_budget_bytes = std::max(config.memory_quota_bytes(), config.max_put_bytes());
+  // A chunk frame plus its few framing bytes must fit the message limit.
+  limits.chunk_bytes = std::min<uint64_t>(ServiceLimits().chunk_bytes,
+                                          config.max_message_bytes() - 64);
+  return limits;
+}
+
+}  // namespace kvtier::service

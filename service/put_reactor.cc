@@ -1,0 +1,426 @@
+#include "service/put_reactor.h"
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "protocol/convert.h"
+#include "protocol/error_detail.h"
+#include "protocol/wire.h"
+#include "service/admission.h"
+#include "service/config.h"
+#include "service/request_checks.h"
+#include "storage/kv/codec.h"
+
+namespace kvtier::service {
+namespace {
+
+// Client-streaming Put: header, then payload chunks. One read in flight; header
+// validation and the final transcode + store run on the executor.
+class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  PutReactor(ServiceContext* ctx, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
+      : ctx_(ctx), context_(context), response_(response), start_(NowMicros()) {
+    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
+      Finish(admit);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndOfStream();
+      return;
+    }
+    if (!have_header_) {
+      v1::PutRequest req;
+      grpc::Status ps = grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req);
+      if (!ps.ok()) return Fail(absl::InvalidArgumentError("header: cannot parse PutRequest"));
+      if (!req.has_header()) {
+        return Fail(
+            absl::InvalidArgumentError("header: the first message of a Put must carry the header"));
+      }
+      have_header_ = true;
+      header_ = std::move(*req.mutable_header());
+      if (auto cached = ctx_->namespaces.Find(header_.namespace_())) {
+        // Known namespace: validation is pure CPU on the header, no store call.
+        ns_ = *cached;
+        absl::Status s = CheckNamespaceAccess(caller_, ns_.name, ns_.tenant);
+        if (s.ok()) s = ValidateHeader();
+        if (!s.ok()) return Fail(s);
+        StartRead(&in_);
+        return;
+      }
+      if (!ctx_->executor->TrySchedule([this] {
+            auto ns = FindNamespace(*ctx_, *store_, header_.namespace_(), caller_);
+            absl::Status s = ns.status();
+            if (s.ok()) {
+              ns_ = std::move(*ns);
+              s = ValidateHeader();
+            }
+            if (!s.ok()) return Fail(s);
+            StartRead(&in_);
+          })) {
+        FinishAndRecord(BusyStatus());
+      }
+      return;
+    }
+    absl::Status s = ConsumeChunkMessage();
+    in_.Clear();
+    if (!s.ok()) return Fail(s);
+    StartRead(&in_);
+  }
+
+  void OnDone() override {
+    ctx_->in_flight.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  struct Block {
+    // Payload as received: views into held_ / owned_, no copy. `size` bytes in all.
+    std::vector<std::string_view> pieces;
+    uint64_t size = 0;
+    std::string data;     // the pieces joined, when the payload must be re-encoded
+    std::string encoded;  // transcoded blob, or the codec header put in front of raw pieces
+  };
+
+  // Checks header.blocks[i]: key, parent key, size for the format, and its range in the
+  // shared-memory region (when there is one).
+  absl::Status ValidateBlock(int i) const {
+    const v1::PutBlock& b = header_.blocks(i);
+    const uint64_t raw_size = ns_.layout.BytesPerBlock();
+    // Generous bound for an encoded blob: the raw size plus header and codec metadata.
+    const uint64_t max_encoded = raw_size + raw_size / 4 + 4096;
+    RETURN_IF_ERROR(CheckKey(b.key(), absl::StrCat("header.blocks[", i, "].key")));
+    if (b.parent_key().size() > kMaxKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.blocks[", i, "].parent_key must be at most ", kMaxKeyBytes, " bytes"));
+    }
+    if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+      if (b.size() != raw_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "header.blocks[", i, "].size is ", b.size(), " but a raw block of layout ",
+            ns_.layout.DebugString(), " is ", raw_size, " bytes"));
+      }
+    } else if (b.size() == 0 || b.size() > max_encoded) {
+      return absl::InvalidArgumentError(absl::StrCat("header.blocks[", i, "].size ", b.size(),
+                                                     " is not in 1..", max_encoded,
+                                                     " for this layout"));
+    }
+    if (region_ != nullptr && !region_->Contains(b.shm_offset(), b.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.blocks[", i, "].shm_offset ", b.shm_offset(), " + size ", b.size(),
+          " lies outside the shared-memory region of ", region_->size(), " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Checks the header against ns_ and reserves its bytes in the Put budget.
+  absl::Status ValidateHeader() {
+    if (header_.format() != v1::PAYLOAD_FORMAT_ENCODED &&
+        header_.format() != v1::PAYLOAD_FORMAT_RAW) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header.format ", static_cast<int>(header_.format()), " is unknown"));
+    }
+    if (header_.has_layout()) {
+      RETURN_IF_ERROR(
+          CompareLayouts(ns_.layout, protocol::LayoutFromProtoUnchecked(header_.layout()),
+                         "header.layout", true));
+    }
+    const int n = header_.blocks_size();
+    if (n == 0) return absl::InvalidArgumentError("header.blocks is empty");
+    if (static_cast<uint64_t>(n) > ctx_->limits.max_keys_per_request) {
+      return absl::InvalidArgumentError(absl::StrCat("header.blocks: ", n,
+                                                     " blocks exceed max_keys_per_request (",
+                                                     ctx_->limits.max_keys_per_request, ")"));
+    }
+    if (!header_.shm_session().empty()) {
+      ASSIGN_OR_RETURN(region_,
+                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session"));
+    }
+    total_ = 0;
+    for (int i = 0; i < n; ++i) {
+      RETURN_IF_ERROR(ValidateBlock(i));
+      total_ += header_.blocks(i).size();
+    }
+    if (total_ > ctx_->limits.max_put_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("header.blocks: ", total_,
+                                                       " payload bytes exceed max_put_bytes (",
+                                                       ctx_->limits.max_put_bytes, ")"));
+    }
+    blocks_.resize(n);
+    if (region_ != nullptr) {
+      // The payloads are in the client's region already: the blocks view it, and the
+      // server buffers nothing (no Put budget to reserve).
+      for (int i = 0; i < n; ++i) {
+        const v1::PutBlock& b = header_.blocks(i);
+        blocks_[i].pieces.emplace_back(
+            reinterpret_cast<const char*>(region_->base() + b.shm_offset()), b.size());
+        blocks_[i].size = b.size();
+      }
+      received_ = total_;
+      return absl::OkStatus();
+    }
+    return ReserveBudget();
+  }
+
+  // Reserves the stream's buffers (total_ bytes) against the server-wide Put budget.
+  // RESOURCE_EXHAUSTED "server busy" when other puts hold too much of it.
+  absl::Status ReserveBudget() {
+    uint64_t cur = ctx_->put_bytes_in_flight.load();
+    do {
+      if (cur + total_ > ctx_->limits.put_budget_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "server busy: ", cur, " payload bytes of other puts are buffered; this put's ", total_,
+            " would exceed the budget of ", ctx_->limits.put_budget_bytes));
+      }
+    } while (!ctx_->put_bytes_in_flight.compare_exchange_weak(cur, cur + total_));
+    reserved_ = total_;
+    return absl::OkStatus();
+  }
+
+  // Adds received payload bytes (which must stay valid: held_ / owned_ keep them) to the
+  // current block(s), without copying them.
+  absl::Status Feed(std::string_view bytes) {
+    while (!bytes.empty()) {
+      if (cur_ >= blocks_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk: the stream carries more than the ",
+                                                       total_,
+                                                       " payload bytes its header declares"));
+      }
+      const uint64_t want = header_.blocks(static_cast<int>(cur_)).size();
+      Block& blk = blocks_[cur_];
+      const size_t take = std::min<uint64_t>(bytes.size(), want - blk.size);
+      blk.pieces.push_back(bytes.substr(0, take));
+      blk.size += take;
+      received_ += take;
+      bytes.remove_prefix(take);
+      if (blk.size == want) ++cur_;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ConsumeChunkMessage() {
+    if (region_ != nullptr) {
+      return absl::InvalidArgumentError(
+          "chunk: a Put with header.shm_session carries its payloads in shared memory, not "
+          "in chunk messages");
+    }
+    std::vector<grpc::Slice> slices;
+    if (!in_.Dump(&slices).ok()) return absl::InternalError("chunk: cannot read message");
+    // Keep the slices (a reference each, no copy) for the blocks' pieces. A deque never
+    // moves its elements, so the bytes of an inlined slice stay where they are too.
+    const size_t first = held_.size();
+    std::vector<std::span<const uint8_t>> spans;
+    spans.reserve(slices.size());
+    for (grpc::Slice& s : slices) {
+      held_.push_back(std::move(s));
+      spans.emplace_back(held_.back().begin(), held_.back().size());
+    }
+    protocol::SliceCursor cur(spans);
+    if (protocol::ReadChunkPrefix(cur)) {
+      // Fast path: the message is exactly one `chunk` field; its bytes stay in the slices.
+      while (cur.remaining() > 0) {
+        const std::span<const uint8_t> piece = cur.Next(cur.remaining());
+        RETURN_IF_ERROR(
+            Feed(std::string_view(reinterpret_cast<const char*>(piece.data()), piece.size())));
+      }
+      return absl::OkStatus();
+    }
+    held_.resize(first);
+    // Anything else (empty message, header, unusual encodings): parse it properly.
+    v1::PutRequest req;
+    if (!grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req).ok()) {
+      return absl::InvalidArgumentError("chunk: cannot parse PutRequest");
+    }
+    if (req.has_header()) {
+      return absl::InvalidArgumentError("header: only the first message may carry a header");
+    }
+    if (req.chunk().empty()) return absl::OkStatus();
+    owned_.push_back(std::move(*req.mutable_chunk()));
+    return Feed(owned_.back());
+  }
+
+  void EndOfStream() {
+    if (context_->IsCancelled()) {
+      FinishAndRecord(grpc::Status(grpc::StatusCode::CANCELLED, "put cancelled by client"));
+      return;
+    }
+    if (!have_header_) {
+      return Fail(absl::InvalidArgumentError("header: the stream ended before the header"));
+    }
+    if (received_ != total_) {
+      const int i = static_cast<int>(std::min<size_t>(cur_, blocks_.size() - 1));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("chunk: the stream ended after ", received_, " of ", total_,
+                       " payload bytes (in header.blocks[", i, "], key ",
+                       KeyForMessage(header_.blocks(i).key()), ")")));
+    }
+    if (!ctx_->executor->TrySchedule([this] {
+          absl::Status s = StoreAll();
+          if (!s.ok()) return Fail(s);
+          FinishAndRecord(grpc::Status::OK);
+        })) {
+      FinishAndRecord(BusyStatus());
+    }
+  }
+
+  // Validates (and transcodes) every block, then stores them all.
+  absl::Status StoreAll() {
+    const int n = header_.blocks_size();
+    std::vector<storage::BlockPut> puts(n);
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      const v1::PutBlock& b = header_.blocks(i);
+      Block& blk = blocks_[i];
+      ASSIGN_OR_RETURN(std::string_view payload, PrepareBlock(i));
+      puts[i].key = b.key();
+      puts[i].parent_key = b.parent_key();
+      puts[i].block_index = b.block_index();
+      if (!payload.empty()) {
+        puts[i].payload = payload;
+        bytes += payload.size();
+      } else {
+        puts[i].pieces = blk.pieces;
+        bytes += blk.size;
+      }
+    }
+    RETURN_IF_ERROR(store_->Put(ns_.name, puts));
+    v1::PutResponse resp;
+    resp.set_blocks_stored(static_cast<uint32_t>(n));
+    resp.set_bytes_stored(bytes);
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::PutResponse>::Serialize(resp, response_, &own).ok()) {
+      return absl::InternalError("cannot serialize PutResponse");
+    }
+    ReleaseBuffers();
+    return absl::OkStatus();
+  }
+
+  // Makes block i storable in the namespace codec. Returns the contiguous blob to store,
+  // or an empty view when blk.pieces are stored as they are.
+  absl::StatusOr<std::string_view> PrepareBlock(int i) {
+    Block& blk = blocks_[i];
+    const std::string field = absl::StrCat("blocks[", i, "]");
+    const bool raw_codec = ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
+    if (header_.format() == v1::PAYLOAD_FORMAT_RAW && raw_codec) {
+      // fp16/bf16 store the raw bytes unchanged: put the codec header in front of them.
+      // (ValidateHeader checked the size; the layout is the registered one.)
+      const auto tokens = static_cast<uint32_t>(blk.size / ns_.layout.BytesPerToken());
+      blk.encoded.assign(kv::kEncodedHeaderBytes, '\0');
+      kv::EncodeRawHeader(ns_.codec, ns_.layout, tokens, tokens, blk.size,
+                          reinterpret_cast<uint8_t*>(blk.encoded.data()));
+      blk.pieces.insert(blk.pieces.begin(), blk.encoded);
+      blk.size += blk.encoded.size();
+      return std::string_view();
+    }
+    if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+      blk.data = storage::JoinPieces(blk.pieces);
+      blk.pieces.clear();
+      return Reencode(i, kv::AsBytes(blk.data), field);
+    }
+    auto info = storage::ParsePiecesHeader(blk.pieces);
+    if (!info.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".payload is not a valid encoded block: ", info.status().message()));
+    }
+    if (info->encoded_bytes != blk.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".payload header says ", info->encoded_bytes, " bytes but size is ", blk.size));
+    }
+    RETURN_IF_ERROR(CompareLayouts(ns_.layout, info->layout, field + ".payload.layout",
+                                   /*check_tokens=*/false));
+    if (info->num_tokens > ns_.layout.tokens_per_block) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".payload holds ", info->num_tokens,
+                       " tokens but namespace tokens_per_block is ", ns_.layout.tokens_per_block));
+    }
+    if (info->codec == ns_.codec) return std::string_view();
+    if (info->codec != kv::CodecId::kFp16 && info->codec != kv::CodecId::kBf16) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".payload codec ", kv::CodecName(info->codec),
+                       " does not match namespace codec ", kv::CodecName(ns_.codec)));
+    }
+    // An unquantized blob for a quantized namespace: transcode it.
+    blk.data = storage::JoinPieces(blk.pieces);
+    blk.pieces.clear();
+    auto raw = kv::DecodeToString(kv::AsBytes(blk.data));
+    if (!raw.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".payload cannot be decoded: ", raw.status().message()));
+    }
+    blk.data = *std::move(raw);
+    return Reencode(i, kv::AsBytes(blk.data), field);
+  }
+
+  // Encodes raw bytes of block i in the namespace codec into blk.encoded (freeing
+  // blk.data) and returns it.
+  absl::StatusOr<std::string_view> Reencode(int i, std::span<const uint8_t> raw,
+                                            const std::string& field) {
+    Block& blk = blocks_[i];
+    kv::CodecOptions copts;
+    copts.keep_sinks = ns_.keep_sinks;
+    auto enc = kv::Encode(ns_.codec, ns_.layout, header_.blocks(i).block_index(), raw, copts);
+    if (!enc.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": cannot encode: ", enc.status().message()));
+    }
+    blk.encoded = std::move(*enc);
+    blk.data = std::string();
+    return std::string_view(blk.encoded);
+  }
+
+  void ReleaseBuffers() {
+    blocks_.clear();
+    held_.clear();
+    owned_.clear();
+    region_.reset();
+  }
+
+  void Fail(const absl::Status& s) { FinishAndRecord(protocol::ToGrpcStatus(s)); }
+
+  void FinishAndRecord(const grpc::Status& s) {
+    ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
+    ReleaseBuffers();
+    ctx_->put_bytes_in_flight.fetch_sub(reserved_);
+    reserved_ = 0;
+    Finish(s);
+  }
+
+  ServiceContext* const ctx_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;
+  const int64_t start_;
+  storage::TieredStore* store_ = nullptr;
+  Caller caller_;
+  grpc::ByteBuffer in_;
+  bool have_header_ = false;
+  v1::PutHeader header_;
+  storage::NamespaceOptions ns_;
+  std::vector<Block> blocks_;
+  std::deque<grpc::Slice> held_;   // received message slices the blocks' pieces view
+  std::deque<std::string> owned_;  // chunks of messages that took the parsing path
+  std::shared_ptr<ShmRegion> region_;  // header.shm_session's region: the blocks view it
+  size_t cur_ = 0;                 // block receiving bytes
+  uint64_t total_ = 0;             // payload bytes declared by the header
+  uint64_t received_ = 0;          // payload bytes received
+  uint64_t reserved_ = 0;          // bytes held in ServiceContext::put_bytes_in_flight
+};
+}  // namespace
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
+                                                    grpc::CallbackServerContext* context,
+                                                    grpc::ByteBuffer* response) {
+  return new PutReactor(ctx, context, response);
+}
+
+}  // namespace kvtier::service

@@ -1,0 +1,81 @@
+#include "service/request_checks.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "protocol/error_detail.h"
+#include "service/config.h"
+
+namespace kvtier::service {
+
+std::string KeyForMessage(std::string_view key) {
+  return absl::BytesToHexString(Sv(key.substr(0, 32)));
+}
+
+absl::Status CheckKey(std::string_view key, std::string_view field) {
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(field), " must be 1..", kMaxKeyBytes, " bytes, got ", key.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> CheckKeys(
+    const google::protobuf::RepeatedPtrField<std::string>& keys, const ServiceLimits& limits,
+    bool allow_empty) {
+  if (keys.empty() && !allow_empty) return absl::InvalidArgumentError("keys is empty");
+  if (static_cast<uint64_t>(keys.size()) > limits.max_keys_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat("keys: ", keys.size(),
+                                                   " keys exceed max_keys_per_request (",
+                                                   limits.max_keys_per_request, ")"));
+  }
+  for (int i = 0; i < keys.size(); ++i) {
+    RETURN_IF_ERROR(CheckKey(keys[i], absl::StrCat("keys[", i, "]")));
+  }
+  return std::vector<std::string>(keys.begin(), keys.end());
+}
+
+absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
+                                                        storage::TieredStore& store,
+                                                        const std::string& name,
+                                                        const Caller& caller) {
+  if (name.empty()) return absl::InvalidArgumentError("namespace is empty");
+  if (auto cached = ctx.namespaces.Find(name)) {
+    RETURN_IF_ERROR(CheckNamespaceAccess(caller, name, cached->tenant));
+    return *cached;
+  }
+  auto ns = store.GetNamespace(name);
+  if (!ns.ok() && absl::IsNotFound(ns.status())) {
+    return absl::NotFoundError(absl::StrCat("namespace \"", name, "\" is not registered"));
+  }
+  if (!ns.ok()) return ns;
+  ctx.namespaces.Insert(*ns);
+  RETURN_IF_ERROR(CheckNamespaceAccess(caller, name, ns->tenant));
+  return ns;
+}
+
+absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
+                                                          const std::string& session,
+                                                          std::string_view field) {
+  std::shared_ptr<ShmRegion> region = ctx.shm == nullptr ? nullptr : ctx.shm->Find(session);
+  if (region == nullptr) {
+    return protocol::WithErrorDetail(
+        absl::FailedPreconditionError(absl::StrCat(
+            Sv(field), " names no open shared-memory session of this server (closed, or the "
+            "server restarted): reconnect, or send the payloads in the stream")),
+        v1::SHM_SESSION_UNKNOWN, field);
+  }
+  return region;
+}
+
+absl::Status CompareLayouts(const kv::Layout& want, const kv::Layout& got, std::string_view field,
+                            bool check_tokens) {
+  std::optional<kv::LayoutDiff> diff = kv::FirstDifference(want, got, check_tokens);
+  if (!diff.has_value()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(Sv(field), ".", diff->field, " is ",
+                                                    diff->got, " but namespace layout has ",
+                                                    diff->want));
+}
+
+}  // namespace kvtier::service

@@ -1,0 +1,275 @@
+// In-process tests of the KvCache reactors and handlers (service/put_reactor.h,
+// service/get_reactor.h, service/data_handlers.cc): a real KvtierServer on 127.0.0.1
+// port 0 over a real store in a temp dir, driven with hand-built Put/Get frames.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+#include "protocol/convert.h"
+#include "protocol/error_detail.h"
+#include "service/config.h"
+#include "service/server.h"
+#include "tests/testing/layouts.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier::service {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Payload bytes per Get chunk frame with --max-message-bytes 64KiB (ServiceLimits).
+constexpr uint64_t kChunkBytes = (64u << 10) - 64;
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class KvCacheServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cl = ParseCommandLine({"--port", "0", "--data-dir", dir_.Sub("data"), "--hot-capacity",
+                                "8MiB", "--executor-threads", "2", "--max-message-bytes",
+                                "64KiB", "--shm-socket", "off"});
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    auto server = KvtierServer::Start(cl->config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_TRUE(server_->OpenStore().ok());
+    channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    stub_ = v1::KvCache::NewStub(channel_);
+    v1::RegisterNamespaceRequest req;
+    req.mutable_spec()->set_name("ns");
+    *req.mutable_spec()->mutable_layout() = protocol::ToProto(testing::SmallLayout());
+    v1::RegisterNamespaceResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->RegisterNamespace(&ctx, req, &resp).ok());
+  }
+
+  // Runs one Put stream of `messages` (the header first) and returns its status.
+  grpc::Status Put(const std::vector<v1::PutRequest>& messages, v1::PutResponse* resp) {
+    grpc::ClientContext ctx;
+    auto writer = stub_->Put(&ctx, resp);
+    for (const auto& m : messages) {
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // A raw-format Put header for `payloads` keyed "k0", "k1", ... as one prefix chain.
+  static v1::PutRequest Header(const std::vector<std::string>& payloads) {
+    v1::PutRequest m;
+    v1::PutHeader* h = m.mutable_header();
+    h->set_namespace_("ns");
+    h->set_format(v1::PAYLOAD_FORMAT_RAW);
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      v1::PutBlock* b = h->add_blocks();
+      b->set_key(absl::StrCat("k", i));
+      if (i > 0) b->set_parent_key(absl::StrCat("k", i - 1));
+      b->set_block_index(static_cast<uint32_t>(i));
+      b->set_size(payloads[i].size());
+    }
+    return m;
+  }
+
+  // The header plus the concatenated payloads cut into chunk messages of `chunk` bytes
+  // (so chunks straddle block boundaries).
+  static std::vector<v1::PutRequest> PutMessages(const std::vector<std::string>& payloads,
+                                                 size_t chunk) {
+    std::vector<v1::PutRequest> out = {Header(payloads)};
+    std::string all;
+    for (const auto& p : payloads) all += p;
+    for (size_t at = 0; at < all.size(); at += chunk) {
+      out.emplace_back().set_chunk(all.substr(at, chunk));
+    }
+    return out;
+  }
+
+  // Runs a Get stream; returns its status and the messages received.
+  grpc::Status Get(const v1::GetRequest& req, std::vector<v1::GetResponse>* messages) {
+    grpc::ClientContext ctx;
+    auto reader = stub_->Get(&ctx, req);
+    v1::GetResponse m;
+    while (reader->Read(&m)) messages->push_back(m);
+    return reader->Finish();
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<KvtierServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvCache::Stub> stub_;
+};
+
+TEST_F(KvCacheServiceTest, PutInOddChunksThenGetInBoundedFramesRoundTripsBitExact) {
+  const uint64_t block = testing::SmallLayout().BytesPerBlock();
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 8; ++i) payloads.push_back(RandomBytes(block, 100 + i));
+  v1::PutResponse put;
+  grpc::Status ps = Put(PutMessages(payloads, 10007), &put);
+  ASSERT_TRUE(ps.ok()) << ps.error_message();
+  EXPECT_EQ(put.blocks_stored(), 8u);
+
+  v1::GetRequest req;
+  req.set_namespace_("ns");
+  req.set_format(v1::PAYLOAD_FORMAT_RAW);
+  for (int i = 0; i < 8; ++i) req.add_keys(absl::StrCat("k", i));
+  req.add_keys("missing");
+  std::vector<v1::GetResponse> messages;
+  grpc::Status gs = Get(req, &messages);
+  ASSERT_TRUE(gs.ok()) << gs.error_message();
+  ASSERT_FALSE(messages.empty());
+  ASSERT_TRUE(messages[0].has_header());
+  const v1::GetHeader& header = messages[0].header();
+  ASSERT_EQ(header.blocks_size(), 9);
+  EXPECT_FALSE(header.blocks(8).found());
+  std::string got;
+  for (size_t i = 1; i < messages.size(); ++i) {
+    ASSERT_FALSE(messages[i].has_header());
+    EXPECT_LE(messages[i].chunk().size(), kChunkBytes);
+    got += messages[i].chunk();
+  }
+  // 256 KiB of payload in frames of at most kChunkBytes: 5 frames.
+  EXPECT_EQ(messages.size() - 1, (8 * block + kChunkBytes - 1) / kChunkBytes);
+  std::string want;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_TRUE(header.blocks(i).found());
+    EXPECT_EQ(header.blocks(i).size(), block);
+    EXPECT_EQ(header.blocks(i).codec(), v1::CODEC_FP16);
+    want += payloads[i];
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(KvCacheServiceTest, BadPutsNameTheFieldAndStoreNothing) {
+  const uint64_t block = testing::SmallLayout().BytesPerBlock();
+  std::vector<std::string> payloads = {RandomBytes(block, 1), RandomBytes(block, 2)};
+  v1::PutResponse resp;
+  {
+    auto messages = PutMessages(payloads, 4096);
+    messages[0].mutable_header()->mutable_blocks(1)->clear_key();
+    grpc::Status s = Put(messages, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("header.blocks[1].key"));
+  }
+  {
+    auto messages = PutMessages(payloads, 4096);
+    messages[0].mutable_header()->mutable_blocks(0)->set_size(block - 2);
+    grpc::Status s = Put(messages, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("header.blocks[0].size"));
+  }
+  {
+    auto messages = PutMessages(payloads, 4096);
+    messages.emplace_back().set_chunk("one byte too many");
+    grpc::Status s = Put(messages, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("chunk:"));
+  }
+  {
+    auto messages = PutMessages(payloads, 4096);
+    messages.pop_back();
+    grpc::Status s = Put(messages, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("header.blocks[1]"));
+  }
+  {
+    auto messages = PutMessages(payloads, 4096);
+    kv::Layout other = testing::SmallLayout();
+    other.head_dim = 128;
+    *messages[0].mutable_header()->mutable_layout() = protocol::ToProto(other);
+    grpc::Status s = Put(messages, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(s.error_message(), HasSubstr("header.layout.head_dim is 128"));
+  }
+  {
+    std::vector<v1::PutRequest> messages(1);
+    messages[0].set_chunk("no header");
+    grpc::Status s = Put(messages, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("header"));
+  }
+  v1::GetRequest req;
+  req.set_namespace_("ns");
+  req.add_keys("k0");
+  std::vector<v1::GetResponse> messages;
+  ASSERT_TRUE(Get(req, &messages).ok());
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_FALSE(messages[0].header().blocks(0).found());
+}
+
+TEST_F(KvCacheServiceTest, BadGetsNameTheField) {
+  std::vector<v1::GetResponse> messages;
+  v1::GetRequest req;
+  req.set_namespace_("ns");
+  grpc::Status s = Get(req, &messages);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("keys is empty"));
+  req.add_keys(std::string(33, 'k'));
+  s = Get(req, &messages);
+  EXPECT_THAT(s.error_message(), HasSubstr("keys[0] must be 1..32 bytes"));
+  req.set_namespace_("nope");
+  EXPECT_EQ(Get(req, &messages).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Bytes that are no GetRequest at all.
+  grpc::ClientContext ctx;
+  grpc::internal::RpcMethod method("/kvtier.v1.KvCache/Get",
+                                   grpc::internal::RpcMethod::SERVER_STREAMING);
+  grpc::Slice garbage(std::string("\xff\xff\xff\xff", 4));
+  grpc::ByteBuffer request(&garbage, 1);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx,
+                                                                    request));
+  grpc::ByteBuffer unused;
+  while (reader->Read(&unused)) {
+  }
+  s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("GetRequest"));
+}
+
+// The lost-session condition travels as a structured detail, not as message text.
+TEST_F(KvCacheServiceTest, UnknownShmSessionAnswersWithAStructuredErrorDetail) {
+  v1::GetRequest req;
+  req.set_namespace_("ns");
+  req.add_keys("k0");
+  req.set_shm_session("no-such-session");
+  req.add_shm_destinations()->set_capacity(16);
+  std::vector<v1::GetResponse> messages;
+  const grpc::Status get = Get(req, &messages);
+  EXPECT_EQ(get.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  const absl::Status got = protocol::FromGrpcStatus("Get", get);
+  ASSERT_TRUE(protocol::GetErrorDetail(got).has_value()) << get.error_message();
+  EXPECT_EQ(protocol::GetErrorDetail(got)->reason(), v1::SHM_SESSION_UNKNOWN);
+  EXPECT_EQ(protocol::GetErrorDetail(got)->field(), "shm_session");
+
+  std::vector<v1::PutRequest> put = {Header({std::string(testing::SmallLayout().BytesPerBlock(),
+                                                         '\0')})};
+  put[0].mutable_header()->set_shm_session("no-such-session");
+  v1::PutResponse resp;
+  const absl::Status put_status = protocol::FromGrpcStatus("Put", Put(put, &resp));
+  EXPECT_TRUE(protocol::HasErrorReason(put_status, v1::SHM_SESSION_UNKNOWN)) << put_status;
+  EXPECT_EQ(protocol::GetErrorDetail(put_status)->field(), "header.shm_session");
+
+  // Other errors carry no detail.
+  req.clear_shm_session();
+  req.clear_shm_destinations();
+  req.set_namespace_("nope");
+  messages.clear();
+  EXPECT_FALSE(protocol::GetErrorDetail(protocol::FromGrpcStatus("Get", Get(req, &messages)))
+                   .has_value());
+}
+
+}  // namespace
+}  // namespace kvtier::service
