@@ -13,6 +13,7 @@ call, more than the payload copy. Two remedies, both optional:
 """
 
 import os
+import threading
 
 try:
     from grpc import _channel as _gch
@@ -78,12 +79,16 @@ class Keepalive:
         self._method = channel.unary_stream(_HEALTH_WATCH, request_serializer=None,
                                             response_deserializer=None)
         self._metadata = metadata
+        self._lock = threading.Lock()
         self._call = None
 
     def ensure(self):
         call = self._call
-        if call is None or not call.is_active():
-            self._call = self._method(b"", metadata=self._metadata)
+        if call is not None and call.is_active():
+            return
+        with self._lock:
+            if self._call is None or not self._call.is_active():
+                self._call = self._method(b"", metadata=self._metadata)
 
     def cancel(self):
         if self._call is not None:

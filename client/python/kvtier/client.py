@@ -17,7 +17,7 @@ server does not answer within `connect_timeout`.
 Transport: `num_channels` separate HTTP/2 connections used round-robin. Put and Get
 payloads never pass through protobuf `bytes` fields: Put chunk messages are framed by hand
 (0x12, varint length, payload) and Get responses are parsed straight into the destination
-buffers (the framing of client/wire.h). When the server is on this host and offers its
+buffers (the framing of protocol/wire.h, kvtier.wire). When the server is on this host and offers its
 shared-memory socket, the client maps a region (see kvtier.shm) and put_blocks /
 get_blocks_into payloads travel through it: the stream carries the header only. Payloads
 and get buffers that are SharedBuffers (allocate_shared_buffer) are not copied by the
@@ -41,7 +41,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 import grpc
 import numpy as np
@@ -50,6 +50,7 @@ from kvtier import _grpc_fast
 from kvtier import errors
 from kvtier import layout as layout_mod
 from kvtier import shm as shm_mod
+from kvtier import wire
 from kvtier._proto import pb, pb_grpc
 from kvtier.keys import HASH_SCHEME
 
@@ -98,57 +99,6 @@ def _fmt(fmt):
     return _FORMATS[fmt.lower()] if isinstance(fmt, str) else fmt
 
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _read_varint(buf, i):
-    shift = value = 0
-    while shift < 70:
-        if i >= len(buf):
-            break
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
-    raise errors.InternalError("get stream: malformed message length", "Get")
-
-
-def _as_bytes_view(payload):
-    """A flat uint8 memoryview of a C-contiguous buffer (no copy)."""
-    mv = memoryview(payload)
-    if not mv.c_contiguous:
-        raise errors.InvalidArgumentError("payload: buffer is not C-contiguous")
-    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
-
-
-def _as_u8_array(buf, name):
-    """A writable flat numpy uint8 view of a caller's buffer (no copy)."""
-    if isinstance(buf, np.ndarray):
-        if not buf.flags.c_contiguous:
-            raise errors.InvalidArgumentError("%s is not C-contiguous" % name)
-        arr = buf.reshape(-1).view(np.uint8)
-    else:
-        mv = memoryview(buf)
-        if not mv.c_contiguous:
-            raise errors.InvalidArgumentError("%s is not C-contiguous" % name)
-        arr = np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
-                            dtype=np.uint8)
-    if not arr.flags.writeable:
-        raise errors.InvalidArgumentError("%s is read-only" % name)
-    return arr
-
-
 def _split_ranges(n, parts):
     parts = max(1, min(parts, n))
     out, begin = [], 0
@@ -157,70 +107,6 @@ def _split_ranges(n, parts):
         out.append((begin, end))
         begin = end
     return out
-
-
-class _GetParser:
-    """The client side of a Get stream (client/wire.h GetStreamParser): the header, then
-    chunk messages whose payload bytes go, in header order, into destination arrays."""
-
-    def __init__(self, destination):
-        self._destination = destination  # (index, info) -> np.uint8 array
-        self.header = None
-        self._dest, self._cur, self._off, self._remaining = [], 0, 0, 0
-
-    def consume(self, msg):
-        if not msg:
-            return
-        tag = msg[0]
-        length, i = _read_varint(msg, 1)
-        if length != len(msg) - i:
-            raise errors.InternalError("get stream: malformed message length", "Get")
-        if tag == 0x12:
-            if self.header is None:
-                raise errors.InternalError("get stream: chunk before header", "Get")
-            self._chunk(msg, i, length)
-        elif tag == 0x0A:
-            if self.header is not None:
-                raise errors.InternalError("get stream: second header", "Get")
-            self.header = pb.GetHeader.FromString(msg[i:])
-            for k, info in enumerate(self.header.blocks):
-                d = None
-                if info.found and info.size:
-                    d = self._destination(k, info)
-                    if d.size < info.size:
-                        raise errors.InternalError("get stream: destination of block %d holds "
-                                                   "%d bytes, needs %d" % (k, d.size, info.size),
-                                                   "Get")
-                    d = d[:info.size]
-                    self._remaining += info.size
-                self._dest.append(d)
-        else:
-            raise errors.InternalError("get stream: unexpected field tag %d" % tag, "Get")
-
-    def _chunk(self, msg, i, length):
-        if length > self._remaining:
-            raise errors.InternalError("get stream: %d payload bytes more than the header "
-                                       "announced" % (length - self._remaining), "Get")
-        self._remaining -= length
-        src = np.frombuffer(msg, dtype=np.uint8, count=length, offset=i)
-        pos = 0
-        while pos < length:
-            d = self._dest[self._cur]
-            if d is None or self._off == d.size:
-                self._cur += 1
-                self._off = 0
-                continue
-            take = min(length - pos, d.size - self._off)
-            np.copyto(d[self._off:self._off + take], src[pos:pos + take])
-            self._off += take
-            pos += take
-
-    def finish(self):
-        if self.header is None:
-            raise errors.InternalError("get stream: ended without a header", "Get")
-        if self._remaining:
-            raise errors.InternalError("get stream: ended %d payload bytes short"
-                                       % self._remaining, "Get")
 
 
 class _Channel:
@@ -477,7 +363,7 @@ class Client:
         if not blocks:
             return total
         fmt = _fmt(format)
-        views = [_as_bytes_view(b.payload) for b in blocks]
+        views = [wire.as_bytes_view(b.payload) for b in blocks]
         deadline = self._deadline(timeout)
         payloads = [b.payload for b in blocks]
         for r in self._parallel(len(blocks), lambda b, e: self._put_run(
@@ -540,10 +426,10 @@ class Client:
                     off += take
                     have += take
                     if have == chunk:
-                        yield b"".join([b"\x12" + _varint(have)] + pieces)
+                        yield b"".join([wire.chunk_prefix(have)] + pieces)
                         pieces, have = [], 0
             if pieces:
-                yield b"".join([b"\x12" + _varint(have)] + pieces)
+                yield b"".join([wire.chunk_prefix(have)] + pieces)
 
         def attempt(ch, left, _):
             return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
@@ -564,7 +450,7 @@ class Client:
         if len(buffers) != len(keys):
             raise errors.InvalidArgumentError("buffers: %d buffers for %d keys"
                                               % (len(buffers), len(keys)))
-        arrays = [_as_u8_array(b, "buffers[%d]" % i) for i, b in enumerate(buffers)]
+        arrays = [wire.as_u8_array(b, "buffers[%d]" % i) for i, b in enumerate(buffers)]
         if not keys:
             return []
         deadline = self._deadline(timeout)
@@ -658,7 +544,7 @@ class Client:
         def attempt(ch, left, _):
             ch.keepalive.ensure()
             call = ch.get(req, timeout=left, metadata=self._metadata)
-            parser = _GetParser(dest)
+            parser = wire.GetStreamParser(dest)
             try:
                 for msg in call:
                     parser.consume(msg)

@@ -1,6 +1,6 @@
 """Rendezvous (highest-random-weight) placement, scheme "rendezvous-v1".
 
-Identical to the C++ client/rendezvous.h (pinned by tests/data/golden_vectors.txt):
+Identical to the C++ protocol/rendezvous.h (pinned by tests/data/golden_vectors.txt):
   key_hash(ns, key)    = XXH3_64(u32le(len(ns)) || ns || key, seed 0)
   node_hash(node_id)   = XXH3_64(node_id, seed 0)
   score(ns, key, node) = XXH3_64(u64le(key_hash), seed node_hash)

@@ -1,6 +1,6 @@
 """The client's end of kvtierd's same-node shared-memory data path.
 
-Handshake (client/shm_wire.h; server service/shm_server.h) over a Unix SOCK_SEQPACKET
+Handshake (protocol/shm_wire.h; server service/shm_server.h) over a Unix SOCK_SEQPACKET
 socket, structs little-endian with C layout:
   client -> server  ShmRequest {char magic[8] "KVTSHM01"; u64 region_bytes;
                                 u8 instance[16]}                              (32 bytes)
