@@ -33,37 +33,58 @@ _HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 
 def stream_unary(multicallable, messages, timeout, metadata=None):
     """multicallable(iter(messages), timeout=..., metadata=...) without a helper thread.
-    `messages` are serialized requests, sent one after the other; returns the response
-    or raises grpc.RpcError like the public call."""
+    `messages` are serialized requests, sent one after the other (the first with the call's
+    initial batch and the last with the half-close, so a one-message stream costs what a
+    unary call does); returns the response or raises grpc.RpcError like the public call."""
     mc = multicallable
     if not ENABLED or not isinstance(mc, _gch._StreamUnaryMultiCallable):
         return mc(iter(messages), timeout=timeout, metadata=metadata)
-    state = _gch._RPCState(_gch._STREAM_UNARY_INITIAL_DUE, None, None, None, None)
-    flags = _gch._InitialMetadataFlags().with_wait_for_ready(None)
+    ops = cygrpc.OperationType
+    flags = _gch._EMPTY_FLAGS
+    it = iter(messages)
+    cur = next(it, None)
+    nxt = next(it, None) if cur is not None else None
     md = _compression.augment_metadata(metadata, None)
+    first = [cygrpc.SendInitialMetadataOperation(
+        md, _gch._InitialMetadataFlags().with_wait_for_ready(None))]
+    due = {ops.send_initial_metadata, ops.receive_initial_metadata, ops.receive_message,
+           ops.receive_status_on_client}
+    # A batch completes only when all its operations have, and the receives in the first
+    # one complete with the call: only a stream of at most one message rides along.
+    single = nxt is None
+    if single:
+        if cur is not None:
+            first.append(cygrpc.SendMessageOperation(cur, flags))
+            due.add(ops.send_message)
+        first.append(cygrpc.SendCloseFromClientOperation(flags))
+        due.add(ops.send_close_from_client)
+        cur = None
+    first += [cygrpc.ReceiveMessageOperation(flags), cygrpc.ReceiveStatusOnClientOperation(flags)]
+    state = _gch._RPCState(due, None, None, None, None)
     call = mc._channel.segregated_call(
         cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, mc._method, None,
         _gch._determine_deadline(_gch._deadline(timeout)), md, None,
-        _gch._stream_unary_invocation_operationses_and_tags(md, flags), mc._context)
-    send = cygrpc.OperationType.send_message
+        ((tuple(first), None), ((cygrpc.ReceiveInitialMetadataOperation(flags),), None)),
+        mc._context)
 
     def pump(done):
         while not done():
             _gch._handle_event(call.next_event(), state, mc._response_deserializer)
     try:
-        for m in messages:
+        while cur is not None:
+            batch = [cygrpc.SendMessageOperation(cur, flags)]
+            state.due.add(ops.send_message)
+            if nxt is None:
+                batch.append(cygrpc.SendCloseFromClientOperation(flags))
+                state.due.add(ops.send_close_from_client)
+            if not call.operate(tuple(batch), None):
+                state.due.discard(ops.send_message)
+                state.due.discard(ops.send_close_from_client)
+                break
+            pump(lambda: state.code is not None or ops.send_message not in state.due)
             if state.code is not None:
                 break
-            state.due.add(send)
-            if not call.operate((cygrpc.SendMessageOperation(m, _gch._EMPTY_FLAGS),), None):
-                state.due.discard(send)
-                break
-            pump(lambda: state.code is not None or send not in state.due)
-        if state.code is None:
-            close = cygrpc.OperationType.send_close_from_client
-            state.due.add(close)
-            if not call.operate((cygrpc.SendCloseFromClientOperation(_gch._EMPTY_FLAGS),), None):
-                state.due.discard(close)
+            cur, nxt = nxt, (next(it, None) if nxt is not None else None)
     except BaseException:
         call.cancel(cygrpc.StatusCode.cancelled, "kvtier: request stream failed")
         pump(lambda: not state.due)

@@ -401,7 +401,10 @@ class Client:
     def _put_stream(self, ns, blocks, views, fmt, deadline, session=None, offsets=None):
         with self._lock:
             known = self._layouts.get(ns)
-        header = pb.PutHeader(namespace=ns, format=fmt)
+        request = pb.PutRequest()
+        header = request.header
+        header.namespace = ns
+        header.format = fmt
         if known is not None:
             header.layout.CopyFrom(known)
         if session:
@@ -410,7 +413,7 @@ class Client:
             header.blocks.add(key=bytes(b.key), parent_key=bytes(b.parent_key),
                               block_index=b.block_index, size=len(v),
                               shm_offset=offsets[i] if session else 0)
-        first = pb.PutRequest(header=header).SerializeToString()
+        first = request.SerializeToString()
         chunk = self.chunk_bytes
 
         def requests():
