@@ -8,8 +8,11 @@ call, more than the payload copy. Two remedies, both optional:
     thread, on grpcio's own segregated-call machinery (grpc._channel internals of
     grpcio 1.4x-1.6x); when those internals are not there it uses the public API.
     KVTIER_GRPC_FAST_PATH=0 turns it off.
+  - unary_stream_messages(): a server-streaming call with a short answer (a shared-memory
+    Get's header) received on the calling thread, the same way.
   - Keepalive: one long-lived Health/Watch stream per channel keeps the channel's event
-    thread alive between calls, so server-streaming calls do not start one each.
+    thread alive between calls, so the public server-streaming calls (TCP Gets, whose
+    payload messages are consumed as they arrive) do not start one each.
 """
 
 import os
@@ -22,7 +25,8 @@ try:
     _OK = all(hasattr(_gch, n) for n in (
         "_RPCState", "_STREAM_UNARY_INITIAL_DUE", "_InitialMetadataFlags", "_handle_event",
         "_stream_unary_invocation_operationses_and_tags", "_end_unary_response_blocking",
-        "_deadline", "_determine_deadline", "_EMPTY_FLAGS", "_StreamUnaryMultiCallable"))
+        "_deadline", "_determine_deadline", "_EMPTY_FLAGS", "_StreamUnaryMultiCallable",
+        "_UnaryStreamMultiCallable"))
 except ImportError:  # pragma: no cover - another grpcio layout
     _OK = False
 
@@ -91,6 +95,50 @@ def stream_unary(multicallable, messages, timeout, metadata=None):
         raise
     pump(lambda: not state.due)
     return _gch._end_unary_response_blocking(state, call, False, None)
+
+
+def unary_stream_messages(multicallable, request, timeout, metadata=None):
+    """All response messages of a server-streaming call, received on the calling thread
+    (for short answers, e.g. a shared-memory Get's lone header). Raises grpc.RpcError like
+    the public call."""
+    mc = multicallable
+    if not ENABLED or not isinstance(mc, _gch._UnaryStreamMultiCallable):
+        return list(mc(request, timeout=timeout, metadata=metadata))
+    ops = cygrpc.OperationType
+    flags = _gch._EMPTY_FLAGS
+    md = _compression.augment_metadata(metadata, None)
+    payload = mc._request_serializer(request) if mc._request_serializer else request
+    state = _gch._RPCState((ops.send_initial_metadata, ops.send_message,
+                            ops.send_close_from_client, ops.receive_status_on_client,
+                            ops.receive_initial_metadata), None, None, None, None)
+    call = mc._channel.segregated_call(
+        cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, mc._method, None,
+        _gch._determine_deadline(_gch._deadline(timeout)), md, None,
+        (((cygrpc.SendInitialMetadataOperation(
+              md, _gch._InitialMetadataFlags().with_wait_for_ready(None)),
+           cygrpc.SendMessageOperation(payload, flags),
+           cygrpc.SendCloseFromClientOperation(flags),
+           cygrpc.ReceiveStatusOnClientOperation(flags)), None),
+         ((cygrpc.ReceiveInitialMetadataOperation(flags),), None)),
+        mc._context)
+
+    def pump(done):
+        while not done():
+            _gch._handle_event(call.next_event(), state, mc._response_deserializer)
+    out = []
+    while state.code is None:
+        state.due.add(ops.receive_message)
+        state.response = None
+        if not call.operate((cygrpc.ReceiveMessageOperation(flags),), None):
+            state.due.discard(ops.receive_message)
+            break
+        pump(lambda: ops.receive_message not in state.due)
+        if state.response is None:
+            break
+        out.append(state.response)
+    pump(lambda: not state.due)
+    _gch._end_unary_response_blocking(state, call, False, None)  # raises on an error status
+    return out
 
 
 class Keepalive:

@@ -563,9 +563,8 @@ class Client:
 
     def _get_shm_attempt(self, req):
         def attempt(ch, left, _):
-            ch.keepalive.ensure()
             header, extra = None, False
-            for msg in ch.get(req, timeout=left, metadata=self._metadata):
+            for msg in _grpc_fast.unary_stream_messages(ch.get, req, left, self._metadata):
                 if header is not None or not msg or msg[0] != 0x0A:
                     extra = True
                     continue
