@@ -194,3 +194,20 @@ def test_deadlines_and_unreachable_servers(server):
             c.put_blocks("dl", puts, format=kvtier.RAW, timeout=1e-6)
         with pytest.raises(kvtier.DeadlineExceededError):
             c.get_blocks("dl", keys, timeout=1e-6)
+
+
+@pytest.mark.parametrize("shm", [True, False], ids=["shm", "tcp"])
+def test_round_trip_through_grpcios_public_api(server, monkeypatch, shm):
+    # kvtier._grpc_fast falls back to the public API on other grpcio versions.
+    from kvtier import _grpc_fast
+    monkeypatch.setattr(_grpc_fast, "ENABLED", False)
+    lay = blocks.layout()
+    spec = kvtier.make_namespace("public-api", lay, codec="fp16")
+    with _client(server, spec, shared_memory=shm) as c:
+        keys, puts, raw = blocks.sequence(spec.name, lay, 3, seed=7)
+        assert c.put_blocks(spec.name, puts, format=kvtier.RAW).blocks_stored == 3
+        out = [np.empty_like(r) for r in raw]
+        assert all(i.found for i in c.get_blocks_into(spec.name, keys, out, format="raw"))
+        assert all(np.array_equal(o, r) for o, r in zip(out, raw))
+        with pytest.raises(kvtier.NotFoundError):
+            c.put_blocks("nope", puts[:1], format=kvtier.RAW)

@@ -6,14 +6,16 @@ payloads ENCODED fp16 blobs, --keys keys split over --threads threads, every key
 untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers. System
 "kvtier-py" is TCP, "kvtier-py-shm" staged through the shared region, "kvtier-py-shm-zc"
 put from / got into SharedBuffers. With --compare PATH_TO_kvtier it also runs
-`kvtier bench` with the same flags against the same server, right after, and prints the
-Python / C++ GB/s ratio per phase.
+`kvtier bench` with the same flags against the same server, right after (with --repeat N,
+N runs of each alternating which goes first), and prints the Python / C++ ratio of the
+median GB/s per phase.
 """
 
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -186,29 +188,41 @@ def main(argv=None):
     p.add_argument("--shared-buffers", action="store_true")
     p.add_argument("--compare", metavar="KVTIER", default="",
                    help="path of the C++ `kvtier` tool: run its bench too and print ratios")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="with --compare: runs of each client, alternating which goes first; "
+                        "ratios of the median GB/s")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.block_size <= 0 or args.block_size % 65536:
         p.error("--block-size must be a positive multiple of 64KiB")
-    if args.threads < 1 or args.keys < 1:
-        p.error("--threads and --keys must be >= 1")
-    results = bench(args)
-    for r in results:
-        _print(r, args.json)
-    if args.compare:
-        cpp = run_cli(args)
-        for r in cpp:
-            r.setdefault("system", "kvtier")
-            _print({k: r.get(k, 0) for k in ("system", "phase", "ops_per_s", "gb_per_s",
-                                                "p50_us", "p99_us", "client_cpu_s_per_gb")},
-                   args.json)
-        for py, c in zip(results, cpp):
-            ratio = py["gb_per_s"] / c["gb_per_s"] if c["gb_per_s"] else 0.0
-            line = dict(phase=py["phase"], python=py["system"], cpp=c["system"],
-                        python_gb_per_s=py["gb_per_s"], cpp_gb_per_s=c["gb_per_s"],
-                        ratio=round(ratio, 3))
-            print(json.dumps(line, sort_keys=True) if args.json else
-                  "ratio %-4s %s / %s = %.2f" % (py["phase"], py["system"], c["system"], ratio))
+    if args.threads < 1 or args.keys < 1 or args.repeat < 1:
+        p.error("--threads, --keys and --repeat must be >= 1")
+    if not args.compare:
+        for r in bench(args):
+            _print(r, args.json)
+        return 0
+    # Alternate which client goes first, so drifting load on the host hits both alike.
+    py_runs, cpp_runs = [], []
+    for rep in range(args.repeat):
+        order = (bench, run_cli) if rep % 2 == 0 else (run_cli, bench)
+        for fn in order:
+            res = fn(args)
+            for r in res:
+                r.setdefault("system", "kvtier")
+                _print({k: r.get(k, 0) for k in ("system", "phase", "ops_per_s", "gb_per_s",
+                                                    "p50_us", "p99_us", "client_cpu_s_per_gb")},
+                       args.json)
+            (py_runs if fn is bench else cpp_runs).append(res)
+    for i, py in enumerate(py_runs[0]):
+        py_gb = statistics.median(run[i]["gb_per_s"] for run in py_runs)
+        cpp_gb = statistics.median(run[i]["gb_per_s"] for run in cpp_runs)
+        line = dict(phase=py["phase"], python=py["system"], cpp=cpp_runs[0][i]["system"],
+                    python_gb_per_s=py_gb, cpp_gb_per_s=cpp_gb, runs=args.repeat,
+                    ratio=round(py_gb / cpp_gb, 3) if cpp_gb else 0.0)
+        print(json.dumps(line, sort_keys=True) if args.json else
+              "ratio %-4s %s / %s = %.2f (medians of %d runs: %.3f / %.3f GB/s)"
+              % (line["phase"], line["python"], line["cpp"], line["ratio"], args.repeat,
+                 py_gb, cpp_gb))
     return 0
 
 
