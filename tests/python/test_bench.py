@@ -15,6 +15,6 @@ def test_bench_runs_and_compares_with_the_cpp_tool(server, capsys):
     assert bench.main(args) == 0
     lines = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
     py = [l for l in lines if l.get("system", "").startswith("kvtier-py")]
-    assert [l["phase"] for l in py] == ["put", "get"] and all(l["ops"] > 0 for l in py)
+    assert [l["phase"] for l in py] == ["put", "get"] and all(l["ops_per_s"] > 0 for l in py)
     if "--compare" in args:
         assert [l["phase"] for l in lines if "ratio" in l] == ["put", "get"]
