@@ -384,7 +384,7 @@ class Client:
                         ok = False
                         break
                     staged.append(at)
-                    np.copyto(region.view(at, len(v)), np.frombuffer(v, dtype=np.uint8))
+                    region.copy_in(at, v)
                 offsets.append(at)
             try:
                 if ok:
@@ -533,7 +533,7 @@ class Client:
                                 % (info.size, i, arrays[i].size), "Get")
                     for i, at in staged:
                         if infos[i].found:
-                            np.copyto(arrays[i][:infos[i].size], region.view(at, infos[i].size))
+                            region.copy_out(at, arrays[i], infos[i].size)
                     return infos
             except errors.KvtierError as e:
                 if not self._lost_session(e, region):

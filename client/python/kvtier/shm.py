@@ -12,6 +12,7 @@ exposes it as a numpy uint8 array and allocates ranges of it (first fit, 4 KiB g
 for staging copies and SharedBuffers. Thread-safe.
 """
 
+import ctypes
 import mmap
 import socket
 import struct
@@ -153,6 +154,15 @@ class SharedRegion:
         if addr < self.base or addr - self.base > self.size or n > self.size - (addr - self.base):
             return None
         return addr - self.base
+
+    def copy_in(self, offset, src):
+        """Copies a buffer into region[offset:] (memmove without the GIL)."""
+        addr, n = buffer_address(src)
+        ctypes.memmove(self.base + offset, addr, n)
+
+    def copy_out(self, offset, dst, n):
+        """Copies region[offset, offset + n) to the start of writable array `dst`."""
+        ctypes.memmove(dst.__array_interface__["data"][0], self.base + offset, n)
 
     def view(self, offset, n):
         """numpy uint8 view of region[offset, offset + n)."""

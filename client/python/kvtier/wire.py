@@ -5,6 +5,8 @@ payloads are framed and parsed by hand so they never pass through protobuf `byte
 Also the buffer adapters (caller buffers as flat uint8 views, no copy). Thread-compatible.
 """
 
+import ctypes
+
 import numpy as np
 
 from kvtier import errors
@@ -106,7 +108,8 @@ class GetStreamParser:
             raise errors.InternalError("get stream: %d payload bytes more than the header "
                                        "announced" % (length - self._remaining), "Get")
         self._remaining -= length
-        src = np.frombuffer(msg, dtype=np.uint8, count=length, offset=i)
+        src = np.frombuffer(msg, dtype=np.uint8, count=length, offset=i).__array_interface__[
+            "data"][0]
         pos = 0
         while pos < length:
             d = self._dest[self._cur]
@@ -115,7 +118,8 @@ class GetStreamParser:
                 self._off = 0
                 continue
             take = min(length - pos, d.size - self._off)
-            np.copyto(d[self._off:self._off + take], src[pos:pos + take])
+            # memmove releases the GIL (numpy's copy may not): other threads' calls go on.
+            ctypes.memmove(d.__array_interface__["data"][0] + self._off, src + pos, take)
             self._off += take
             pos += take
 
