@@ -1,0 +1,627 @@
+"""kvtier.Client: the Python client of kvtierd, with the C++ client's semantics
+(client/client.h).
+
+  ns = kvtier.make_namespace("llama3", kvtier.make_layout(32, 8, 128, 16), codec="int8")
+  with kvtier.Client("127.0.0.1:50051", namespace=ns) as c:
+      keys = kvtier.prefix_keys(tokens, "llama3", tokens_per_block=16)
+      hit = c.lookup("llama3", keys).prefix_blocks
+      c.put_blocks("llama3", [kvtier.PutBlock(k, kv[i], parent, i) ...], format=kvtier.RAW)
+      c.get_blocks_into("llama3", keys[:hit], buffers, format=kvtier.RAW)
+
+Connect (the constructor): with `namespace` it registers the spec or checks it against the
+stored one; without, it calls Stats. Either way a server hash scheme other than
+`hash_scheme` and a stored layout / codec other than the spec's raise
+FailedPreconditionError naming the field; UnavailableError / DeadlineExceededError when the
+server does not answer within `connect_timeout`.
+
+Transport: `num_channels` separate HTTP/2 connections used round-robin. Put and Get
+payloads never pass through protobuf `bytes` fields: Put chunk messages are framed by hand
+(0x12, varint length, payload) and Get responses are parsed straight into the destination
+buffers (the framing of protocol/wire.h, kvtier.wire). When the server is on this host and offers its
+shared-memory socket, the client maps a region (see kvtier.shm) and put_blocks /
+get_blocks_into payloads travel through it: the stream carries the header only. Payloads
+and get buffers that are SharedBuffers (allocate_shared_buffer) are not copied by the
+client at all; others are staged through the region with one copy. A call whose payloads
+do not fit the region, and every call after the server forgot the session (it restarted:
+FAILED_PRECONDITION with reason SHM_SESSION_UNKNOWN), goes over TCP. get_blocks (which
+allocates its results) always uses TCP, like the C++ GetBlocks.
+
+Deadlines: every call has one (`timeout` seconds, else the client's `timeout`) covering all
+its attempts. Retries: idempotent calls (register, get, lookup, pin, unpin, delete, stats,
+list_namespaces, evict, flush, cluster_status) are retried on UNAVAILABLE with exponential
+backoff while the deadline allows; put_blocks and report_scores never are.
+
+Errors: kvtier.KvtierError subclasses (kvtier.errors) carrying the gRPC code, the server's
+message, the RPC name and the structured detail.
+
+Thread-safe: one Client may be used from many threads at once.
+"""
+
+import concurrent.futures
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import grpc
+import numpy as np
+
+from kvtier import _grpc_fast
+from kvtier import errors
+from kvtier import layout as layout_mod
+from kvtier import shm as shm_mod
+from kvtier import wire
+from kvtier._proto import pb, pb_grpc
+from kvtier.keys import HASH_SCHEME
+
+RAW = pb.PAYLOAD_FORMAT_RAW
+ENCODED = pb.PAYLOAD_FORMAT_ENCODED
+_FORMATS = {"raw": RAW, "encoded": ENCODED}
+
+_PUT = "/kvtier.v1.KvCache/Put"
+_GET = "/kvtier.v1.KvCache/Get"
+
+
+@dataclasses.dataclass
+class PutBlock:
+    """One block to put. payload: any C-contiguous buffer (bytes, bytearray, memoryview,
+    numpy array of any dtype); RAW payloads are exactly bytes_per_block(layout) bytes."""
+    key: bytes
+    payload: Any
+    parent_key: bytes = b""
+    block_index: int = 0
+
+
+@dataclasses.dataclass
+class PutResult:
+    blocks_stored: int = 0
+    bytes_stored: int = 0      # encoded bytes stored by the server
+    replicas_skipped: int = 0  # ClusterClient only: copies whose owner was unreachable
+
+
+@dataclasses.dataclass
+class FetchedBlock:
+    info: Any   # kvtier.v1.GetBlockInfo: found, size, tier, block_index, codec, positions
+    data: Any   # bytearray or numpy array; None when not found
+
+
+@dataclasses.dataclass
+class ConnectInfo:
+    node_id: str = ""
+    server_hash_scheme: str = ""
+    namespace_created: bool = False
+    stored_spec: Any = None
+    # Why the shared-memory path is not used ("" when it is, or none is offered).
+    shared_memory_error: str = ""
+
+
+def _fmt(fmt):
+    return _FORMATS[fmt.lower()] if isinstance(fmt, str) else fmt
+
+
+def _split_ranges(n, parts):
+    parts = max(1, min(parts, n))
+    out, begin = [], 0
+    for p in range(parts):
+        end = begin + (n - begin) // (parts - p)
+        out.append((begin, end))
+        begin = end
+    return out
+
+
+class _Channel:
+    def __init__(self, address, index, opts, metadata):
+        options = [("grpc.use_local_subchannel_pool", 1), ("kvtier.channel_id", index),
+                   ("grpc.max_receive_message_length", opts["max_receive_message_bytes"]),
+                   ("grpc.max_send_message_length", -1)]
+        if opts["http2_stream_window_bytes"] > 0:
+            options.append(("grpc.http2.lookahead_bytes", opts["http2_stream_window_bytes"]))
+        self.channel = grpc.insecure_channel(address, options=options)
+        self.data = pb_grpc.KvCacheStub(self.channel)
+        self.admin = pb_grpc.KvCacheAdminStub(self.channel)
+        self.put = self.channel.stream_unary(_PUT, request_serializer=None,
+                                             response_deserializer=pb.PutResponse.FromString)
+        self.get = self.channel.unary_stream(_GET, request_serializer=pb.GetRequest.SerializeToString,
+                                             response_deserializer=None)
+        self.keepalive = _grpc_fast.Keepalive(self.channel, metadata)
+
+    def close(self):
+        self.keepalive.cancel()
+        self.channel.close()
+
+
+class Client:
+    """A connection to one kvtierd (see the module docstring). Use as a context manager or
+    call close()."""
+
+    def __init__(self, address, namespace=None, *, hash_scheme=HASH_SCHEME, num_channels=4,
+                 timeout=10.0, connect_timeout=5.0, max_attempts=3, retry_backoff=0.02,
+                 chunk_bytes=1 << 20, max_streams_per_call=4,
+                 max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
+                 shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
+                 auth_token=""):
+        if not address:
+            raise errors.InvalidArgumentError("options.server is empty")
+        if num_channels < 1:
+            raise errors.InvalidArgumentError("options.num_channels must be >= 1")
+        if chunk_bytes <= 0:
+            raise errors.InvalidArgumentError("options.chunk_bytes is 0")
+        if max_streams_per_call < 1:
+            raise errors.InvalidArgumentError("options.max_streams_per_call must be >= 1")
+        self.address = address
+        self.hash_scheme = hash_scheme or HASH_SCHEME
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.retry_backoff = retry_backoff
+        self.chunk_bytes = chunk_bytes
+        self.max_streams_per_call = max_streams_per_call
+        self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
+        opts = dict(max_receive_message_bytes=max_receive_message_bytes,
+                    http2_stream_window_bytes=http2_stream_window_bytes)
+        self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
+        self._next = 0
+        self._lock = threading.Lock()
+        self._layouts = {}
+        self._region = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
+        self.connect_info = ConnectInfo()
+        try:
+            self._connect(namespace, connect_timeout, shared_memory, shared_memory_bytes,
+                          shared_memory_socket)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def close(self):
+        """Closes the channels and ends the shared-memory session. Idempotent."""
+        with self._lock:
+            region, self._region = self._region, None
+        if region is not None:
+            region.close()
+        for ch in self._channels:
+            ch.close()
+        self._pool.shutdown(wait=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def uses_shared_memory(self):
+        """True while payloads use the same-node shared-memory path. Turns False for good
+        when the server forgets the session (a new Client gets it again)."""
+        return self._region is not None
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _pick(self):
+        with self._lock:
+            self._next += 1
+            return self._channels[self._next % len(self._channels)]
+
+    def _deadline(self, timeout):
+        return time.monotonic() + (timeout if timeout else self.timeout)
+
+    def _call(self, rpc, attempt, idempotent, deadline, wait_for_ready=False):
+        """Runs attempt(channel, timeout_s, wait_for_ready) until it succeeds, fails with
+        another code than UNAVAILABLE, attempts run out or the deadline passes."""
+        backoff = self.retry_backoff
+        attempts = max(1, self.max_attempts) if idempotent else 1
+        for a in range(attempts):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
+            try:
+                return attempt(self._pick(), left, wait_for_ready)
+            except grpc.RpcError as e:
+                err = errors.from_rpc_error(rpc, e)
+            if err.code != grpc.StatusCode.UNAVAILABLE or a + 1 == attempts:
+                raise err
+            if time.monotonic() + backoff >= deadline:
+                raise err
+            time.sleep(backoff)
+            backoff *= 2
+        raise AssertionError("unreachable")
+
+    def _unary(self, rpc, admin, request, idempotent, timeout, wait_for_ready=False):
+        def attempt(ch, left, wfr):
+            stub = ch.admin if admin else ch.data
+            return getattr(stub, rpc)(request, timeout=left, metadata=self._metadata,
+                                      wait_for_ready=wfr or None)
+        return self._call(rpc, attempt, idempotent, self._deadline(timeout), wait_for_ready)
+
+    def _check_scheme(self, server_scheme):
+        if server_scheme and server_scheme != self.hash_scheme:
+            raise errors.FailedPreconditionError(
+                "hash_scheme mismatch: client uses '%s', server '%s' uses '%s'"
+                % (self.hash_scheme, self.address, server_scheme))
+
+    def _connect(self, spec, connect_timeout, shared_memory, shm_bytes, shm_socket):
+        info = self.connect_info
+        if spec is not None:
+            req = pb.RegisterNamespaceRequest(spec=spec, hash_scheme=self.hash_scheme)
+            resp = self._unary("RegisterNamespace", False, req, True, connect_timeout, True)
+            info.node_id, info.server_hash_scheme = resp.node_id, resp.hash_scheme
+            info.namespace_created = resp.created
+            info.stored_spec = resp.spec
+            self._check_scheme(resp.hash_scheme)
+            if resp.HasField("spec"):
+                self._check_spec(spec, resp.spec)
+        else:
+            resp = self._unary("Stats", True, pb.StatsRequest(), True, connect_timeout, True)
+            info.node_id, info.server_hash_scheme = resp.node_id, resp.hash_scheme
+            self._check_scheme(resp.hash_scheme)
+        offer = resp.shared_memory
+        if shared_memory and offer.socket_path:
+            try:
+                self._region = shm_mod.SharedRegion.open(
+                    shm_socket or offer.socket_path, min(shm_bytes, offer.max_region_bytes),
+                    offer.instance_id)
+            except errors.KvtierError as e:
+                info.shared_memory_error = e.message
+
+    def _check_spec(self, spec, stored):
+        msg = layout_mod.check_spec_matches(spec, stored)
+        if msg:
+            raise errors.FailedPreconditionError(msg, "RegisterNamespace")
+        with self._lock:
+            self._layouts[stored.name] = stored.layout
+
+    def _lost_session(self, err, region):
+        """True (and the region dropped) when `err` says the server forgot the session."""
+        if (err.code == grpc.StatusCode.FAILED_PRECONDITION
+                and err.reason == errors.REASON_SHM_SESSION_UNKNOWN):
+            with self._lock:
+                if self._region is region:
+                    self._region = None
+            return True
+        return False
+
+    def _parallel(self, n, fn):
+        """fn(begin, end) over up to max_streams_per_call contiguous ranges of [0, n), the
+        first on this thread; returns the results in order (first error raised)."""
+        ranges = _split_ranges(n, self.max_streams_per_call)
+        futures = [self._pool.submit(fn, b, e) for b, e in ranges[1:]]
+        results = [fn(*ranges[0])]
+        first_error = None
+        for f in futures:
+            try:
+                results.append(f.result())
+            except BaseException as e:  # noqa: BLE001 - re-raised below, in order
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return results
+
+    # -- namespaces -------------------------------------------------------------------
+
+    def register_namespace(self, spec, timeout=None):
+        """Registers `spec` (or checks it against the stored one); returns the
+        RegisterNamespaceResponse. FailedPreconditionError on a hash-scheme, layout or
+        codec mismatch. Later puts to it send the layout for the server to re-check."""
+        req = pb.RegisterNamespaceRequest(spec=spec, hash_scheme=self.hash_scheme)
+        resp = self._unary("RegisterNamespace", False, req, True, timeout)
+        if resp.hash_scheme and resp.hash_scheme != self.hash_scheme:
+            raise errors.FailedPreconditionError(
+                "hash_scheme mismatch: client uses '%s', server uses '%s'"
+                % (self.hash_scheme, resp.hash_scheme), "RegisterNamespace")
+        if resp.HasField("spec"):
+            self._check_spec(spec, resp.spec)
+        return resp
+
+    def namespace_layout(self, ns, timeout=None):
+        """The Layout of namespace `ns` (remembered from register, else ListNamespaces).
+        NotFoundError when the server has no such namespace."""
+        with self._lock:
+            known = self._layouts.get(ns)
+        if known is not None:
+            return known
+        for spec in self.list_namespaces(timeout).namespaces:
+            if spec.name == ns:
+                with self._lock:
+                    self._layouts[ns] = spec.layout
+                return spec.layout
+        raise errors.NotFoundError("namespace '%s' is not registered" % ns, "ListNamespaces")
+
+    # -- shared memory ----------------------------------------------------------------
+
+    def allocate_shared_buffer(self, nbytes):
+        """A kvtier.shm.SharedBuffer (numpy uint8 array) of `nbytes` in the shared region.
+        FailedPreconditionError without the shared-memory path; ResourceExhaustedError
+        when the region has no room."""
+        region = self._region
+        if region is None:
+            suffix = (": " + self.connect_info.shared_memory_error
+                      if self.connect_info.shared_memory_error else "")
+            raise errors.FailedPreconditionError(
+                "AllocateSharedBuffer: no shared-memory path to the server" + suffix)
+        if nbytes <= 0:
+            raise errors.InvalidArgumentError("AllocateSharedBuffer: bytes is 0")
+        at = region.allocate(nbytes)
+        if at is None:
+            raise errors.ResourceExhaustedError(
+                "AllocateSharedBuffer: no free range of %d bytes in the %d-byte shared region "
+                "(shared_memory_bytes)" % (nbytes, region.size))
+        buf = region.view(at, nbytes).view(shm_mod.SharedBuffer)
+        buf._kvtier_owner = shm_mod._Allocation(region, at)
+        return buf
+
+    # -- put --------------------------------------------------------------------------
+
+    def put_blocks(self, ns, blocks, format=ENCODED, timeout=None):
+        """Stores `blocks` (PutBlock list) in namespace `ns`; returns a PutResult. Split into
+        contiguous runs over up to max_streams_per_call concurrent streams. Never retried.
+        Raises the server's errors (NotFoundError unknown namespace, InvalidArgumentError
+        bad key or payload, FailedPreconditionError layout mismatch,
+        ResourceExhaustedError), DeadlineExceededError, UnavailableError."""
+        total = PutResult()
+        if not blocks:
+            return total
+        fmt = _fmt(format)
+        views = [wire.as_bytes_view(b.payload) for b in blocks]
+        deadline = self._deadline(timeout)
+        payloads = [b.payload for b in blocks]
+        for r in self._parallel(len(blocks), lambda b, e: self._put_run(
+                ns, blocks[b:e], views[b:e], payloads[b:e], fmt, deadline)):
+            total.blocks_stored += r.blocks_stored
+            total.bytes_stored += r.bytes_stored
+        return total
+
+    def _put_run(self, ns, blocks, views, payloads, fmt, deadline):
+        region = self._region
+        if region is not None:
+            offsets, staged, ok = [], [], True
+            for v, p in zip(views, payloads):
+                at = region.offset_of(p) if len(v) else 0
+                if at is None:
+                    at = region.allocate(len(v))
+                    if at is None:
+                        ok = False
+                        break
+                    staged.append(at)
+                    region.copy_in(at, v)
+                offsets.append(at)
+            try:
+                if ok:
+                    return self._put_stream(ns, blocks, views, fmt, deadline,
+                                            region.session, offsets)
+            except errors.KvtierError as e:
+                if not self._lost_session(e, region):
+                    raise
+            finally:
+                for at in staged:
+                    region.free(at)
+        return self._put_stream(ns, blocks, views, fmt, deadline)
+
+    def _put_stream(self, ns, blocks, views, fmt, deadline, session=None, offsets=None):
+        with self._lock:
+            known = self._layouts.get(ns)
+        request = pb.PutRequest()
+        header = request.header
+        header.namespace = ns
+        header.format = fmt
+        if known is not None:
+            header.layout.CopyFrom(known)
+        if session:
+            header.shm_session = session
+        for i, (b, v) in enumerate(zip(blocks, views)):
+            header.blocks.add(key=bytes(b.key), parent_key=bytes(b.parent_key),
+                              block_index=b.block_index, size=len(v),
+                              shm_offset=offsets[i] if session else 0)
+        first = request.SerializeToString()
+        chunk = self.chunk_bytes
+
+        def requests():
+            yield first
+            if session:
+                return
+            pieces, have = [], 0
+            for v in views:
+                off = 0
+                while off < len(v):
+                    take = min(len(v) - off, chunk - have)
+                    pieces.append(v[off:off + take])
+                    off += take
+                    have += take
+                    if have == chunk:
+                        yield b"".join([wire.chunk_prefix(have)] + pieces)
+                        pieces, have = [], 0
+            if pieces:
+                yield b"".join([wire.chunk_prefix(have)] + pieces)
+
+        def attempt(ch, left, _):
+            return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
+
+        resp = self._call("Put", attempt, False, deadline)
+        return PutResult(resp.blocks_stored, resp.bytes_stored)
+
+    # -- get --------------------------------------------------------------------------
+
+    def get_blocks_into(self, ns, keys, buffers, format=ENCODED, timeout=None):
+        """Fetches `keys` into caller buffers (writable C-contiguous numpy arrays,
+        memoryviews, bytearrays): block i, when found, is written to the start of
+        buffers[i]. Returns one GetBlockInfo per key (found False for a miss; size = bytes
+        written). InvalidArgumentError if the counts differ or a buffer is read-only;
+        OutOfRangeError naming the buffer if a block does not fit; the server's errors
+        otherwise. Retried on UNAVAILABLE (buffers may have been partly written)."""
+        keys = [bytes(k) for k in keys]
+        if len(buffers) != len(keys):
+            raise errors.InvalidArgumentError("buffers: %d buffers for %d keys"
+                                              % (len(buffers), len(keys)))
+        arrays = [wire.as_u8_array(b, "buffers[%d]" % i) for i, b in enumerate(buffers)]
+        if not keys:
+            return []
+        deadline = self._deadline(timeout)
+        fmt = _fmt(format)
+
+        def run(b, e):
+            def dest(i, info):
+                buf = arrays[b + i]
+                if buf.size < info.size:
+                    raise errors.OutOfRangeError("buffers[%d] holds %d bytes, block needs %d"
+                                                 % (b + i, buf.size, info.size), "Get")
+                return buf
+            return self._get_run(ns, keys[b:e], fmt, deadline, dest, buffers[b:e], arrays[b:e])
+        return [info for part in self._parallel(len(keys), run) for info in part]
+
+    def get_blocks(self, ns, keys, format=ENCODED, timeout=None, numpy=False):
+        """Like get_blocks_into but allocates the payloads: returns one FetchedBlock per key
+        with data a bytearray (None for a miss). With numpy=True, data is a numpy array: for
+        RAW gets of the namespace's dtype (float16, or uint16 bf16 bit patterns) shaped
+        block_shape(layout) when the size matches; uint8 for ENCODED gets."""
+        keys = [bytes(k) for k in keys]
+        out = [FetchedBlock(None, None) for _ in keys]
+        if not keys:
+            return out
+        deadline = self._deadline(timeout)
+        fmt = _fmt(format)
+
+        def run(b, e):
+            def dest(i, info):
+                data = bytearray(info.size)
+                out[b + i].data = data
+                return np.frombuffer(data, dtype=np.uint8)
+            return self._get_run(ns, keys[b:e], fmt, deadline, dest, None, None)
+        infos = [info for part in self._parallel(len(keys), run) for info in part]
+        lay = self.namespace_layout(ns) if numpy and fmt == RAW else None
+        for fb, info in zip(out, infos):
+            fb.info = info
+            if not info.found:
+                fb.data = None
+                continue
+            if fb.data is None:
+                fb.data = bytearray()
+            if numpy:
+                arr = np.frombuffer(fb.data, dtype=np.uint8)
+                if lay is not None:
+                    arr = arr.view(layout_mod.numpy_dtype(lay))
+                    if len(fb.data) == layout_mod.bytes_per_block(lay):
+                        arr = arr.reshape(layout_mod.block_shape(lay))
+                fb.data = arr
+        return out
+
+    def _get_run(self, ns, keys, fmt, deadline, dest, buffers, arrays):
+        req = pb.GetRequest(namespace=ns, keys=keys, format=fmt)
+        region = self._region if buffers is not None else None
+        if region is not None:
+            staged, ok = [], True
+            for i, (buf, arr) in enumerate(zip(buffers, arrays)):
+                at = region.offset_of(buf) if arr.size else None
+                if at is None and arr.size:
+                    at = region.allocate(arr.size)
+                    if at is None:
+                        ok = False
+                        break
+                    staged.append((i, at))
+                req.shm_destinations.add(offset=at or 0, capacity=arr.size if at is not None else 0)
+            try:
+                if ok:
+                    req.shm_session = region.session
+                    infos = self._call("Get", self._get_shm_attempt(req), True, deadline)
+                    if len(infos) != len(keys):
+                        raise errors.InternalError("header lists %d blocks for %d keys"
+                                                   % (len(infos), len(keys)), "Get")
+                    for i, info in enumerate(infos):
+                        if info.found and info.size > arrays[i].size:
+                            raise errors.InternalError(
+                                "the server wrote %d bytes into buffers[%d] of %d"
+                                % (info.size, i, arrays[i].size), "Get")
+                    for i, at in staged:
+                        if infos[i].found:
+                            region.copy_out(at, arrays[i], infos[i].size)
+                    return infos
+            except errors.KvtierError as e:
+                if not self._lost_session(e, region):
+                    raise
+            finally:
+                for _, at in staged:
+                    region.free(at)
+            del req.shm_destinations[:]
+            req.shm_session = b""
+
+        def attempt(ch, left, _):
+            ch.keepalive.ensure()
+            call = ch.get(req, timeout=left, metadata=self._metadata)
+            parser = wire.GetStreamParser(dest)
+            try:
+                for msg in call:
+                    parser.consume(msg)
+            except errors.KvtierError:
+                call.cancel()
+                raise
+            parser.finish()
+            if len(parser.header.blocks) != len(keys):
+                raise errors.InternalError("header lists %d blocks for %d keys"
+                                           % (len(parser.header.blocks), len(keys)), "Get")
+            return list(parser.header.blocks)
+        return self._call("Get", attempt, True, deadline)
+
+    def _get_shm_attempt(self, req):
+        def attempt(ch, left, _):
+            header, extra = None, False
+            for msg in _grpc_fast.unary_stream_messages(ch.get, req, left, self._metadata):
+                if header is not None or not msg or msg[0] != 0x0A:
+                    extra = True
+                    continue
+                header = pb.GetResponse.FromString(msg).header
+            if header is None or extra:
+                raise errors.InternalError(
+                    "a shared-memory Get must answer with exactly one header message", "Get")
+            return list(header.blocks)
+        return attempt
+
+    # -- keyed unary calls ------------------------------------------------------------
+
+    def lookup(self, ns, keys, local_only=False, timeout=None):
+        """How much of the prefix chain `keys` (block 0 first) is resident, and where:
+        a LookupResponse (prefix_blocks; blocks[i].tier, blocks[i].owner)."""
+        req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],
+                               local_only=local_only)
+        return self._unary("Lookup", False, req, True, timeout)
+
+    def pin(self, ns, keys, ttl_ms=0, timeout=None):
+        """Pins `keys` for ttl_ms (0 = until unpin); returns the number pinned."""
+        req = pb.PinRequest(namespace=ns, keys=[bytes(k) for k in keys], ttl_ms=ttl_ms)
+        return self._unary("Pin", False, req, True, timeout).blocks
+
+    def unpin(self, ns, keys, timeout=None):
+        req = pb.UnpinRequest(namespace=ns, keys=[bytes(k) for k in keys])
+        return self._unary("Unpin", False, req, True, timeout).blocks
+
+    def delete(self, ns, keys, timeout=None):
+        """Deletes `keys` from every tier; returns the number that existed."""
+        req = pb.DeleteRequest(namespace=ns, keys=[bytes(k) for k in keys])
+        return self._unary("Delete", False, req, True, timeout).blocks
+
+    def report_scores(self, ns, keys, scores, timeout=None):
+        """Reports attention mass per key. InvalidArgumentError if the lengths differ.
+        Not retried (scores accumulate on the server)."""
+        if len(keys) != len(scores):
+            raise errors.InvalidArgumentError("scores: %d scores for %d keys"
+                                              % (len(scores), len(keys)))
+        req = pb.ReportScoresRequest(namespace=ns, keys=[bytes(k) for k in keys],
+                                     scores=[float(s) for s in scores])
+        self._unary("ReportScores", False, req, False, timeout)
+
+    # -- admin ------------------------------------------------------------------------
+
+    def stats(self, ns="", timeout=None):
+        return self._unary("Stats", True, pb.StatsRequest(namespace=ns), True, timeout)
+
+    def list_namespaces(self, timeout=None):
+        return self._unary("ListNamespaces", True, pb.ListNamespacesRequest(), True, timeout)
+
+    def evict(self, ns, keys=(), drop=False, timeout=None):
+        req = pb.EvictRequest(namespace=ns, keys=[bytes(k) for k in keys], drop=drop)
+        return self._unary("Evict", True, req, True, timeout).blocks
+
+    def flush(self, ns="", timeout=None):
+        self._unary("Flush", True, pb.FlushRequest(namespace=ns), True, timeout)
+
+    def cluster_status(self, timeout=None):
+        return self._unary("ClusterStatus", True, pb.ClusterStatusRequest(), True, timeout)

@@ -1,0 +1,358 @@
+"""kvtier.ClusterClient: a client of a whole kvtierd cluster that sends puts and gets
+straight to the nodes owning the blocks, with the C++ ClusterClient's routing
+(client/cluster_client.h) and the same rendezvous placement (kvtier.rendezvous).
+
+Membership: the constructor (and refresh()) asks a member for ClusterStatus; every listed
+peer becomes a ring member under its node_id and is dialed at its address (node_id when
+empty). R is ClusterStatus.replication_factor (0 read as 1). One kvtier.Client per member
+(built from `client_options`); unreachable members stay in the ring without a connection.
+
+Routing:
+  put_blocks  each block to every one of its top-R owners, one Client.put_blocks per owner,
+              all owners at once. An unreachable owner is skipped (replicas_skipped) as
+              long as every block reaches at least one owner.
+  get_blocks  each key asked of its primary owner first, one call per owner in parallel;
+              misses and keys of unreachable owners go to the next owner, up to R, within
+              the call's one deadline. Owners that failed in the last `down_retry` seconds
+              are tried last.
+  lookup      one reachable member (the server fans out).
+Errors name the node ("node 127.0.0.1:4000: ...") and keep its code. Thread-safe.
+"""
+
+import concurrent.futures
+import dataclasses
+import threading
+import time
+
+import grpc
+
+from kvtier._proto import pb
+
+from kvtier import errors
+from kvtier.client import Client, FetchedBlock, PutResult
+from kvtier.rendezvous import RendezvousRing, key_hash
+
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclasses.dataclass
+class ClusterMember:
+    node_id: str
+    address: str
+    connected: bool
+    healthy_at_refresh: bool
+
+
+class _Node:
+    def __init__(self, node_id, address, healthy):
+        self.id, self.address, self.healthy = node_id, address, healthy
+        self.client = None
+        self.down_until = [0.0]  # shared across refreshes
+
+
+def _node_error(err, node_id):
+    return errors.error_for(err.code, "node %s: %s" % (node_id, err), err.rpc, err.reason,
+                            err.field)
+
+
+def _run_parallel(work, fn):
+    if len(work) == 1:
+        return {work[0]: fn(work[0])}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(work)) as pool:
+        futures = {i: pool.submit(fn, i) for i in work}
+        return {i: f.result() for i, f in futures.items()}
+
+
+class ClusterClient:
+    """See the module docstring. `seed`: any member's host:port; `namespace`: registered on
+    (or checked against) every member; `client_options`: keyword arguments of each
+    member's kvtier.Client; `per_owner_get_timeout`: seconds one owner's share of a get may
+    take before its keys move on (0 = the call's deadline)."""
+
+    def __init__(self, seed, namespace=None, *, per_owner_get_timeout=0.0, down_retry=1.0,
+                 **client_options):
+        self.seed = seed
+        self.namespace = namespace
+        self.per_owner_get_timeout = per_owner_get_timeout
+        self.down_retry = down_retry
+        self.client_options = client_options
+        self.timeout = client_options.get("timeout", 10.0)
+        self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        seed_client = Client(seed, namespace, **client_options)
+        try:
+            status = seed_client.cluster_status()
+        except errors.KvtierError as e:
+            seed_client.close()
+            raise _node_error(e, seed) from None
+        self._view = self._build_view(status, None, seed_client, seed)
+
+    def close(self):
+        for n in self._view[0]:
+            if n.client is not None:
+                n.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- membership -------------------------------------------------------------------
+
+    def _is_down(self, n):
+        return n.down_until[0] > time.monotonic()
+
+    def _mark_down(self, n):
+        n.down_until[0] = time.monotonic() + self.down_retry
+
+    @staticmethod
+    def _mark_up(n):
+        n.down_until[0] = 0.0
+
+    def _rank(self, n):
+        return 2 if n.client is None else (1 if self._is_down(n) else 0)
+
+    def _build_view(self, status, previous, seed_client, seed_address):
+        if not status.peers:
+            raise errors.FailedPreconditionError(
+                "cluster status of node %s lists no peers" % status.node_id)
+        old = {n.id: n for n in previous[0]} if previous else {}
+        nodes, seen = [], set()
+        for p in status.peers:
+            if not p.node_id or p.node_id in seen:
+                continue
+            seen.add(p.node_id)
+            n = _Node(p.node_id, p.address or p.node_id, p.healthy)
+            o = old.get(n.id)
+            if o is not None and o.address == n.address:
+                n.client, n.down_until = o.client, o.down_until
+            if n.client is None and seed_client is not None and n.address == seed_address:
+                n.client = seed_client
+            nodes.append(n)
+        nodes.sort(key=lambda n: n.id)
+        ring = RendezvousRing([n.id for n in nodes])
+        replication = max(1, status.replication_factor)
+        todo = [i for i, n in enumerate(nodes) if n.client is None and n.healthy]
+
+        def connect(i):
+            try:
+                nodes[i].client = Client(nodes[i].address, self.namespace, **self.client_options)
+                return None
+            except errors.KvtierError as e:
+                return e
+        results = _run_parallel(todo, connect) if todo else {}
+        for i, err in sorted(results.items()):
+            if err is None:
+                continue
+            if err.code not in _UNREACHABLE:
+                raise _node_error(err, nodes[i].id)
+            self._mark_down(nodes[i])
+        return nodes, ring, replication
+
+    def refresh(self):
+        """Re-reads ClusterStatus (first member that answers, seed first) and installs the
+        new membership, keeping existing connections. On error the old one is kept."""
+        with self._refresh_lock:
+            old = self._view
+            status = self._status_from_any(old, None)
+            view = self._build_view(status, old, None, "")
+            with self._lock:
+                self._view = view
+
+    def members(self):
+        return [ClusterMember(n.id, n.address, n.client is not None, n.healthy)
+                for n in self._view[0]]
+
+    @property
+    def ring(self):
+        return self._view[1]
+
+    @property
+    def replication_factor(self):
+        return self._view[2]
+
+    def _preference(self, nodes):
+        return sorted(range(len(nodes)), key=lambda i: self._rank(nodes[i]))
+
+    def _status_from_any(self, view, timeout):
+        nodes = view[0]
+        order = self._preference(nodes)
+        order.sort(key=lambda i: nodes[i].address != self.seed)
+        last = errors.UnavailableError("no cluster member is connected")
+        for i in order:
+            n = nodes[i]
+            if n.client is None:
+                continue
+            try:
+                s = n.client.cluster_status(timeout)
+                self._mark_up(n)
+                return s
+            except errors.KvtierError as e:
+                last = _node_error(e, n.id)
+                if e.code not in _UNREACHABLE:
+                    raise last from None
+                self._mark_down(n)
+        raise last
+
+    def cluster_status(self, timeout=None):
+        return self._status_from_any(self._view, timeout)
+
+    # -- data plane -------------------------------------------------------------------
+
+    def put_blocks(self, ns, blocks, format=0, timeout=None):
+        """Stores each block on all of its min(R, members) owners (see the module
+        docstring). Returns summed PutResult (a block stored on R nodes counts R times).
+        Errors naming the node: an owner's error other than unreachable;
+        UnavailableError when every owner of some block was unreachable. Not retried."""
+        total = PutResult()
+        if not blocks:
+            return total
+        nodes, ring, r = self._view
+        groups = ring.group_by_owner(ns, [b.key for b in blocks], r)
+        work = [n for n, g in enumerate(groups) if g]
+
+        def put(n):
+            node = nodes[n]
+            if node.client is None:
+                return errors.UnavailableError("not connected")
+            try:
+                return node.client.put_blocks(ns, [blocks[i] for i in groups[n]], format, timeout)
+            except errors.KvtierError as e:
+                return e
+        results = _run_parallel(work, put)
+        copies = [0] * len(blocks)
+        unreachable = None
+        for n in work:
+            node, res = nodes[n], results[n]
+            if isinstance(res, errors.KvtierError):
+                if res.code not in _UNREACHABLE:
+                    raise _node_error(res, node.id)
+                if node.client is not None:
+                    self._mark_down(node)
+                unreachable = unreachable or _node_error(res, node.id)
+                total.replicas_skipped += len(groups[n])
+                continue
+            self._mark_up(node)
+            for i in groups[n]:
+                copies[i] += 1
+            total.blocks_stored += res.blocks_stored
+            total.bytes_stored += res.bytes_stored
+        for i, c in enumerate(copies):
+            if c == 0:
+                raise errors.UnavailableError("no owner of block %d is reachable (%s)"
+                                              % (i, unreachable.message if unreachable else ""))
+        return total
+
+    def _route_gets(self, ns, keys, timeout, owner_get):
+        infos = [None] * len(keys)
+        if not keys:
+            return infos
+        nodes, ring, r = self._view
+        total = timeout if timeout else self.timeout
+        end = time.monotonic() + total
+        rank = [self._rank(n) for n in nodes]
+        owners = [sorted(ring.owners_of_hash(key_hash(ns, k), r), key=lambda i: rank[i])
+                  for k in keys]
+        pending = list(range(len(keys)))
+        answered = False
+        last = errors.DeadlineExceededError(
+            "get deadline of %d ms passed before any owner answered" % (total * 1000))
+        for rnd in range(r):
+            if not pending:
+                break
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                break
+            groups = {}
+            for k in pending:
+                if rnd < len(owners[k]):
+                    groups.setdefault(owners[k][rnd], []).append(k)
+            if not groups:
+                break
+            deadline = (min(self.per_owner_get_timeout, remaining)
+                        if self.per_owner_get_timeout > 0 else remaining)
+
+            def get(n):
+                node = nodes[n]
+                if node.client is None:
+                    return errors.UnavailableError("not connected")
+                try:
+                    return owner_get(node.client, groups[n], deadline)
+                except errors.KvtierError as e:
+                    return e
+            results = _run_parallel(sorted(groups), get)
+            nxt = []
+            for n in sorted(groups):
+                node, res = nodes[n], results[n]
+                if isinstance(res, errors.KvtierError):
+                    err = _node_error(res, node.id)
+                    if res.code not in _UNREACHABLE:
+                        raise err
+                    if node.client is not None:
+                        self._mark_down(node)
+                    last = err
+                    nxt.extend(groups[n])
+                    continue
+                self._mark_up(node)
+                answered = True
+                for j, k in enumerate(groups[n]):
+                    if j < len(res):
+                        infos[k] = res[j]
+                    if j >= len(res) or not res[j].found:
+                        nxt.append(k)
+            pending = sorted(nxt)
+        if not answered:
+            raise last
+        return infos
+
+    def get_blocks(self, ns, keys, format=0, timeout=None, numpy=False):
+        """One FetchedBlock per key from its owners (primary first, then replicas for
+        misses and unreachable owners); keys no reachable owner holds are misses."""
+        keys = [bytes(k) for k in keys]
+        out = [FetchedBlock(None, None) for _ in keys]
+
+        def owner_get(client, idx, deadline):
+            got = client.get_blocks(ns, [keys[k] for k in idx], format, deadline, numpy)
+            for j, k in enumerate(idx):
+                if got[j].info.found:
+                    out[k].data = got[j].data
+            return [g.info for g in got]
+        infos = self._route_gets(ns, keys, timeout, owner_get)
+        for fb, info in zip(out, infos):
+            fb.info = info if info is not None else pb.GetBlockInfo()
+            if not fb.info.found:
+                fb.data = None
+        return out
+
+    def get_blocks_into(self, ns, keys, buffers, format=0, timeout=None):
+        """Like get_blocks but into caller buffers (as Client.get_blocks_into)."""
+        keys = [bytes(k) for k in keys]
+        if len(buffers) != len(keys):
+            raise errors.InvalidArgumentError("buffers has %d entries but keys has %d"
+                                              % (len(buffers), len(keys)))
+
+        def owner_get(client, idx, deadline):
+            return client.get_blocks_into(ns, [keys[k] for k in idx],
+                                          [buffers[k] for k in idx], format, deadline)
+        return [i if i is not None else pb.GetBlockInfo()
+                for i in self._route_gets(ns, keys, timeout, owner_get)]
+
+    def lookup(self, ns, keys, timeout=None):
+        """Client.lookup on one reachable member; the next one on unreachable errors."""
+        nodes = self._view[0]
+        last = errors.UnavailableError("no cluster member is connected")
+        for i in self._preference(nodes):
+            n = nodes[i]
+            if n.client is None:
+                continue
+            try:
+                r = n.client.lookup(ns, keys, False, timeout)
+                self._mark_up(n)
+                return r
+            except errors.KvtierError as e:
+                last = _node_error(e, n.id)
+                if e.code not in _UNREACHABLE:
+                    raise last from None
+                self._mark_down(n)
+        raise last

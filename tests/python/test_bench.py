@@ -1,0 +1,20 @@
+"""python3 -m kvtier.bench runs (tiny settings) and compares against `kvtier bench`."""
+
+import json
+import os
+
+import conftest
+from kvtier import bench
+
+
+def test_bench_runs_and_compares_with_the_cpp_tool(server, capsys):
+    args = ["--server", server.address, "--seconds", "0.2", "--keys", "4", "--threads", "2",
+            "--block-size", "64KiB", "--json"]
+    if os.path.exists(conftest.KVTIER_CLI):
+        args += ["--compare", conftest.KVTIER_CLI]
+    assert bench.main(args) == 0
+    lines = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
+    py = [l for l in lines if l.get("system", "").startswith("kvtier-py")]
+    assert [l["phase"] for l in py] == ["put", "get"] and all(l["ops_per_s"] > 0 for l in py)
+    if "--compare" in args:
+        assert [l["phase"] for l in lines if "ratio" in l] == ["put", "get"]

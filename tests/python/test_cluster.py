@@ -1,0 +1,77 @@
+"""kvtier.ClusterClient against three kvtierd nodes (static peers) with R = 2, one killed:
+placement equal to the servers', puts to both owners, gets falling back to the replica."""
+
+import socket
+
+import numpy as np
+import pytest
+
+import blocks
+import kvtier
+
+NS = "cl"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def cluster(tmp_path, start_server):
+    ports = [_free_port() for _ in range(3)]
+    ids = ["127.0.0.1:%d" % p for p in ports]
+    nodes = []
+    for i, p in enumerate(ports):
+        d = tmp_path / ("n%d" % i)
+        d.mkdir()
+        cfg = tmp_path / ("n%d.textproto" % i)
+        cfg.write_text(
+            'listen_address: "127.0.0.1"\nport: %d\ndata_dir: "%s"\n'
+            "hot_capacity_bytes: 67108864\nexecutor_threads: 2\n"
+            'cluster {\n  node_id: "%s"\n%s  replication_factor: 2\n  peer_deadline_ms: 300\n}\n'
+            % (p, d, ids[i], "".join('  static_peers: "%s"\n' % x for x in ids)))
+        nodes.append(start_server(config=str(cfg), name="n%d" % i))
+    return nodes
+
+
+def test_three_nodes_r2_with_one_killed(cluster):
+    lay = blocks.layout()
+    spec = kvtier.make_namespace(NS, lay, codec="fp16")
+    with kvtier.ClusterClient(cluster[0].address, spec, per_owner_get_timeout=2.0,
+                              connect_timeout=5.0) as cc:
+        assert cc.replication_factor == 2
+        assert sorted(m.node_id for m in cc.members()) == sorted(n.address for n in cluster)
+        assert all(m.connected for m in cc.members())
+        keys, puts, raw = blocks.sequence(NS, lay, 12, seed=20)
+        res = cc.put_blocks(NS, puts, format=kvtier.RAW)
+        assert res.blocks_stored == 24 and res.replicas_skipped == 0
+        # Each block lives exactly on its two ring owners.
+        clients = {n.address: kvtier.Client(n.address, shared_memory=False) for n in cluster}
+        try:
+            for k in keys:
+                owners = set(cc.ring.owner_ids(NS, k, 2))
+                for addr, c in clients.items():
+                    lk = c.lookup(NS, [k], local_only=True)
+                    assert (lk.prefix_blocks == 1) == (addr in owners), (addr, owners)
+        finally:
+            for c in clients.values():
+                c.close()
+        victim = cluster[1]
+        victim.kill()
+        got = cc.get_blocks(NS, keys, format=kvtier.RAW, numpy=True)
+        assert all(g.info.found and np.array_equal(g.data, r) for g, r in zip(got, raw))
+        bufs = [np.empty_like(r) for r in raw]
+        infos = cc.get_blocks_into(NS, keys, bufs, format=kvtier.RAW)
+        assert all(i.found for i in infos)
+        assert all(np.array_equal(b, r) for b, r in zip(bufs, raw))
+        # Puts skip the dead owner's copies but store every block at least once.
+        keys2, puts2, raw2 = blocks.sequence(NS, lay, 6, seed=21)
+        res = cc.put_blocks(NS, puts2, format=kvtier.RAW)
+        dead_copies = sum(victim.address in cc.ring.owner_ids(NS, k, 2) for k in keys2)
+        assert res.replicas_skipped == dead_copies
+        assert res.blocks_stored == 12 - dead_copies
+        got = cc.get_blocks(NS, keys2, format=kvtier.RAW, numpy=True)
+        assert all(g.info.found and np.array_equal(g.data, r) for g, r in zip(got, raw2))
+        assert cc.lookup(NS, keys).prefix_blocks == 12

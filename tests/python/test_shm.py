@@ -1,0 +1,156 @@
+"""The same-node shared-memory path: used on the same host, zero-copy SharedBuffers,
+refused for another server's socket, TCP fallback for calls larger than the region and
+after a server restart (as the C++ client, tests/integration/shared_memory_test.cc)."""
+
+import numpy as np
+import pytest
+
+import blocks
+import kvtier
+
+NS = "shm"
+
+_HAS_ERROR_DETAIL = hasattr(kvtier.pb, "ErrorDetail")
+
+
+def _spec():
+    return kvtier.make_namespace(NS, blocks.layout(), codec="fp16")
+
+
+def _spy(client):
+    """Records the session argument of every Put stream and every shared-memory Get."""
+    calls = []
+    put = client._put_stream
+
+    def put_stream(*a, **kw):
+        calls.append(("put", bool(kw.get("session") or (len(a) > 5 and a[5]))))
+        return put(*a, **kw)
+    shm_get = client._get_shm_attempt
+
+    def get_shm_attempt(req):
+        calls.append(("get", True))
+        return shm_get(req)
+    client._put_stream = put_stream
+    client._get_shm_attempt = get_shm_attempt
+    return calls
+
+
+def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server):
+    with kvtier.Client(server.address, namespace=_spec()) as c:
+        assert c.uses_shared_memory and c.connect_info.shared_memory_error == ""
+        assert c.stats().shm_sessions >= 1
+        lay = blocks.layout()
+        keys, puts, raw = blocks.sequence(NS, lay, 4, seed=10)
+        nbytes = kvtier.bytes_per_block(lay)
+        # The engine fills SharedBuffers in place (here from numpy) ...
+        src = [c.allocate_shared_buffer(nbytes) for _ in keys]
+        for s, r in zip(src, raw):
+            s.view(np.float16).reshape(r.shape)[...] = r
+        dst = [c.allocate_shared_buffer(nbytes) for _ in keys]
+        calls = _spy(c)
+        c._region.allocate = lambda n: None  # no staging possible: only zero-copy works
+        c.put_blocks(NS, [kvtier.PutBlock(k, s) for k, s in zip(keys, src)], format=kvtier.RAW)
+        infos = c.get_blocks_into(NS, keys, dst, format=kvtier.RAW)
+        assert all(i.found and i.size == nbytes for i in infos)
+        assert all(np.array_equal(d.view(np.float16).reshape(r.shape), r)
+                   for d, r in zip(dst, raw))
+        assert calls and all(shm for _, shm in calls)
+        assert c.uses_shared_memory
+
+
+def test_private_buffers_are_staged_through_the_region(server):
+    with kvtier.Client(server.address, namespace=_spec()) as c:
+        calls = _spy(c)
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 3, seed=11)
+        c.put_blocks(NS, puts, format=kvtier.RAW)
+        out = [np.empty_like(r) for r in raw]
+        c.get_blocks_into(NS, keys, out, format=kvtier.RAW)
+        assert all(np.array_equal(o, r) for o, r in zip(out, raw))
+        assert calls and all(shm for _, shm in calls)
+        assert not c._region._used  # staging returned
+
+
+def test_calls_larger_than_the_region_fall_back_to_tcp(server):
+    with kvtier.Client(server.address, namespace=_spec(), shared_memory_bytes=32 << 10,
+                       max_streams_per_call=1) as c:
+        assert c.uses_shared_memory
+        calls = _spy(c)
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 4, seed=12)  # 64 KiB
+        c.put_blocks(NS, puts, format=kvtier.RAW)
+        out = [np.empty_like(r) for r in raw]
+        c.get_blocks_into(NS, keys, out, format=kvtier.RAW)
+        assert all(np.array_equal(o, r) for o, r in zip(out, raw))
+        assert calls == [("put", False)]  # TCP put, TCP get (no shared-memory Get)
+        assert c.uses_shared_memory  # later calls that fit still use it
+        with pytest.raises(kvtier.ResourceExhaustedError):
+            c.allocate_shared_buffer(1 << 20)
+
+
+def test_a_socket_of_another_server_is_not_used(server, start_server):
+    other = start_server(name="other")
+    with kvtier.Client(server.address, namespace=_spec(),
+                       shared_memory_socket=other.socket_path) as c:
+        assert not c.uses_shared_memory
+        assert "another kvtierd" in c.connect_info.shared_memory_error
+        with pytest.raises(kvtier.FailedPreconditionError):
+            c.allocate_shared_buffer(4096)
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 1, seed=13)
+        c.put_blocks(NS, puts, format=kvtier.RAW)
+        got = c.get_blocks(NS, keys, format=kvtier.RAW, numpy=True)
+        assert np.array_equal(got[0].data, raw[0])
+
+
+def test_shm_socket_off_offers_nothing(start_server):
+    s = start_server("--shm-socket", "off")
+    with kvtier.Client(s.address, namespace=_spec()) as c:
+        assert not c.uses_shared_memory and c.connect_info.shared_memory_error == ""
+        assert c.stats().shared_memory.socket_path == ""
+
+
+@pytest.mark.skipif(not _HAS_ERROR_DETAIL, reason=(
+    "needs the server's structured error details (kvtier.v1.ErrorDetail with reason "
+    "SHM_SESSION_UNKNOWN in grpc-status-details-bin), added by the wt-protocol branch"))
+def test_after_a_server_restart_the_client_falls_back_to_tcp(start_server):
+    s = start_server()
+    with kvtier.Client(s.address, namespace=_spec()) as c:
+        assert c.uses_shared_memory
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 2, seed=14)
+        c.put_blocks(NS, puts[:1], format=kvtier.RAW)
+        s.restart()  # same address and data dir; the session is gone
+        c.stats()  # retried until the channel reconnects
+        c.put_blocks(NS, puts[1:], format=kvtier.RAW)
+        assert not c.uses_shared_memory
+        out = [np.empty_like(r) for r in raw]
+        c.get_blocks_into(NS, keys, out, format=kvtier.RAW)
+        assert all(np.array_equal(o, r) for o, r in zip(out, raw))  # persisted
+
+
+def test_lost_session_is_detected_by_the_structured_detail_only():
+    from kvtier import errors
+    import grpc
+    field = b"header.shm_session"
+    detail = b"\x08\x01\x12" + bytes([len(field)]) + field  # ErrorDetail{reason: 1, field}
+    url = errors.ERROR_DETAIL_TYPE_URL.encode()
+    anyv = b"\x0a" + bytes([len(url)]) + url + b"\x12" + bytes([len(detail)]) + detail
+    status = b"\x08\x09\x12\x02no\x1a" + bytes([len(anyv)]) + anyv
+    assert errors.decode_status_details(status) == (1, "header.shm_session")
+    assert errors.decode_status_details(b"\xff\xff") == (0, "")
+    assert errors.decode_status_details(b"") == (0, "")
+
+    class FakeRpcError(grpc.RpcError):
+        def __init__(self, trailers):
+            self._t = trailers
+
+        def code(self):
+            return grpc.StatusCode.FAILED_PRECONDITION
+
+        def details(self):
+            return "header.shm_session names no open shared-memory session"
+
+        def trailing_metadata(self):
+            return self._t
+    e = errors.from_rpc_error("Put", FakeRpcError((("grpc-status-details-bin", status),)))
+    assert isinstance(e, kvtier.FailedPreconditionError)
+    assert (e.reason, e.field) == (errors.REASON_SHM_SESSION_UNKNOWN, "header.shm_session")
+    e = errors.from_rpc_error("Put", FakeRpcError(()))
+    assert e.reason == errors.REASON_UNSPECIFIED  # message text alone is not enough
