@@ -435,6 +435,12 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     ReleaseBuffers();
     ctx_->put_bytes_in_flight.fetch_sub(reserved_);
     reserved_ = 0;
+    // Release the connection's slot before the status goes out, so a client that saw
+    // this stream end may open another at once (OnDone runs later).
+    if (!peer_.empty()) {
+      ctx_->connection_puts.Release(peer_);
+      peer_.clear();
+    }
     Finish(s);
   }
 
