@@ -22,7 +22,6 @@
 namespace kvtier::service {
 
 inline constexpr uint32_t kDefaultPort = 50051;
-inline constexpr uint32_t kMaxKeyBytes = 32;
 // Longest Unix socket path (sockaddr_un.sun_path less the terminating NUL).
 inline constexpr size_t kMaxShmSocketPath = 107;
 

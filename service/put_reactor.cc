@@ -16,7 +16,7 @@
 #include "protocol/error_detail.h"
 #include "protocol/wire.h"
 #include "service/admission.h"
-#include "service/config.h"
+#include "storage/tiered_store.h"
 #include "service/put_watchdog.h"
 #include "service/request_checks.h"
 #include "storage/kv/codec.h"
@@ -138,9 +138,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // Generous bound for an encoded blob: the raw size plus header and codec metadata.
     const uint64_t max_encoded = raw_size + raw_size / 4 + 4096;
     RETURN_IF_ERROR(CheckKey(b.key(), absl::StrCat("header.blocks[", i, "].key")));
-    if (b.parent_key().size() > kMaxKeyBytes) {
+    if (b.parent_key().size() > storage::kMaxKeyBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "header.blocks[", i, "].parent_key must be at most ", kMaxKeyBytes, " bytes"));
+          "header.blocks[", i, "].parent_key must be at most ", storage::kMaxKeyBytes, " bytes"));
     }
     if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
       if (b.size() != raw_size) {

@@ -5,7 +5,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "protocol/error_detail.h"
-#include "service/config.h"
+#include "storage/tiered_store.h"
 
 namespace kvtier::service {
 
@@ -14,9 +14,9 @@ std::string KeyForMessage(std::string_view key) {
 }
 
 absl::Status CheckKey(std::string_view key, std::string_view field) {
-  if (key.empty() || key.size() > kMaxKeyBytes) {
+  if (key.empty() || key.size() > storage::kMaxKeyBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Sv(field), " must be 1..", kMaxKeyBytes, " bytes, got ", key.size()));
+        absl::StrCat(Sv(field), " must be 1..", storage::kMaxKeyBytes, " bytes, got ", key.size()));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,10 @@
 #include "storage/namespace_record.h"
 
 #include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "storage/kv/layout.h"
 
 namespace kvtier::storage {
 
@@ -76,12 +80,10 @@ absl::StatusOr<NamespaceOptions> ParseNamespace(std::string_view in) {
 std::string FirstNamespaceDifference(const NamespaceOptions& a, const NamespaceOptions& b) {
   if (a.tenant != b.tenant) return "tenant";
   if (a.model_id != b.model_id) return "model_id";
-  if (a.layout.num_layers != b.layout.num_layers) return "layout.num_layers";
-  if (a.layout.num_kv_heads != b.layout.num_kv_heads) return "layout.num_kv_heads";
-  if (a.layout.head_dim != b.layout.head_dim) return "layout.head_dim";
-  if (a.layout.tokens_per_block != b.layout.tokens_per_block) return "layout.tokens_per_block";
-  if (a.layout.dtype != b.layout.dtype) return "layout.dtype";
-  if (a.layout.sink_tokens != b.layout.sink_tokens) return "layout.sink_tokens";
+  if (std::optional<kv::LayoutDiff> d = kv::FirstDifference(a.layout, b.layout,
+                                                             /*compare_tokens=*/true)) {
+    return absl::StrCat("layout.", d->field);
+  }
   if (a.codec != b.codec) return "codec";
   if (a.keep_sinks != b.keep_sinks) return "keep_sinks";
   if (a.write_through != b.write_through) return "write_through";
