@@ -1,4 +1,4 @@
-// Canonical chained prefix keys for KV blocks (DESIGN.md section 2). Pure functions;
+// Canonical chained prefix keys for KV blocks (docs/design.md §2 Data model). Pure functions;
 // thread-safe.
 //
 // Scheme kHashSchemeVersion = "kvtier-prefix-sha256-v1":
