@@ -86,7 +86,7 @@ void ApplyDefaults(v1::ServerConfig& c) {
   if (c.cold_capacity_bytes() == 0) c.set_cold_capacity_bytes(16ull << 30);
   if (c.high_watermark() == 0) c.set_high_watermark(0.90);
   if (c.low_watermark() == 0) c.set_low_watermark(0.80);
-  if (c.eviction_policy().empty()) c.set_eviction_policy("prefix_lru");
+  if (c.eviction_policy().empty()) c.set_eviction_policy("adaptive");
   if (c.hot_allocator().empty()) c.set_hot_allocator("auto");
   if (c.executor_threads() == 0) {
     c.set_executor_threads(std::max(2u, std::thread::hardware_concurrency()));
@@ -214,7 +214,7 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view w
 std::string UsageText() {
   return "usage: kvtierd [--config FILE] [--check-config FILE] [--listen ADDR] [--port N]\n"
          "               [--data-dir DIR] [--hot-capacity SIZE] [--cold-capacity SIZE]\n"
-         "               [--policy lru|prefix_lru|lfu|heavy_hitter] [--hot-allocator A]\n"
+         "               [--policy adaptive|lru|prefix_lru|lfu|heavy_hitter|reuse_lru] [--hot-allocator A]\n"
          "               [--metrics-port N] [--node-id ID] [--executor-threads N]\n"
          "               [--max-message-bytes SIZE] [--warm-from-cold]\n"
          "               [--shm-socket PATH|off]\n"

@@ -1,5 +1,6 @@
 #include "storage/eviction_policy.h"
 
+#include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
 
 #include <algorithm>
@@ -177,6 +178,8 @@ std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionPolicyKind kind,
       return std::make_unique<HeavyHitterPolicy>(options);
     case EvictionPolicyKind::kReuseLru:
       return std::make_unique<ReuseLruPolicy>();
+    case EvictionPolicyKind::kAdaptive:
+      return std::make_unique<AdaptivePolicy>();
   }
   return std::make_unique<LruPolicy>(true);
 }

@@ -74,6 +74,8 @@ const char* EvictionPolicyName(EvictionPolicyKind kind) {
       return "heavy_hitter";
     case EvictionPolicyKind::kReuseLru:
       return "reuse_lru";
+    case EvictionPolicyKind::kAdaptive:
+      return "adaptive";
   }
   return "unknown";
 }
@@ -81,11 +83,11 @@ const char* EvictionPolicyName(EvictionPolicyKind kind) {
 absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
   for (EvictionPolicyKind kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
                                   EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
-                                  EvictionPolicyKind::kReuseLru}) {
+                                  EvictionPolicyKind::kReuseLru, EvictionPolicyKind::kAdaptive}) {
     if (name == EvictionPolicyName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "policy must be lru, prefix_lru, lfu, heavy_hitter or reuse_lru, got '", Sv(name), "'"));
+      "policy must be lru, prefix_lru, lfu, heavy_hitter, reuse_lru or adaptive, got '", Sv(name), "'"));
 }
 
 namespace {

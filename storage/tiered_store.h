@@ -32,11 +32,13 @@ const char* TierName(Tier tier);  // "none", "hot", "cold"
 // Eviction policies for the hot tier (see eviction_policy.h).
 enum class EvictionPolicyKind : uint8_t {
   kLru = 0,          // baseline: least recently used, ignores prefix structure
-  kPrefixLru = 1,    // default: LRU among leaves, sink blocks protected
+  kPrefixLru = 1,    // LRU among leaves, sink blocks protected
   kLfu = 2,          // least frequently used among leaves
   kHeavyHitter = 3,  // decayed worker-reported attention mass + hits (H2O per block)
   kReuseLru = 4,     // prefix LRU that favours blocks referenced before
                      // (eviction_policy_reuse.h)
+  kAdaptive = 5,     // default: prefix LRU whose bias toward re-referenced blocks is
+                     // learned online (eviction_policy_adaptive.h)
 };
 const char* EvictionPolicyName(EvictionPolicyKind kind);
 absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name);
@@ -74,7 +76,7 @@ struct StoreOptions {
   uint64_t cold_capacity_bytes = 16ull << 30;  // cold payload bytes. Default: 16 GiB
   double high_watermark = 0.90;  // demotion starts above this hot fill fraction
   double low_watermark = 0.80;   // ... and stops below this one
-  EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  EvictionPolicyKind policy = EvictionPolicyKind::kAdaptive;
   EvictionPolicyOptions policy_options;
   // Hot arena allocator: "auto" (cudaHostAlloc, else mmap+mlock, else plain), or one of
   // "cuda", "mlock", "malloc" to force it (falls back like auto when unavailable).

@@ -43,7 +43,7 @@ TEST(ConfigTest, NoArgumentsServesLocalhostWithDefaults) {
   EXPECT_EQ(cl->config.port(), 50051u);
   EXPECT_EQ(cl->config.data_dir(), "./kvtier-data");
   EXPECT_EQ(cl->config.hot_capacity_bytes(), 256ull << 20);
-  EXPECT_EQ(cl->config.eviction_policy(), "prefix_lru");
+  EXPECT_EQ(cl->config.eviction_policy(), "adaptive");
   EXPECT_EQ(cl->config.max_message_bytes(), 4ull << 20);
   EXPECT_EQ(cl->config.max_keys_per_request(), 4096u);
   EXPECT_EQ(cl->config.metrics_port(), 0u);

@@ -1,0 +1,103 @@
+// adaptive: the default hot-tier policy. reuse_lru's rule (a head start for blocks that
+// were referenced before) with the head start learned online, ARC-style, from the
+// workload the store sees; no parameter is fitted to a trace.
+//
+// Why: which blocks deserve the hot tier depends on the workload and the capacity. On the
+// shared synthetic Mooncake trace a head start of 4 cache lifetimes for re-referenced
+// blocks (reuse_lru) beats LRU by 10%; on the real Mooncake conversation trace that fixed
+// head start is too long at large capacity (lru wins) and too short at small capacity
+// (lfu wins) (docs/design.md §4 Tiers and eviction). The store can see its own mistakes:
+// an evicted block stays known through its cold-tier copy, and its return soon after the
+// eviction (a promotion) is the feedback ARC (Megiddo & Modha, FAST'03) takes from its
+// ghost lists.
+//
+// What:
+//  * Two classes, fixed at a block's last reference: fresh (BlockInfo::hits == 0: never
+//    re-referenced while the store knew it, hot or cold) and reused (hits > 0). The
+//    victim is the older of the two classes' least recent eligible blocks (hot leaves;
+//    prefix closure, sink protection and pins stay the store's job), the reused one
+//    counted B resident-set lifetimes younger:  min(fresh tick, reused tick + B x
+//    resident). B = 0 is prefix_lru, B = 4 is reuse_lru, a large B evicts every fresh
+//    block first. One LRU heap per class, so B can change at any time without re-ranking.
+//  * Learning: the last `resident` victims of each class are remembered (ARC's ghost
+//    lists, one per class). A remembered victim that comes back (a promotion: OnInsert
+//    with hits > 0) was evicted too early: a fresh one lowers B, a reused one raises it,
+//    by kAdaptiveStep lifetimes times max(1, |other ghost list| / |own|), ARC's step.
+//    B stays in [0, kAdaptiveMaxBoost].
+//  * The constants (step, range, window of one cache size) are the mechanism's, not fitted
+//    to a trace: the step sets how fast B moves, the range spans lru to "fresh first".
+//
+// Memory: per hot block a 16-byte state in a hash map (~24 bytes with control byte and
+// load factor) and up to two 16-byte heap items; per ghost (at most 2 per hot block)
+// ~24 bytes. Lookup never reaches the policy.
+// Thread-compatible, like every EvictionPolicy: the store calls it under its index mutex.
+#ifndef KVTIER_STORAGE_EVICTION_POLICY_ADAPTIVE_H_
+#define KVTIER_STORAGE_EVICTION_POLICY_ADAPTIVE_H_
+
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "storage/eviction_policy.h"
+
+namespace kvtier::storage {
+
+inline constexpr char kAdaptivePolicyName[] = "adaptive";
+inline constexpr double kAdaptiveInitialBoost = 1.0;  // lifetimes
+inline constexpr double kAdaptiveMaxBoost = 16.0;
+inline constexpr double kAdaptiveStep = 1.0 / 64;  // lifetimes per mistaken eviction
+
+// Structure-aware (leaves only). Thread-compatible.
+class AdaptivePolicy final : public EvictionPolicy {
+ public:
+  const char* name() const override { return kAdaptivePolicyName; }
+  bool structure_aware() const override { return true; }
+  void OnInsert(BlockId id, const BlockInfo& info) override;
+  void OnAccess(BlockId id, const BlockInfo& info) override;
+  void OnScore(BlockId, float, const BlockInfo&) override {}  // scores do not matter
+  void OnEligible(BlockId id, bool eligible) override;
+  void OnRemove(BlockId id) override;
+  BlockId PickVictim() override;
+  size_t MemoryBytes() const override;
+
+  // The learned head start of reused blocks, in resident-set lifetimes.
+  double boost() const { return boost_; }
+
+ private:
+  struct State {
+    uint64_t tick = 0;  // of the last reference
+    bool reused = false;
+    bool eligible = false;
+  };
+  struct HeapItem {
+    uint64_t tick;
+    BlockId id;
+  };
+  struct Ghost {
+    uint64_t seq;  // eviction number within its class
+    bool reused;
+  };
+  void Reference(BlockId id, const BlockInfo& info);
+  void Push(BlockId id, const State& s);
+  bool CleanTop(int c);
+  void Learn(BlockId id);
+  void ExpireGhosts(int c);
+
+  double boost_ = kAdaptiveInitialBoost;
+  uint64_t resident_ = 0;
+  size_t eligible_ = 0;
+  absl::flat_hash_map<BlockId, State> states_;
+  std::array<std::vector<HeapItem>, 2> heaps_;  // fresh, reused: eligible, lazily cleaned
+  absl::flat_hash_map<BlockId, Ghost> ghosts_;
+  std::array<std::vector<std::pair<BlockId, uint64_t>>, 2> ghost_rings_;  // oldest first
+  std::array<size_t, 2> ring_heads_{};
+  std::array<uint64_t, 2> evictions_{};   // per class
+  std::array<uint64_t, 2> live_ghosts_{};  // per class
+  BlockId last_victim_ = kInvalidBlock;
+};
+
+}  // namespace kvtier::storage
+
+#endif  // KVTIER_STORAGE_EVICTION_POLICY_ADAPTIVE_H_
