@@ -63,7 +63,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   size_t MemoryBytes() const override;
 
   // The learned head start of reused blocks, in resident-set lifetimes.
-  double boost() const { return boost_; }
+  double reuse_boost() const { return boost_; }
 
  private:
   struct State {

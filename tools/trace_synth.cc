@@ -128,10 +128,10 @@ void RunSessions(Builder& b, size_t requests, double arrival_ms, double pause_ms
       Append(&s.history, b.NewLabels(1));       // the action
       Append(&s.history, b.NewLabels(s.step));  // a growing tool output
     } else {
-      Append(&s.history, b.NewLabels(b.Uniform(1, 3)));  // the user turn
+      Append(&s.history, b.NewLabels(b.Uniform(1, 4)));  // the user turn
     }
     b.Emit(time, s.history);
-    if (!agent) Append(&s.history, b.NewLabels(b.Uniform(1, 2)));  // the reply
+    if (!agent) Append(&s.history, b.NewLabels(b.Uniform(1, 3)));  // the reply
     if (--s.steps_left > 0) {
       events.push({time + b.Exponential(pause_ms), id});
     } else {
@@ -173,17 +173,17 @@ absl::StatusOr<Trace> SynthesizeTrace(const SynthOptions& options) {
   const size_t n = options.requests;
   switch (options.family) {
     case SynthFamily::kChat:
-      RunSessions(b, n, 2000, 60000, Pool(b, 4, 2, 4), 1.0, /*agent=*/false);
+      RunSessions(b, n, 1000, 120000, Pool(b, 4, 4, 8), 1.0, /*agent=*/false);
       break;
     case SynthFamily::kAgent:
-      RunSessions(b, n, 4000, 3000, Pool(b, 2, 6, 6), 1.0, /*agent=*/true);
+      RunSessions(b, n, 1000, 20000, Pool(b, 2, 6, 6), 1.0, /*agent=*/true);
       break;
     case SynthFamily::kSystemPrompts: {
-      auto prompts = Pool(b, 16, 4, 16);
+      auto prompts = Pool(b, 64, 8, 32);
       Zipf pick(prompts.size(), 1.0);
       for (size_t i = 0; i < n; ++i) {
         std::vector<uint64_t> labels = prompts[pick(b.rng())];
-        Append(&labels, b.NewLabels(b.Uniform(1, 4)));
+        Append(&labels, b.NewLabels(b.Uniform(2, 16)));
         b.Emit(static_cast<double>(i) * 500, labels);
       }
       break;

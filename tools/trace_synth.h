@@ -4,19 +4,19 @@
 // each block stands for 512 tokens. Parameters (fixed per family, documented here):
 //
 //   chat     multi-turn conversations (ShareGPT / Mooncake conversation shape): a session
-//            starts every ~2 s (exponential), opens with one of 4 shared system prompts
-//            (2-4 blocks, Zipf 1.0), has a geometric number of turns (mean 6); each turn
-//            re-reads the whole history plus 1-3 new user blocks, appends a 1-2 block reply,
-//            and the next turn follows after an exponential think time (mean 60 s).
-//   sysprompt single-turn requests over a few shared system prompts (16 prompts of 4-16
-//            blocks, Zipf 1.0), each with a unique 1-4 block user tail.
+//            starts every ~1 s (exponential), opens with one of 4 shared system prompts
+//            (4-8 blocks, Zipf 1.0), has a geometric number of turns (mean 6); each turn
+//            re-reads the whole history plus 1-4 new user blocks, appends a 1-3 block reply,
+//            and the next turn follows after an exponential think time (mean 120 s).
+//   sysprompt single-turn requests over shared system prompts (64 prompts of 8-32 blocks,
+//            Zipf 1.0), each with a unique 2-16 block user context.
 //   rag      retrieval-augmented generation: a 2-block instruction, then 1-3 documents
 //            from a pool of 3,000 (8-24 blocks each, Zipf 0.9 popularity; the first
 //            document decides the shared prefix), then a unique 1-block question.
-//   agent    agent loops (ReAct / tool use): a session starts every ~4 s with a 6-block
+//   agent    agent loops (ReAct / tool use): a session starts every ~1 s with a 6-block
 //            tool-spec prompt (one of 2), runs 4-24 steps; step k appends an action block
 //            and a tool output of k blocks (growing), and re-reads the whole history after
-//            a short exponential pause (mean 3 s).
+//            an exponential pause (mean 20 s: model call plus tool).
 //   scan     a hot set of 300 prompts (4-8 blocks, Zipf 0.8) mixed with one-pass scans:
 //            30% of requests are unique 16-48 block documents never seen again (the classic
 //            LRU killer).
