@@ -172,7 +172,7 @@ std::string ReplaySweepSvg(const std::vector<ReplayTraceReport>& reports,
   std::vector<PlotPanel> panels;
   for (const ReplayTraceReport& rep : reports) {
     PlotPanel panel;
-    panel.title = rep.name;
+    panel.title = rep.name.substr(rep.name.find_last_of('/') + 1);
     auto series = [&](const std::string& name, bool dashed) -> PlotSeries& {
       for (PlotSeries& s : panel.series) {
         if (s.name == name) return s;
@@ -182,16 +182,18 @@ std::string ReplaySweepSvg(const std::vector<ReplayTraceReport>& reports,
     };
     double first_cold = -1;
     for (const ReplayRow& r : rep.rows) {
+      if (r.policy == "belady" || r.policy == "infinite") continue;  // drawn as bounds
       if (r.cold_capacities > 0 && first_cold < 0) first_cold = r.cold_capacities;
       if (r.cold_capacities > 0 && r.cold_capacities != first_cold) continue;
-      series(r.policy, false)
-          .points.emplace_back(static_cast<double>(r.capacity_blocks * kTraceBlockTokens),
+      PlotSeries& line = series(r.policy, false);
+      line.bold = r.policy == "adaptive";
+      line.points.emplace_back(static_cast<double>(r.capacity_blocks * kTraceBlockTokens),
                                r.all.PrefixHitRate());
     }
     for (const ReplayRefs& ref : rep.refs) {
       const double x = static_cast<double>(ref.capacity_blocks * kTraceBlockTokens);
       series("belady (bound)", true).points.emplace_back(x, ref.belady.all.HitRate());
-      series("infinite", true).points.emplace_back(x, ref.infinite.all.HitRate());
+      series("infinite capacity", true).points.emplace_back(x, ref.infinite.all.HitRate());
     }
     panels.push_back(std::move(panel));
   }

@@ -59,11 +59,12 @@ std::string RenderSvgPlot(const std::vector<PlotPanel>& panels, const PlotAxes& 
     const double oy = 40 + static_cast<double>(i / cols) * kPanelH;
     const double x0 = ox + kLeft, x1 = ox + kPanelW - kRight;
     const double y0 = oy + kPanelH - kBottom, y1 = oy + kTop;
-    double lo = 0, hi = 0;
+    double lo = 0, hi = 0, top = 0.1;
     std::vector<double> ticks;
     for (const PlotSeries& s : panel.series) {
       for (const auto& [x, y] : s.points) {
         if (x <= 0) continue;
+        top = std::max(top, std::min(1.0, std::ceil(y * 10 + 1e-9) / 10));
         lo = lo == 0 ? x : std::min(lo, x);
         hi = std::max(hi, x);
         if (std::find(ticks.begin(), ticks.end(), x) == ticks.end()) ticks.push_back(x);
@@ -72,10 +73,11 @@ std::string RenderSvgPlot(const std::vector<PlotPanel>& panels, const PlotAxes& 
     if (lo == 0) continue;
     const double llo = std::log2(lo), lhi = std::max(std::log2(hi), llo + 1e-9);
     auto px = [&](double x) { return x0 + (std::log2(x) - llo) / (lhi - llo) * (x1 - x0); };
-    auto py = [&](double y) { return y0 - std::clamp(y, 0.0, 1.0) * (y0 - y1); };
+    auto py = [&](double y) { return y0 - std::clamp(y, 0.0, top) / top * (y0 - y1); };
     svg += Text((x0 + x1) / 2, oy + 22, panel.title, "middle", 14, " font-weight=\"bold\"");
     // Grid and y axis.
-    for (int g = 0; g <= 10; g += 2) {
+    const int tenths = static_cast<int>(std::lround(top * 10));
+    for (int g = 0; g <= tenths; g += tenths > 5 ? 2 : 1) {
       const double y = py(g / 10.0);
       svg += absl::StrFormat(
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x0, y,
@@ -110,9 +112,10 @@ std::string RenderSvgPlot(const std::vector<PlotPanel>& panels, const PlotAxes& 
       for (const auto& [x, y] : s.points) {
         if (x > 0) absl::StrAppend(&pts, absl::StrFormat("%.1f,%.1f ", px(x), py(y)));
       }
+      const double w = s.bold ? 3.5 : 1.8;
       svg += absl::StrFormat(
-          "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", pts,
-          c, dash);
+          "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s/>\n",
+          pts, c, w, dash);
       for (const auto& [x, y] : s.points) {
         if (x <= 0 || s.dashed) continue;
         svg += absl::StrFormat("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
@@ -120,9 +123,9 @@ std::string RenderSvgPlot(const std::vector<PlotPanel>& panels, const PlotAxes& 
       }
       svg += absl::StrFormat(
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-          "stroke-width=\"2\"%s/>\n",
-          x1 + 10, ly, x1 + 34, ly, c, dash);
-      svg += Text(x1 + 40, ly + 4, s.name, "start", 11);
+          "stroke-width=\"%.1f\"%s/>\n",
+          x1 + 10, ly, x1 + 34, ly, c, w, dash);
+      svg += Text(x1 + 40, ly + 4, s.name, "start", 11, s.bold ? " font-weight=\"bold\"" : "");
       ly += 17;
     }
   }

@@ -1,6 +1,7 @@
 // A dependency-free SVG line chart for `kvtier replay --sweep --plot`: one panel per
 // trace, x on a log2 axis with two label lines per tick (e.g. tokens and bytes), y linear
-// from 0 to 1, one polyline per series with markers and a legend.
+// from 0 to the panel's largest value rounded up to a tenth (at most 1), one polyline per
+// series with markers and a legend.
 //
 // Thread-safe (pure functions).
 #ifndef KVTIER_TOOLS_SVG_PLOT_H_
@@ -16,6 +17,7 @@ struct PlotSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x > 0, y in [0, 1])
   bool dashed = false;  // bounds (belady, infinite) are drawn dashed
+  bool bold = false;    // the series to look at (the default policy)
 };
 
 struct PlotPanel {
