@@ -5,6 +5,9 @@
 namespace kvtier::storage {
 namespace {
 
+constexpr uint32_t kReusedBit = 1u << 31;
+constexpr uint32_t kSeqMask = kReusedBit - 1;
+
 // std::*_heap builds a max-heap on "less"; "a after b" yields a min-heap on (tick, id).
 template <typename Item>
 bool After(const Item& a, const Item& b) {
@@ -51,9 +54,8 @@ void AdaptivePolicy::Reference(BlockId id, const BlockInfo& info) {
 void AdaptivePolicy::OnInsert(BlockId id, const BlockInfo& info) {
   if (info.hits > 0) {
     Learn(id);  // a known key came back (promotion from the cold tier)
-  } else if (auto it = ghosts_.find(id); it != ghosts_.end()) {
-    --live_ghosts_[it->second.reused];  // a new key under a reused id
-    ghosts_.erase(it);
+  } else {
+    ClearGhost(id);  // a new key under a reused id
   }
   auto [it, inserted] = states_.try_emplace(id);
   if (!inserted && it->second.eligible) --eligible_;
@@ -82,13 +84,7 @@ void AdaptivePolicy::OnRemove(BlockId id) {
   auto it = states_.find(id);
   if (it == states_.end()) return;
   if (id == last_victim_) {
-    const int c = it->second.reused;
-    ExpireGhosts(c);
-    auto [git, inserted] = ghosts_.try_emplace(id);
-    if (!inserted) --live_ghosts_[git->second.reused];
-    git->second = Ghost{++evictions_[c], it->second.reused};
-    ++live_ghosts_[c];
-    ghost_rings_[c].emplace_back(id, evictions_[c]);
+    AddGhost(id, it->second.reused);
     last_victim_ = kInvalidBlock;
   }
   if (it->second.eligible) --eligible_;
@@ -110,45 +106,53 @@ BlockId AdaptivePolicy::PickVictim() {
   return last_victim_;
 }
 
-void AdaptivePolicy::ExpireGhosts(int c) {
-  // Each ghost list keeps the last `resident` victims of its class.
+void AdaptivePolicy::Learn(BlockId id) {
+  if (id >= ghosts_.size() || ghosts_[id] == 0) return;
+  const uint32_t ghost = ghosts_[id];
+  ClearGhost(id);
+  const int c = (ghost & kReusedBit) ? 1 : 0;
   const uint64_t window = std::max<uint64_t>(resident_, 1);
-  auto& ring = ghost_rings_[c];
-  size_t& head = ring_heads_[c];
-  while (head < ring.size() && evictions_[c] - ring[head].second >= window) {
-    const auto [id, seq] = ring[head++];
-    auto it = ghosts_.find(id);
-    if (it != ghosts_.end() && it->second.reused == (c == 1) && it->second.seq == seq) {
-      --live_ghosts_[c];
-      ghosts_.erase(it);
-    }
-  }
-  if (head > 64 && 2 * head > ring.size()) {
-    ring.erase(ring.begin(), ring.begin() + static_cast<ptrdiff_t>(head));
-    head = 0;
-  }
+  const uint32_t age = (evictions_[c] - (ghost & kSeqMask)) & kSeqMask;
+  if (age >= window) return;  // older than its class's window
+  // ARC's step: a return from the shorter ghost list weighs more. A list holds the
+  // class's last `window` victims.
+  const double own = static_cast<double>(std::max<uint64_t>(live_[c], 1));
+  const double other = static_cast<double>(live_[1 - c]);
+  const double step = kAdaptiveStep * std::max(1.0, other / own);
+  boost_ = std::clamp(boost_ + (c == 1 ? step : -step), 0.0, kAdaptiveMaxBoost);
 }
 
-void AdaptivePolicy::Learn(BlockId id) {
-  auto it = ghosts_.find(id);
-  if (it == ghosts_.end()) return;
-  const int c = it->second.reused;
-  ExpireGhosts(c);
-  it = ghosts_.find(id);
-  if (it == ghosts_.end()) return;  // older than its class's window
-  const double own = static_cast<double>(live_ghosts_[c]);
-  const double other = static_cast<double>(live_ghosts_[1 - c]);
-  const double step = kAdaptiveStep * std::max(1.0, other / std::max(own, 1.0));
-  boost_ = std::clamp(boost_ + (c == 1 ? step : -step), 0.0, kAdaptiveMaxBoost);
-  --live_ghosts_[c];
-  ghosts_.erase(it);
+void AdaptivePolicy::AddGhost(BlockId id, int c) {
+  evictions_[c] = (evictions_[c] + 1) & kSeqMask;
+  if (evictions_[c] == 0) evictions_[c] = 1;  // 0 means "not a ghost"
+  if (id >= ghosts_.size()) ghosts_.resize(std::max<size_t>(id + 1, 2 * ghosts_.size()), 0);
+  std::vector<BlockId>& ring = rings_[c];
+  if (ring.size() < resident_ + 1) ring.resize(resident_ + 1, kInvalidBlock);
+  // The victim one ring size back leaves its ghost list (if it is still there).
+  const uint32_t seq = evictions_[c];
+  BlockId& slot = ring[seq % ring.size()];
+  if (slot != kInvalidBlock && slot < ghosts_.size() && ghosts_[slot] != 0 &&
+      ((ghosts_[slot] & kReusedBit) != 0) == (c == 1) && (ghosts_[slot] & kSeqMask) != seq) {
+    const uint32_t age = (seq - (ghosts_[slot] & kSeqMask)) & kSeqMask;
+    if (age >= ring.size()) ClearGhost(slot);
+  }
+  slot = id;
+  ClearGhost(id);
+  ghosts_[id] = (c == 1 ? kReusedBit : 0) | seq;
+  ++live_[c];
+}
+
+void AdaptivePolicy::ClearGhost(BlockId id) {
+  if (id >= ghosts_.size() || ghosts_[id] == 0) return;
+  --live_[(ghosts_[id] & kReusedBit) ? 1 : 0];
+  ghosts_[id] = 0;
 }
 
 size_t AdaptivePolicy::MemoryBytes() const {
   size_t bytes = states_.capacity() * (sizeof(std::pair<BlockId, State>) + 1) +
-                 ghosts_.capacity() * (sizeof(std::pair<BlockId, Ghost>) + 1);
+                 ghosts_.capacity() * sizeof(uint32_t) +
+                 (rings_[0].capacity() + rings_[1].capacity()) * sizeof(BlockId);
   for (const auto& h : heaps_) bytes += h.capacity() * sizeof(HeapItem);
-  for (const auto& r : ghost_rings_) bytes += r.capacity() * sizeof(r[0]);
   return bytes;
 }
 
