@@ -214,7 +214,8 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view w
 std::string UsageText() {
   return "usage: kvtierd [--config FILE] [--check-config FILE] [--listen ADDR] [--port N]\n"
          "               [--data-dir DIR] [--hot-capacity SIZE] [--cold-capacity SIZE]\n"
-         "               [--policy adaptive|lru|prefix_lru|lfu|heavy_hitter|reuse_lru] [--hot-allocator A]\n"
+         "               [--policy adaptive|lru|prefix_lru|lfu|heavy_hitter|reuse_lru]\n"
+         "               [--hot-allocator A]\n"
          "               [--metrics-port N] [--node-id ID] [--executor-threads N]\n"
          "               [--max-message-bytes SIZE] [--warm-from-cold]\n"
          "               [--shm-socket PATH|off]\n"

@@ -60,7 +60,9 @@ struct Counter {
              const std::vector<uint8_t>& resident) {
     if (req < begin || req >= end) return;
     tiers.clear();
-    for (uint32_t id : ids) tiers.push_back(resident[id] ? storage::Tier::kHot : storage::Tier::kNone);
+    for (uint32_t id : ids) {
+      tiers.push_back(resident[id] ? storage::Tier::kHot : storage::Tier::kNone);
+    }
     CountRequest(tiers, result);
   }
 };

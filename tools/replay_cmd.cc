@@ -224,8 +224,11 @@ absl::StatusOr<std::vector<Input>> ReadInputs(const cli::Flags& flags) {
       for (SynthFamily f : AllSynthFamilies()) families.push_back(f);
       continue;
     }
-    absl::StatusOr<SynthFamily> f = ParseSynthFamily(std::string_view(name.data(), name.size()));
-    if (!f.ok()) return absl::InvalidArgumentError(absl::StrCat("--synth: ", f.status().message()));
+    absl::StatusOr<SynthFamily> f =
+        ParseSynthFamily(std::string_view(name.data(), name.size()));
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--synth: ", f.status().message()));
+    }
     families.push_back(*f);
   }
   for (SynthFamily f : families) {
@@ -281,7 +284,9 @@ int RunReplay(int argc, char** argv) {
       !s.ok()) {
     return usage_error(std::string(s.message()));
   }
-  if (!flags.Has("trace") && !flags.Has("synth")) return usage_error("--trace or --synth is required");
+  if (!flags.Has("trace") && !flags.Has("synth")) {
+    return usage_error("--trace or --synth is required");
+  }
   const bool json = flags.Has("json");
   const bool sweep = flags.Has("sweep");
   const bool sweep_codecs = flags.Has("sweep-codecs");
@@ -363,7 +368,8 @@ int RunReplay(int argc, char** argv) {
     uint64_t bb = TraceBlockBytes(*codec, *layout);
     points.push_back({kv::CodecName(*codec), bb, *cap_bytes / bb});
   } else {
-    return usage_error("--capacity-blocks, --capacity-bytes, --sweep or --sweep-codecs is required");
+    return usage_error(
+        "--capacity-blocks, --capacity-bytes, --sweep or --sweep-codecs is required");
   }
   for (const Point& p : points) {
     if (p.capacity_blocks == 0) {
