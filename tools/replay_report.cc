@@ -95,8 +95,8 @@ void PrintReplayTable(const ReplayTraceReport& report, const ReplayPrintOptions&
     return;
   }
   std::printf("%-9s%9s %5s  %-11s %-5s %7s %7s %8s %7s %7s %8s",
-              options.sweep_codecs ? "codec" : "", "capacity", "cold", "policy", "engine", "hit", "prefix", "x_belady", "cold",
-              "tiered", "saved");
+              options.sweep_codecs ? "codec" : "", "capacity", "cold", "policy", "engine", "hit",
+              "prefix", "x_belady", "cold", "tiered", "saved");
   if (options.sweep) std::printf(" | %7s %6s %7s %6s", "half1", "x_bel", "half2", "x_bel");
   std::printf("\n");
   bool prefix_ge_lru = true, have_both = false;

@@ -93,7 +93,9 @@ std::string RenderSvgPlot(const std::vector<PlotPanel>& panels, const PlotAxes& 
       std::pair<std::string, std::string> label =
           axes.x_tick ? axes.x_tick(t) : std::make_pair(absl::StrFormat("%g", t), "");
       svg += Text(x, y0 + 16, label.first, "middle", 10);
-      if (!label.second.empty()) svg += Text(x, y0 + 29, label.second, "middle", 10, " fill=\"#666\"");
+      if (!label.second.empty()) {
+        svg += Text(x, y0 + 29, label.second, "middle", 10, " fill=\"#666\"");
+      }
     }
     svg += absl::StrFormat(
         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "

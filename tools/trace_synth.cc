@@ -31,7 +31,9 @@ class Builder {
     return out;
   }
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
-  double Exponential(double mean) { return std::exponential_distribution<double>(1.0 / mean)(rng_); }
+  double Exponential(double mean) {
+    return std::exponential_distribution<double>(1.0 / mean)(rng_);
+  }
 
   void Emit(double time_ms, const std::vector<uint64_t>& labels) {
     TraceRequest r;
