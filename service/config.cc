@@ -193,16 +193,6 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> EvictionPolicyNames() {
-  std::vector<std::string> names;
-  for (int k = 0; k < 256; ++k) {
-    const auto kind = static_cast<storage::EvictionPolicyKind>(k);
-    auto parsed = storage::ParseEvictionPolicy(storage::EvictionPolicyName(kind));
-    if (parsed.ok() && *parsed == kind) names.emplace_back(storage::EvictionPolicyName(kind));
-  }
-  return names;
-}
-
 namespace {
 
 // One kvtierd flag: its name, the placeholder of its value (null: a boolean flag) and what
@@ -326,7 +316,11 @@ std::string UsageText() {
     absl::StrAppend(&out, "  ", f.name, f.value != nullptr ? absl::StrCat(" ", f.value) : "",
                     "\n      ", f.help, "\n");
   }
-  absl::StrAppend(&out, "POLICY: ", absl::StrJoin(EvictionPolicyNames(), ", "), "\n");
+  std::string policies;
+  for (std::string_view name : storage::EvictionPolicyNames()) {
+    absl::StrAppend(&policies, policies.empty() ? "" : ", ", Sv(name));
+  }
+  absl::StrAppend(&out, "POLICY: ", policies, "\n");
   absl::StrAppend(&out, "SIZE: ", Sv(common::kByteSizeSyntax), "\n");
   absl::StrAppend(&out, "Defaults: ", d.listen_address(), ":", d.port(), ", data_dir ",
                   d.data_dir(), ", hot ", d.hot_capacity_bytes(), " bytes, cold ",

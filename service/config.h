@@ -60,9 +60,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 // defaults.
 std::string UsageText();
 
-// Names of every eviction policy ParseEvictionPolicy accepts, in enum order.
-std::vector<std::string> EvictionPolicyNames();
-
 // Store options for a validated config.
 storage::StoreOptions ToStoreOptions(const v1::ServerConfig& config);
 

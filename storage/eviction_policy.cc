@@ -6,14 +6,15 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
 
 namespace kvtier::storage {
 namespace {
 
 // Indexed by EvictionPolicyKind.
-constexpr std::array<std::string_view, 5> kPolicyNames = {"lru", "prefix_lru", "lfu",
-                                                          "heavy_hitter", "reuse_lru"};
+constexpr std::array<std::string_view, 6> kPolicyNames = {
+    "lru", "prefix_lru", "lfu", "heavy_hitter", "reuse_lru", "adaptive"};
 
 }  // namespace
 
@@ -205,6 +206,8 @@ std::unique_ptr<EvictionPolicy> NewEvictionPolicy(EvictionPolicyKind kind,
       return std::make_unique<HeavyHitterPolicy>(options);
     case EvictionPolicyKind::kReuseLru:
       return std::make_unique<ReuseLruPolicy>();
+    case EvictionPolicyKind::kAdaptive:
+      return std::make_unique<AdaptivePolicy>();
   }
   return std::make_unique<LruPolicy>(true);
 }

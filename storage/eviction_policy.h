@@ -37,15 +37,17 @@ namespace kvtier::storage {
 // Eviction policies for the hot tier. Stable numbers.
 enum class EvictionPolicyKind : uint8_t {
   kLru = 0,          // baseline: least recently used, ignores prefix structure
-  kPrefixLru = 1,    // default: LRU among leaves, sink blocks protected
+  kPrefixLru = 1,    // LRU among leaves, sink blocks protected
   kLfu = 2,          // least frequently used among leaves
   kHeavyHitter = 3,  // decayed worker-reported attention mass + hits (H2O per block)
   kReuseLru = 4,     // prefix LRU that favours blocks referenced before
                      // (eviction_policy_reuse.h)
+  kAdaptive = 5,     // default: prefix LRU whose bias toward re-referenced blocks is
+                     // learned online (eviction_policy_adaptive.h)
 };
 
 // Returns the policy's config name ("lru", "prefix_lru", "lfu", "heavy_hitter",
-// "reuse_lru"), or "unknown" for a value outside the enum.
+// "reuse_lru", "adaptive"), or "unknown" for a value outside the enum.
 const char* EvictionPolicyName(EvictionPolicyKind kind);
 // Returns every policy name in enum order (for --help and error messages).
 std::span<const std::string_view> EvictionPolicyNames();

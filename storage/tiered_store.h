@@ -73,8 +73,8 @@ struct StoreOptions {
   double high_watermark = 0.90;
   // ... and stops once it is at most this fraction full. Default: 0.80.
   double low_watermark = 0.80;
-  // Hot-tier eviction policy. Default: prefix_lru.
-  EvictionPolicyKind policy = EvictionPolicyKind::kPrefixLru;
+  // Hot-tier eviction policy. Default: adaptive.
+  EvictionPolicyKind policy = EvictionPolicyKind::kAdaptive;
   // Tuning of the ranked policies. Default: see EvictionPolicyOptions.
   EvictionPolicyOptions policy_options;
   // Hot arena allocator: "auto" (cudaHostAlloc, else mmap+mlock, else plain), or one of

@@ -5,13 +5,15 @@
 #include <deque>
 #include <limits>
 #include <set>
-#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
+#include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
+#include "tools/store_model.h"
 
 namespace kvtier::tools {
 namespace {
@@ -49,151 +51,20 @@ DenseTrace Densify(const Trace& trace) {
 struct Counter {
   size_t begin, end;
   SimResult* result;
+  std::vector<storage::Tier> tiers;
+  void Count(size_t req, std::span<const storage::Tier> t) {
+    if (req >= begin && req < end) CountRequest(t, result);
+  }
+  // Block-level engines: resident = hot, no cold tier.
   void Count(size_t req, const std::vector<uint32_t>& ids,
              const std::vector<uint8_t>& resident) {
     if (req < begin || req >= end) return;
-    result->requests++;
-    result->requested_blocks += ids.size();
-    bool prefix = true;
+    tiers.clear();
     for (uint32_t id : ids) {
-      if (resident[id]) {
-        result->hit_blocks++;
-        if (prefix) result->prefix_hit_blocks++;
-      } else {
-        prefix = false;
-      }
+      tiers.push_back(resident[id] ? storage::Tier::kHot : storage::Tier::kNone);
     }
+    CountRequest(tiers, result);
   }
-};
-
-// Priority-ordered policies (lru, prefix_lru, lfu, reuse): the resident block with the
-// smallest (priority, seq) among the eligible ones is evicted. With prefix_aware only
-// leaves are eligible.
-class PriorityCache {
- public:
-  PriorityCache(const DenseTrace& d, SimPolicy policy, uint64_t capacity,
-                double history_capacities)
-      : d_(d), policy_(policy), capacity_(capacity),
-        prefix_aware_(policy != SimPolicy::kLru), resident_(d.parent.size(), 0),
-        children_(d.parent.size(), 0), hits_(d.parent.size(), 0),
-        refs_(d.parent.size(), 0), last_ref_(d.parent.size(), 0),
-        history_refs_(history_capacities > 0
-                          ? static_cast<uint64_t>(history_capacities * capacity)
-                          : 0),
-        forget_on_evict_(history_capacities < 0), last_req_(d.parent.size(), kNever),
-        key_(d.parent.size()) {}
-
-  const std::vector<uint8_t>& resident() const { return resident_; }
-  uint64_t evictions() const { return evictions_; }
-
-  void Request(size_t req, const std::vector<uint32_t>& ids) {
-    cur_ = req;
-    uint32_t prefix = 0;
-    while (prefix < ids.size() && resident_[ids[prefix]]) ++prefix;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      uint32_t id = ids[i];
-      Touch sig;
-      sig.now = ++clock_;
-      sig.prior_refs = refs_[id];
-      // A bounded history forgets keys not referenced within the window.
-      if (history_refs_ > 0 && last_ref_[id] + history_refs_ < clock_) {
-        refs_[id] = 0;
-        sig.prior_refs = 0;
-      }
-      last_ref_[id] = clock_;
-      refs_[id]++;
-      if (resident_[id]) {
-        hits_[id]++;
-        Reprioritize(id, sig);
-      } else {
-        Insert(id, sig);
-      }
-    }
-  }
-
- private:
-  static constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-  using Key = std::tuple<double, uint64_t, uint32_t>;
-  struct Touch {
-    uint64_t now = 0;
-    uint64_t prior_refs = 0;
-  };
-
-  double Priority(uint32_t id, const Touch& sig) const {
-    switch (policy_) {
-      case SimPolicy::kLfu:
-        return static_cast<double>(hits_[id]);
-      case SimPolicy::kReuse:
-        return storage::ReuseRank(sig.now, sig.prior_refs, size_);
-      default:
-        return static_cast<double>(sig.now);
-    }
-  }
-  bool Eligible(uint32_t id) const { return !prefix_aware_ || children_[id] == 0; }
-
-  void Reprioritize(uint32_t id, const Touch& sig) {
-    if (Eligible(id)) order_.erase(key_[id]);
-    key_[id] = Key(Priority(id, sig), sig.now, id);
-    last_req_[id] = cur_;
-    if (Eligible(id)) order_.insert(key_[id]);
-  }
-
-  void Insert(uint32_t id, const Touch& sig) {
-    resident_[id] = 1;
-    hits_[id] = 0;
-    ++size_;
-    int32_t p = d_.parent[id];
-    if (p != kNoParent && resident_[p]) {
-      if (prefix_aware_ && children_[p] == 0) order_.erase(key_[p]);
-      children_[p]++;
-    }
-    key_[id] = Key(Priority(id, sig), sig.now, id);
-    last_req_[id] = cur_;
-    order_.insert(key_[id]);
-    while (size_ > capacity_) {
-      auto it = order_.begin();
-      while (it != order_.end() && last_req_[std::get<2>(*it)] == cur_) ++it;
-      // Everything eligible belongs to this request: drop the new block (bypass).
-      uint32_t victim = it == order_.end() ? id : std::get<2>(*it);
-      Remove(victim);
-      if (victim == id) break;
-    }
-  }
-
-  void Remove(uint32_t id) {
-    if (forget_on_evict_) refs_[id] = 0;
-    order_.erase(key_[id]);
-    resident_[id] = 0;
-    --size_;
-    ++evictions_;
-    int32_t p = d_.parent[id];
-    if (p != kNoParent && resident_[p] && children_[p] > 0) {
-      children_[p]--;
-      if (prefix_aware_ && children_[p] == 0) order_.insert(key_[p]);
-    }
-    // Children of a non-prefix-aware victim stay resident but keep their parent link
-    // count consistent: they no longer count toward the (now absent) parent.
-    children_[id] = 0;
-  }
-
-  const DenseTrace& d_;
-  SimPolicy policy_;
-  uint64_t capacity_;
-  bool prefix_aware_;
-  std::vector<uint8_t> resident_;
-  std::vector<uint32_t> children_;
-  std::vector<uint32_t> hits_;
-  std::vector<uint32_t> refs_;
-  std::vector<uint64_t> last_ref_;
-  uint64_t history_refs_;
-  bool forget_on_evict_;
-  std::vector<uint64_t> last_req_;
-  std::vector<Key> key_;
-  std::set<Key> order_;
-  uint64_t size_ = 0;
-  uint64_t clock_ = 0;
-  uint64_t evictions_ = 0;
-  size_t cur_ = 0;
 };
 
 // S3-FIFO (Yang et al., SOSP'23): a small FIFO taking 10% of the slots, a main FIFO and a
@@ -337,6 +208,7 @@ const char* SimPolicyName(SimPolicy policy) {
     case SimPolicy::kLfu: return "lfu";
     case SimPolicy::kS3Fifo: return "s3fifo";
     case SimPolicy::kReuse: return storage::kReusePolicyName;
+    case SimPolicy::kAdaptive: return storage::kAdaptivePolicyName;
     case SimPolicy::kBelady: return "belady";
     case SimPolicy::kInfinite: return "infinite";
   }
@@ -344,8 +216,9 @@ const char* SimPolicyName(SimPolicy policy) {
 }
 
 std::vector<SimPolicy> AllSimPolicies() {
-  return {SimPolicy::kLru,    SimPolicy::kPrefixLru, SimPolicy::kLfu,     SimPolicy::kS3Fifo,
-          SimPolicy::kReuse,  SimPolicy::kBelady,    SimPolicy::kInfinite};
+  return {SimPolicy::kLru,      SimPolicy::kPrefixLru, SimPolicy::kLfu,
+          SimPolicy::kS3Fifo,   SimPolicy::kReuse,     SimPolicy::kAdaptive,
+          SimPolicy::kBelady,   SimPolicy::kInfinite};
 }
 
 absl::StatusOr<SimPolicy> ParseSimPolicy(std::string_view name) {
@@ -354,8 +227,39 @@ absl::StatusOr<SimPolicy> ParseSimPolicy(std::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown policy: ", Sv(name),
-                   " (want lru, prefix_lru, lfu, s3fifo, ", storage::kReusePolicyName,
-                   ", belady, infinite)"));
+                   " (want lru, prefix_lru, lfu, s3fifo, ", storage::kReusePolicyName, ", ",
+                   storage::kAdaptivePolicyName, ", belady, infinite)"));
+}
+
+absl::StatusOr<storage::EvictionPolicyKind> StorePolicyOf(SimPolicy policy) {
+  switch (policy) {
+    case SimPolicy::kLru: return storage::EvictionPolicyKind::kLru;
+    case SimPolicy::kPrefixLru: return storage::EvictionPolicyKind::kPrefixLru;
+    case SimPolicy::kLfu: return storage::EvictionPolicyKind::kLfu;
+    case SimPolicy::kReuse: return storage::EvictionPolicyKind::kReuseLru;
+    case SimPolicy::kAdaptive: return storage::EvictionPolicyKind::kAdaptive;
+    default: break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(SimPolicyName(policy), " is not a store policy"));
+}
+
+void CountRequest(std::span<const storage::Tier> tiers, SimResult* r) {
+  r->requests++;
+  r->requested_blocks += tiers.size();
+  bool hot_prefix = true;
+  bool any_prefix = true;
+  for (storage::Tier t : tiers) {
+    if (t == storage::Tier::kNone) any_prefix = false;
+    if (t == storage::Tier::kHot) {
+      r->hit_blocks++;
+      if (hot_prefix) r->prefix_hit_blocks++;
+      if (any_prefix) r->leading_hot_blocks++;
+    } else {
+      hot_prefix = false;
+      if (any_prefix) r->leading_cold_blocks++;
+    }
+  }
 }
 
 absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
@@ -370,7 +274,7 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
   }
   DenseTrace d = Densify(trace);
   SimResult result;
-  Counter counter{options.measure_begin, end, &result};
+  Counter counter{options.measure_begin, end, &result, {}};
   switch (policy) {
     case SimPolicy::kInfinite: {
       std::vector<uint8_t> resident(d.parent.size(), 0);
@@ -392,12 +296,21 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
       return result;
     }
     default: {
-      PriorityCache cache(d, policy, options.capacity_blocks, options.reuse_history_capacities);
+      ASSIGN_OR_RETURN(storage::EvictionPolicyKind kind, StorePolicyOf(policy));
+      StoreModelOptions mo;
+      mo.hot_slots = options.capacity_blocks;
+      mo.cold_capacity_bytes = std::max<uint64_t>(
+          1, static_cast<uint64_t>(options.cold_capacities *
+                                   static_cast<double>(options.capacity_blocks)));
+      mo.sink_blocks = options.sink_blocks;
+      mo.policy = kind;
+      StoreModel model(mo, d.parent.size());
+      std::vector<storage::Tier> tiers;
       for (size_t q = 0; q < d.requests.size(); ++q) {
-        counter.Count(q, d.requests[q], cache.resident());
-        cache.Request(q, d.requests[q]);
+        model.Request(d.requests[q], &tiers);
+        counter.Count(q, tiers);
       }
-      result.evictions = cache.evictions();
+      result.evictions = model.demotions();
       return result;
     }
   }

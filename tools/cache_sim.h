@@ -1,21 +1,25 @@
-// A fast in-memory, block-level cache simulator for Mooncake traces (tools/trace.h).
-// It models only which block ids are resident in a cache of `capacity_blocks` slots, so
-// policies can be compared in milliseconds; `kvtier replay` drives the real TieredStore.
+// A fast in-memory cache simulator for Mooncake traces (tools/trace.h), so policies can
+// be compared in seconds; `kvtier replay` drives the real TieredStore.
 //
 // Replay semantics (shared with tools/replay.h): for each request, in trace order,
-//   1. every id is looked up; hits = ids resident, prefix hits = the leading run of
-//      resident ids (the part of the prompt whose prefill is saved);
-//   2. every id is then touched in request order: resident ones as a read (recency and
-//      hit count updated), missing ones inserted (the engine recomputes and pushes them).
-//      Blocks of the request being processed are not evicted while it is inserted.
+//   1. every id is looked up; hits = ids resident in the hot tier, prefix hits = the
+//      leading run of hot ids (the part of the prompt whose prefill is saved without
+//      touching the cold tier); the leading run resident in either tier is split into
+//      blocks served from hot and from cold (prefill saved by loading them);
+//   2. every id is then referenced in request order: resident ones are read, missing
+//      ones inserted (the engine recomputes and pushes them).
 //
-// Definitions of the offline references:
+// Engines:
+//   store policies (lru, prefix_lru, lfu, reuse_lru, adaptive): tools/store_model.h, a
+//     model of TieredStore (hot tier + cold tier of `cold_capacities` x the hot size)
+//     that runs the store's own policy objects; it agrees with the real store exactly.
+//   s3fifo: block-level S3-FIFO (Yang et al., SOSP'23), prefix-unaware, no cold tier.
 //   infinite: unbounded capacity (every id after its first reference hits).
-//   belady:   classic Belady/MIN over the sequence of block references: on overflow evict
-//             the resident block (the new one included, i.e. bypass) whose next reference
-//             is farthest; ties evict the deeper block first, which keeps every resident
-//             block's prefix resident. Its hit count is an upper bound on the hits, hence
-//             on the prefix hits, of any policy with the same capacity.
+//   belady: classic Belady/MIN over the sequence of block references: on overflow evict
+//     the resident block (the new one included, i.e. bypass) whose next reference is
+//     farthest; ties evict the deeper block first, which keeps every resident block's
+//     prefix resident. Its hit count is an upper bound on the hits, hence on the prefix
+//     hits, of any policy with the same hot capacity.
 //
 // Thread safety: Simulate keeps no shared state (thread-safe); the option and result
 // structs are thread-compatible values.
@@ -23,25 +27,31 @@
 #define KVTIER_TOOLS_CACHE_SIM_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "storage/tiered_store.h"
 #include "tools/trace.h"
 
 namespace kvtier::tools {
 
 enum class SimPolicy {
-  kLru,        // global LRU, ignores prefix structure (children may outlive parents)
-  kPrefixLru,  // LRU among leaves (a block with a resident child is never evicted)
-  kLfu,        // fewest hits while resident among leaves, ties LRU
+  kLru,        // the store's lru: global LRU (children may outlive parents), sinks kept
+  kPrefixLru,  // the store's prefix_lru: LRU among hot leaves
+  kLfu,        // the store's lfu: fewest hits since the key was indexed, among leaves
   kS3Fifo,     // S3-FIFO (10% small FIFO, main FIFO, ghost FIFO), ignores prefix structure
-  kReuse,      // reuse_lru (storage/eviction_policy_reuse.h), leaves only
+  kReuse,      // the store's reuse_lru (storage/eviction_policy_reuse.h)
+  kAdaptive,   // the store's adaptive (storage/eviction_policy_adaptive.h)
   kBelady,     // offline optimum (see above)
   kInfinite,   // unbounded capacity
 };
 const char* SimPolicyName(SimPolicy policy);
+// The store policy a simulator policy runs, or INVALID_ARGUMENT for s3fifo / belady /
+// infinite, which exist only in the simulator.
+absl::StatusOr<storage::EvictionPolicyKind> StorePolicyOf(SimPolicy policy);
 // INVALID_ARGUMENT naming the value for an unknown name.
 absl::StatusOr<SimPolicy> ParseSimPolicy(std::string_view name);
 // All policies, online ones first, then belady and infinite.
@@ -53,18 +63,22 @@ struct SimOptions {
   // run (warm-up before, cool-down after). measure_end 0 = the end of the trace.
   size_t measure_begin = 0;
   size_t measure_end = 0;
-  // kReuse: how long a key's reference count is remembered after its last reference, in
-  // multiples of capacity_blocks references (the store remembers keys through its cold
-  // tier). 0 = forever; negative = only while resident (forgotten on eviction).
-  double reuse_history_capacities = 0;
+  // Store policies: the cold tier holds max(1, cold_capacities x capacity_blocks) blocks
+  // (the store remembers a key, and its hits, while it has a cold copy).
+  double cold_capacities = 8.0;
+  uint32_t sink_blocks = 1;  // namespace sink_blocks (store policies)
 };
 
 struct SimResult {
   uint64_t requests = 0;           // counted requests
   uint64_t requested_blocks = 0;   // block references in counted requests
   uint64_t hit_blocks = 0;         // ... resident at lookup
-  uint64_t prefix_hit_blocks = 0;  // ... in the resident leading run of their request
-  uint64_t evictions = 0;          // over the whole run
+  uint64_t prefix_hit_blocks = 0;  // ... in the leading run of hot blocks of their request
+  // The leading run of blocks resident in either tier, by the tier that serves them;
+  // requested - leading_hot - leading_cold blocks are recomputed.
+  uint64_t leading_hot_blocks = 0;
+  uint64_t leading_cold_blocks = 0;
+  uint64_t evictions = 0;          // hot evictions (demotions) over the whole run
 
   double HitRate() const {
     return requested_blocks ? static_cast<double>(hit_blocks) / requested_blocks : 0;
@@ -72,7 +86,16 @@ struct SimResult {
   double PrefixHitRate() const {
     return requested_blocks ? static_cast<double>(prefix_hit_blocks) / requested_blocks : 0;
   }
+  // Leading blocks served from either tier / blocks requested.
+  double TieredPrefixHitRate() const {
+    return requested_blocks
+               ? static_cast<double>(leading_hot_blocks + leading_cold_blocks) / requested_blocks
+               : 0;
+  }
 };
+
+// Adds one request, given each block's tier at lookup, to `result`.
+void CountRequest(std::span<const storage::Tier> tiers, SimResult* result);
 
 // Runs `policy` over `trace`. INVALID_ARGUMENT if capacity_blocks is 0 for a bounded
 // policy or the measure range is empty. Deterministic.

@@ -102,8 +102,11 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   storage::StoreOptions so;
   so.data_dir = dir;
   so.hot_capacity_bytes = hot_bytes;
-  so.cold_capacity_bytes = std::max<uint64_t>(
-      payload.size(), static_cast<uint64_t>(options.history_capacities * hot_bytes));
+  const uint64_t cold_blocks = std::max<uint64_t>(
+      1, static_cast<uint64_t>(options.cold_capacities *
+                               static_cast<double>(result.capacity_blocks)));
+  so.cold_capacity_bytes = cold_blocks * (payload.size() + kColdRecordOverheadBytes);
+  result.cold_capacity_bytes = so.cold_capacity_bytes;
   // The cache being sized is exactly the hot tier: demote only when a block does not fit.
   so.high_watermark = 1.0;
   so.low_watermark = 1.0;
@@ -131,21 +134,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
     };
     absl::StatusOr<storage::LookupResult> lookup = store->Lookup(kNamespace, keys);
     if (!lookup.ok()) return fail(lookup.status());
-    auto count = [&](SimResult& r) {
-      r.requests++;
-      r.requested_blocks += ids.size();
-      bool prefix = true;
-      for (storage::Tier t : lookup->tiers) {
-        if (t == storage::Tier::kHot) {
-          r.hit_blocks++;
-          if (prefix) r.prefix_hit_blocks++;
-        } else {
-          prefix = false;
-        }
-      }
-    };
-    if (q >= options.measure_begin && q < end) count(result.store);
-    count(result.halves[q < trace.requests.size() / 2 ? 0 : 1]);
+    if (q >= options.measure_begin && q < end) CountRequest(lookup->tiers, &result.store);
+    CountRequest(lookup->tiers, &result.halves[q < trace.requests.size() / 2 ? 0 : 1]);
     batch.clear();
     auto flush = [&]() -> absl::Status {
       if (batch.empty()) return absl::OkStatus();
@@ -180,6 +170,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   storage::StoreStats stats = store->Stats();
   for (const storage::NamespaceStats& n : stats.namespaces) {
     result.hot_evictions += n.demotions + n.evictions_hot_capacity;
+    result.store.evictions += n.demotions;
   }
   store.reset();
   return result;

@@ -3,10 +3,11 @@
 //
 // Semantics per request (same as cache_sim.h): Lookup all keys; a block *hits* if it is
 // resident in the HOT tier (the cache being sized); prefix hits are the leading run of hot
-// blocks. Then every block is referenced in request order: hot or cold blocks with Get
-// (a cold Get promotes into hot, like a re-insert), absent blocks with Put (real encoded
-// payload bytes). The cold tier is kept (history_capacities x hot size) only so the store
-// remembers keys it evicted from hot; cold residency never counts as a hit.
+// blocks, and the leading run resident in either tier is counted by serving tier. Then
+// every block is referenced in request order: hot or cold blocks with Get (a cold Get
+// promotes into hot), absent blocks with Put (real encoded payload bytes). The cold tier
+// holds cold_capacities x the hot tier's blocks (its bytes: that many cold records) and
+// deletes least recently used leaves, as the store always does.
 //
 // Keys: 16 bytes, the hash id little-endian in the first 8 bytes, zero padded; parent =
 // previous id of the request; block_index = position in the request.
@@ -29,6 +30,10 @@
 
 namespace kvtier::tools {
 
+// Cold record bytes beyond the payload (storage/cold_tier.cc kRecordHeaderBytes); the
+// replay sizes the cold tier in records with it.
+inline constexpr uint64_t kColdRecordOverheadBytes = 20;
+
 // Returns the 16-byte store key of a trace hash id.
 std::string TraceKey(uint64_t hash_id);
 
@@ -42,11 +47,11 @@ struct ReplayOptions {
   // block size rounded up to the arena alignment). When set, the capacity in blocks is
   // capacity_bytes / slot size.
   uint64_t capacity_bytes = 0;
-  storage::EvictionPolicyKind policy = storage::EvictionPolicyKind::kPrefixLru;
+  storage::EvictionPolicyKind policy = storage::EvictionPolicyKind::kAdaptive;
   kv::Layout layout = ReplayLayout();
   kv::CodecId codec = kv::CodecId::kFp16;
-  // Cold tier size in multiples of the hot size (the store's memory of evicted keys).
-  double history_capacities = 8.0;
+  // Cold tier size in blocks, as a multiple of the hot capacity (at least one block).
+  double cold_capacities = 8.0;
   // Namespace sink_blocks: blocks with index < this are not demoted from hot while a
   // descendant is hot, nor deleted from cold while any descendant is resident.
   uint32_t sink_blocks = 1;
@@ -62,7 +67,8 @@ struct ReplayResult {
   uint64_t capacity_blocks = 0;
   uint64_t block_bytes = 0;  // encoded bytes of one block
   uint64_t slot_bytes = 0;   // hot arena bytes one block occupies
-  SimResult store;           // counts from the real store (hot-tier hits)
+  uint64_t cold_capacity_bytes = 0;  // cold tier size given to the store
+  SimResult store;           // counts from the real store
   // The same counts split at the middle request: [0, n/2) and [n/2, n) (warm cache),
   // ignoring measure_begin/measure_end. For hold-out evaluation.
   SimResult halves[2];

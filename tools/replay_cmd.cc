@@ -1,6 +1,7 @@
-// `kvtier replay`: replays a Mooncake trace (tools/trace.h) against the real TieredStore
-// in-process and reports hot-tier hit rates next to infinite capacity and Belady's offline
-// optimum (tools/replay.h, tools/cache_sim.h).
+// `kvtier replay`: replays Mooncake traces (tools/trace.h, or synthetic families from
+// tools/trace_synth.h) against the real TieredStore in-process and reports hit rates per
+// tier next to infinite capacity and Belady's offline optimum (tools/replay.h,
+// tools/cache_sim.h); tools/replay_report.h prints the table, JSON and SVG plot.
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,66 +14,69 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/flags.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
+#include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 #include "tools/cache_sim.h"
 #include "tools/commands.h"
 #include "tools/replay.h"
+#include "tools/replay_report.h"
 #include "tools/trace.h"
+#include "tools/trace_synth.h"
 
 namespace kvtier::tools {
 namespace {
 
 namespace st = ::kvtier::storage;
 
-constexpr uint32_t kTraceBlockTokens = 512;  // Mooncake hash_ids cover 512 tokens each
-
 constexpr char kReplayUsage[] =
-    "usage: kvtier replay --trace FILE --capacity-blocks N [--policy P] [flags]\n"
-    "       kvtier replay --trace FILE --capacity-bytes SIZE [--codec C] [--layout L] ...\n"
-    "       kvtier replay --trace FILE --sweep [--capacities N,N,...] [--policies P,P,...]\n"
-    "       kvtier replay --trace FILE --sweep-codecs [--capacity-bytes SIZE] [--layout L]\n"
+    "usage: kvtier replay (--trace FILE[,FILE] | --synth FAMILY[,FAMILY|all]) [flags]\n"
+    "         --capacity-blocks N [--policy P]      one policy at one capacity\n"
+    "         --capacity-bytes SIZE [--codec C] [--layout L]\n"
+    "         --sweep [--capacities N,..] [--policies P,..] [--cold-capacities X,..]\n"
+    "                 [--plot FILE.svg]\n"
+    "         --sweep-codecs [--capacity-bytes SIZE] [--layout L]\n"
+    "       kvtier replay --synth FAMILY --synth-out FILE   write the trace as JSONL\n"
     "\n"
     "Replays the trace through an in-process TieredStore (RocksDB in a temp dir). A block\n"
     "hits when it is resident in the HOT tier (the cache being sized) at lookup:\n"
     "  hit_rate            blocks hit / blocks requested\n"
-    "  prefix_hit_rate     leading run of hit blocks / blocks requested (saved prefill)\n"
+    "  prefix_hit_rate     leading run of hot blocks / blocks requested\n"
+    "  cold, tiered        the leading run resident in either tier: blocks from cold, and\n"
+    "                      all of it / blocks requested; saved = its prefill tokens per\n"
+    "                      request (512 per block)\n"
     "  infinite_hit_rate   same trace, unbounded capacity\n"
     "  belady_hit_rate     offline optimum (Belady/MIN over block references); an upper\n"
     "                      bound on any policy's (prefix) hit rate; x_belady = prefix/belady\n"
-    "Policies: the store's (lru, prefix_lru, lfu, heavy_hitter, ...) run in the store;\n"
-    "s3fifo runs in the simulator (engine column). --sim runs everything in the simulator.\n"
+    "Policies: the store's (adaptive (default), lru, prefix_lru, lfu, reuse_lru, ...) run in\n"
+    "the store; s3fifo runs in the simulator (engine column). --sim runs the store policies\n"
+    "in the store model (tools/store_model.h: same policy objects, same counts).\n"
+    "Traces: --synth chat|sysprompt|rag|agent|scan|all (tools/trace_synth.h), with\n"
+    "--synth-requests N (4000) and --seed S (1). Several traces: one table (and one plot\n"
+    "panel) each.\n"
     "Flags:\n"
     "  --sweep            every policy at several capacities, plus each trace half\n"
     "                     ([0,n/2) and [n/2,n), warm cache) for hold-out evaluation\n"
+    "  --cold-capacities  cold tier sizes to sweep, in multiples of the hot tier (blocks);\n"
+    "                     default: --history\n"
+    "  --plot FILE.svg    with --sweep: draw prefix hit rate vs capacity per trace\n"
     "  --trace-stats      only print the trace's reuse statistics (what reuse_lru bets on)\n"
     "  --sweep-codecs     hit rate per codec at equal bytes (--capacity-bytes, default the\n"
     "                     fp16 size of 5859 trace blocks)\n"
     "  --capacity-bytes   hot bytes; blocks = SIZE / encoded bytes of one 512-token trace\n"
     "                     block in --codec (fp16) and --layout (LxHxDxT, 32x8x128x16)\n"
-    "  --history X        cold tier = X x hot size: how the store remembers keys evicted\n"
-    "                     from hot (reuse_lru needs it); the simulator uses the same\n"
-    "                     window. Default 8\n"
+    "  --history X        cold tier = X x hot blocks (the store remembers keys, and their\n"
+    "                     hits, through it). Default 8\n"
     "  --sink-blocks N    namespace sink_blocks (default 1)\n"
     "  --json, --data-dir DIR\n"
     "Replay payloads use a tiny layout (fp16 1x1x16x4) so the replay is fast; --codec and\n"
     "--layout only size the capacity (kv::EncodedSize).\n";
 
-struct Row {
-  std::string policy;
-  std::string engine;  // "store" or "sim"
-  std::string codec;   // --sweep-codecs / --capacity-bytes only
-  uint64_t trace_block_bytes = 0;
-  uint64_t capacity_blocks = 0;
-  size_t point = 0;  // index of the capacity point (and its Refs) this row belongs to
-  SimResult all;
-  SimResult halves[2];
-};
-
 struct Settings {
-  double history = 8.0;
+  double cold = 8.0;  // cold tier, x hot
   uint32_t sink_blocks = 1;
   std::string data_dir;
   bool sim = false;
@@ -83,22 +87,24 @@ void Progress(const std::string& label, size_t done, size_t total) {
   if (total == 0) return;
   const int width = 30;
   const int filled = static_cast<int>(width * done / total);
-  std::fprintf(stderr, "\r%-28s [%s%s] %3zu%%", label.c_str(),
+  std::fprintf(stderr, "\r%-36s [%s%s] %3zu%%", label.c_str(),
                std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
                done * 100 / total);
   if (done == total) std::fputs("\r\033[K", stderr);
   std::fflush(stderr);
 }
 
-absl::StatusOr<Row> RunSim(const Trace& trace, SimPolicy policy, uint64_t capacity,
-                           const Settings& s) {
-  Row row;
+absl::StatusOr<ReplayRow> RunSim(const Trace& trace, SimPolicy policy, uint64_t capacity,
+                                 const Settings& s) {
+  ReplayRow row;
   row.policy = SimPolicyName(policy);
   row.engine = "sim";
   row.capacity_blocks = capacity;
   SimOptions o;
   o.capacity_blocks = capacity;
-  o.reuse_history_capacities = s.history;
+  o.cold_capacities = s.cold;
+  o.sink_blocks = s.sink_blocks;
+  if (StorePolicyOf(policy).ok()) row.cold_capacities = s.cold;
   absl::StatusOr<SimResult> r = Simulate(trace, policy, o);
   if (!r.ok()) return r.status();
   row.all = *r;
@@ -113,23 +119,24 @@ absl::StatusOr<Row> RunSim(const Trace& trace, SimPolicy policy, uint64_t capaci
   return row;
 }
 
-absl::StatusOr<Row> RunStore(const Trace& trace, st::EvictionPolicyKind policy,
-                             uint64_t capacity_blocks, const Settings& s) {
+absl::StatusOr<ReplayRow> RunStore(const Trace& trace, st::EvictionPolicyKind policy,
+                                   uint64_t capacity_blocks, const Settings& s) {
   ReplayOptions o;
   o.capacity_blocks = capacity_blocks;
   o.policy = policy;
-  o.history_capacities = s.history;
+  o.cold_capacities = s.cold;
   o.sink_blocks = s.sink_blocks;
   o.data_dir = s.data_dir;
-  const std::string label =
-      absl::StrCat(st::EvictionPolicyName(policy), " @ ", capacity_blocks, " blocks");
+  const std::string label = absl::StrCat(st::EvictionPolicyName(policy), " @ ",
+                                         capacity_blocks, " blocks, cold ", s.cold, "x");
   if (s.tty) o.progress = [label](size_t d, size_t t) { Progress(label, d, t); };
   absl::StatusOr<ReplayResult> r = ReplayTrace(trace, o);
   if (!r.ok()) return r.status();
-  Row row;
+  ReplayRow row;
   row.policy = r->policy;
   row.engine = "store";
   row.capacity_blocks = r->capacity_blocks;
+  row.cold_capacities = s.cold;
   row.all = r->store;
   row.halves[0] = r->halves[0];
   row.halves[1] = r->halves[1];
@@ -137,12 +144,14 @@ absl::StatusOr<Row> RunStore(const Trace& trace, st::EvictionPolicyKind policy,
 }
 
 // Runs `name` in the store when the store knows it (and not --sim), else the simulator.
-absl::StatusOr<Row> RunPolicy(const Trace& trace, const std::string& name,
-                              uint64_t capacity, const Settings& s) {
+absl::StatusOr<ReplayRow> RunPolicy(const Trace& trace, const std::string& name,
+                                    uint64_t capacity, const Settings& s) {
   absl::StatusOr<st::EvictionPolicyKind> kind = st::ParseEvictionPolicy(name);
   if (!s.sim && kind.ok()) return RunStore(trace, *kind, capacity, s);
   absl::StatusOr<SimPolicy> sp = ParseSimPolicy(name);
-  if (!sp.ok()) return absl::InvalidArgumentError(absl::StrCat("--policy: ", sp.status().message()));
+  if (!sp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--policy: ", sp.status().message()));
+  }
   return RunSim(trace, *sp, capacity, s);
 }
 
@@ -178,59 +187,76 @@ uint64_t TraceBlockBytes(kv::CodecId codec, const kv::Layout& layout) {
   return per_trace_block * kv::EncodedSize(codec, layout, layout.tokens_per_block, 0);
 }
 
-double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
-
-struct Refs {
-  uint64_t capacity_blocks = 0;
-  Row belady;
-  Row infinite;
-};
-
-void PrintJson(const std::string& path, const Trace& trace, const std::vector<Row>& rows,
-               const std::vector<Refs>& refs, const Settings& s) {
-  std::printf(
-      "{\n  \"trace\": \"%s\",\n  \"requests\": %zu,\n  \"block_refs\": %llu,\n"
-      "  \"unique_blocks\": %llu,\n  \"hit_definition\": \"resident in the hot tier\",\n"
-      "  \"history_capacities\": %g,\n  \"sink_blocks\": %u,\n  \"results\": [\n",
-      path.c_str(), trace.requests.size(), static_cast<unsigned long long>(trace.total_blocks),
-      static_cast<unsigned long long>(trace.unique_blocks), s.history, s.sink_blocks);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    const Refs* ref = &refs[r.point];
-    std::string codec;
-    if (!r.codec.empty()) {
-      codec = absl::StrCat("\"codec\": \"", r.codec, "\", \"trace_block_bytes\": ",
-                           r.trace_block_bytes, ", ");
+absl::StatusOr<std::vector<double>> ParseList(const std::string& flag, const std::string& text,
+                                              bool positive) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || v < 0 || (positive && v <= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": bad value '", part, "'"));
     }
-    std::printf(
-        "    {%s\"capacity_blocks\": %llu, \"policy\": \"%s\", \"engine\": \"%s\", "
-        "\"hit_rate\": %.6f, \"prefix_hit_rate\": %.6f, \"infinite_hit_rate\": %.6f, "
-        "\"belady_hit_rate\": %.6f, \"prefix_vs_belady\": %.4f, "
-        "\"first_half_prefix_hit_rate\": %.6f, \"second_half_prefix_hit_rate\": %.6f, "
-        "\"first_half_belady_hit_rate\": %.6f, \"second_half_belady_hit_rate\": %.6f}%s\n",
-        codec.c_str(), static_cast<unsigned long long>(r.capacity_blocks), r.policy.c_str(),
-        r.engine.c_str(), r.all.HitRate(), r.all.PrefixHitRate(), ref->infinite.all.HitRate(),
-        ref->belady.all.HitRate(), Ratio(r.all.PrefixHitRate(), ref->belady.all.HitRate()),
-        r.halves[0].PrefixHitRate(), r.halves[1].PrefixHitRate(),
-        ref->belady.halves[0].HitRate(), ref->belady.halves[1].HitRate(),
-        i + 1 == rows.size() ? "" : ",");
+    out.push_back(v);
   }
-  std::printf("  ]\n}\n");
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty"));
+  return out;
 }
 
-void PrintTableRow(const Row& r, const Row& belady, bool with_halves) {
-  std::string codec = r.codec.empty() ? "" : absl::StrCat(r.codec, " ");
-  std::printf("%-9s%9llu  %-12s %-5s %7.4f %7.4f %8.3f", codec.c_str(),
-              static_cast<unsigned long long>(r.capacity_blocks), r.policy.c_str(),
-              r.engine.c_str(), r.all.HitRate(), r.all.PrefixHitRate(),
-              Ratio(r.all.PrefixHitRate(), belady.all.HitRate()));
-  if (with_halves) {
-    std::printf(" | %7.4f %6.3f %7.4f %6.3f", r.halves[0].PrefixHitRate(),
-                Ratio(r.halves[0].PrefixHitRate(), belady.halves[0].HitRate()),
-                r.halves[1].PrefixHitRate(),
-                Ratio(r.halves[1].PrefixHitRate(), belady.halves[1].HitRate()));
+struct Input {
+  std::string name;
+  Trace trace;
+};
+
+// --trace paths and --synth families, in that order.
+absl::StatusOr<std::vector<Input>> ReadInputs(const cli::Flags& flags) {
+  std::vector<Input> inputs;
+  for (absl::string_view path :
+       absl::StrSplit(flags.GetString("trace", ""), ',', absl::SkipEmpty())) {
+    ASSIGN_OR_RETURN(Trace t, ReadTrace(std::string(path)));
+    inputs.push_back({std::string(path), std::move(t)});
   }
-  std::printf("\n");
+  ASSIGN_OR_RETURN(int64_t requests, flags.GetInt("synth-requests", 4000));
+  ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 1));
+  if (requests <= 0) return absl::InvalidArgumentError("--synth-requests must be > 0");
+  std::vector<SynthFamily> families;
+  for (absl::string_view name :
+       absl::StrSplit(flags.GetString("synth", ""), ',', absl::SkipEmpty())) {
+    if (name == "all") {
+      for (SynthFamily f : AllSynthFamilies()) families.push_back(f);
+      continue;
+    }
+    absl::StatusOr<SynthFamily> f =
+        ParseSynthFamily(std::string_view(name.data(), name.size()));
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--synth: ", f.status().message()));
+    }
+    families.push_back(*f);
+  }
+  for (SynthFamily f : families) {
+    SynthOptions o;
+    o.family = f;
+    o.seed = static_cast<uint64_t>(seed);
+    o.requests = static_cast<size_t>(requests);
+    ASSIGN_OR_RETURN(Trace t, SynthesizeTrace(o));
+    inputs.push_back({absl::StrCat("synth:", SynthFamilyName(f)), std::move(t)});
+  }
+  if (inputs.empty()) return absl::InvalidArgumentError("--trace or --synth is required");
+  return inputs;
+}
+
+int TraceStats(const Trace& trace, bool json) {
+  const ReuseStats r = ComputeReuseStats(trace);
+  std::printf(json ? "{\"unique_blocks\": %llu, \"referenced_once\": %.4f, "
+                     "\"reused_after_first\": %.4f, \"reused_after_repeat\": %.4f, "
+                     "\"median_first_gap\": %llu, \"median_repeat_gap\": %llu}\n"
+                   : "unique blocks %llu; referenced once %.4f\n"
+                     "P(referenced again | 1st reference) %.4f, "
+                     "P(referenced again | 2nd+ reference) %.4f\n"
+                     "median gap in requests: 1st->2nd reference %llu, later references %llu\n",
+              static_cast<unsigned long long>(r.unique_blocks), r.referenced_once,
+              r.reused_after_first, r.reused_after_repeat,
+              static_cast<unsigned long long>(r.median_first_gap),
+              static_cast<unsigned long long>(r.median_repeat_gap));
+  return 0;
 }
 
 }  // namespace
@@ -246,39 +272,26 @@ int RunReplay(int argc, char** argv) {
     std::fprintf(stderr, "kvtier replay: %s\n%s", msg.c_str(), kReplayUsage);
     return 2;
   };
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "kvtier replay: %s\n", std::string(st.message()).c_str());
+    return absl::IsInvalidArgument(st) ? 2 : 1;
+  };
   if (absl::Status s = flags.CheckKnown(
-          {"trace", "capacity-blocks", "capacity-bytes", "codec", "layout", "policy",
-           "policies", "json", "sweep", "sweep-codecs", "sim", "history", "sink-blocks",
+          {"trace", "synth", "synth-requests", "seed", "synth-out", "capacity-blocks",
+           "capacity-bytes", "codec", "layout", "policy", "policies", "json", "sweep",
+           "sweep-codecs", "sim", "history", "cold-capacities", "plot", "sink-blocks",
            "data-dir", "capacities", "trace-stats", "help"});
       !s.ok()) {
     return usage_error(std::string(s.message()));
   }
-  const std::string path = flags.GetString("trace", "");
-  if (path.empty()) return usage_error("--trace is required");
-  const bool json = flags.Has("json");
-  if (flags.Has("trace-stats")) {
-    absl::StatusOr<Trace> trace = ReadTrace(path);
-    if (!trace.ok()) {
-      std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
-      return 1;
-    }
-    const ReuseStats r = ComputeReuseStats(*trace);
-    std::printf(json ? "{\"unique_blocks\": %llu, \"referenced_once\": %.4f, "
-                       "\"reused_after_first\": %.4f, \"reused_after_repeat\": %.4f, "
-                       "\"median_first_gap\": %llu, \"median_repeat_gap\": %llu}\n"
-                     : "unique blocks %llu; referenced once %.4f\n"
-                       "P(referenced again | 1st reference) %.4f, "
-                       "P(referenced again | 2nd+ reference) %.4f\n"
-                       "median gap in requests: 1st->2nd reference %llu, later references %llu\n",
-                static_cast<unsigned long long>(r.unique_blocks), r.referenced_once,
-                r.reused_after_first, r.reused_after_repeat,
-                static_cast<unsigned long long>(r.median_first_gap),
-                static_cast<unsigned long long>(r.median_repeat_gap));
-    return 0;
+  if (!flags.Has("trace") && !flags.Has("synth")) {
+    return usage_error("--trace or --synth is required");
   }
+  const bool json = flags.Has("json");
   const bool sweep = flags.Has("sweep");
   const bool sweep_codecs = flags.Has("sweep-codecs");
   if (sweep && sweep_codecs) return usage_error("--sweep and --sweep-codecs are exclusive");
+  if (flags.Has("plot") && !sweep) return usage_error("--plot needs --sweep");
 
   Settings settings;
   settings.sim = flags.Has("sim");
@@ -297,8 +310,38 @@ int RunReplay(int argc, char** argv) {
   if (*cap_blocks < 0) return usage_error("--capacity-blocks must be > 0");
   if (*history < 0) return usage_error("--history must be >= 0");
   if (*sink_blocks < 0) return usage_error("--sink-blocks must be >= 0");
-  settings.history = *history;
+  settings.cold = *history;
   settings.sink_blocks = static_cast<uint32_t>(*sink_blocks);
+  absl::StatusOr<std::vector<double>> colds =
+      ParseList("cold-capacities", flags.GetString("cold-capacities", absl::StrCat(*history)),
+                false);
+  if (!colds.ok()) return usage_error(std::string(colds.status().message()));
+
+  absl::StatusOr<std::vector<Input>> inputs = ReadInputs(flags);
+  if (!inputs.ok()) return fail(inputs.status());
+  if (flags.Has("synth-out")) {
+    if (inputs->size() != 1) return usage_error("--synth-out writes exactly one trace");
+    const std::string out = flags.GetString("synth-out", "");
+    std::FILE* f = std::fopen(out.c_str(), "w");
+    const std::string text = TraceToJsonl((*inputs)[0].trace);
+    if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
+        std::fclose(f) != 0) {
+      std::fprintf(stderr, "kvtier replay: cannot write %s\n", out.c_str());
+      return 1;
+    }
+    std::printf("wrote %s: %zu requests, %llu block refs, %llu unique blocks\n", out.c_str(),
+                (*inputs)[0].trace.requests.size(),
+                static_cast<unsigned long long>((*inputs)[0].trace.total_blocks),
+                static_cast<unsigned long long>((*inputs)[0].trace.unique_blocks));
+    if (!sweep && !sweep_codecs && *cap_blocks == 0 && *cap_bytes == 0) return 0;
+  }
+  if (flags.Has("trace-stats")) {
+    for (const Input& in : *inputs) {
+      if (!json) std::printf("trace: %s\n", in.name.c_str());
+      TraceStats(in.trace, json);
+    }
+    return 0;
+  }
 
   // (codec label, bytes per trace block, capacity in blocks) to run.
   struct Point {
@@ -315,21 +358,18 @@ int RunReplay(int argc, char** argv) {
       points.push_back({kv::CodecName(c), bb, bytes / bb});
     }
   } else if (sweep) {
-    std::string list = flags.GetString("capacities", "1465,2930,5859,11718,23436");
-    for (absl::string_view part : absl::StrSplit(list, ',')) {
-      uint64_t v = 0;
-      if (!absl::SimpleAtoi(part, &v) || v == 0) {
-        return usage_error(absl::StrCat("--capacities: bad value '", part, "'"));
-      }
-      points.push_back({"", 0, v});
-    }
+    absl::StatusOr<std::vector<double>> caps = ParseList(
+        "capacities", flags.GetString("capacities", "1465,2930,5859,11718,23436"), true);
+    if (!caps.ok()) return usage_error(std::string(caps.status().message()));
+    for (double v : *caps) points.push_back({"", 0, static_cast<uint64_t>(v)});
   } else if (*cap_blocks > 0) {
     points.push_back({"", 0, static_cast<uint64_t>(*cap_blocks)});
   } else if (*cap_bytes > 0) {
     uint64_t bb = TraceBlockBytes(*codec, *layout);
     points.push_back({kv::CodecName(*codec), bb, *cap_bytes / bb});
   } else {
-    return usage_error("--capacity-blocks, --capacity-bytes, --sweep or --sweep-codecs is required");
+    return usage_error(
+        "--capacity-blocks, --capacity-bytes, --sweep or --sweep-codecs is required");
   }
   for (const Point& p : points) {
     if (p.capacity_blocks == 0) {
@@ -342,111 +382,90 @@ int RunReplay(int argc, char** argv) {
   if (flags.Has("policies")) {
     policies = absl::StrSplit(flags.GetString("policies", ""), ',', absl::SkipEmpty());
   } else if (sweep) {
-    policies = {"lru", "prefix_lru", "lfu", "s3fifo", st::kReusePolicyName};
+    policies = {"lru", "prefix_lru", "lfu", "s3fifo", st::kReusePolicyName,
+                st::kAdaptivePolicyName};
   } else if (sweep_codecs) {
-    policies = {"prefix_lru", st::kReusePolicyName};
+    policies = {"prefix_lru", st::kReusePolicyName, st::kAdaptivePolicyName};
   } else {
-    policies = {flags.GetString("policy", "prefix_lru")};
+    policies = {flags.GetString("policy", st::kAdaptivePolicyName)};
   }
   if (policies.empty()) return usage_error("--policies: empty");
 
-  absl::StatusOr<Trace> trace = ReadTrace(path);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
-    return 1;
+  std::vector<ReplayTraceReport> reports;
+  for (const Input& in : *inputs) {
+    ReplayTraceReport rep;
+    rep.name = in.name;
+    rep.requests = in.trace.requests.size();
+    rep.block_refs = in.trace.total_blocks;
+    rep.unique_blocks = in.trace.unique_blocks;
+    for (const Point& p : points) {
+      ReplayRefs ref;
+      ref.capacity_blocks = p.capacity_blocks;
+      absl::StatusOr<ReplayRow> belady =
+          RunSim(in.trace, SimPolicy::kBelady, p.capacity_blocks, settings);
+      if (!belady.ok()) return fail(belady.status());
+      absl::StatusOr<ReplayRow> inf =
+          RunSim(in.trace, SimPolicy::kInfinite, p.capacity_blocks, settings);
+      if (!inf.ok()) return fail(inf.status());
+      ref.belady = *belady;
+      ref.infinite = *inf;
+      for (ReplayRow* r : {&ref.belady, &ref.infinite}) {
+        r->codec = p.codec;
+        r->trace_block_bytes = p.block_bytes;
+        r->point = rep.refs.size();
+      }
+      rep.refs.push_back(ref);
+      for (size_t c = 0; c < colds->size(); ++c) {
+        Settings s = settings;
+        s.cold = (*colds)[c];
+        for (const std::string& name : policies) {
+          // Policies without a cold tier (s3fifo) run once per capacity.
+          absl::StatusOr<SimPolicy> sp = ParseSimPolicy(name);
+          if (c > 0 && sp.ok() && !StorePolicyOf(*sp).ok()) continue;
+          absl::StatusOr<ReplayRow> row = RunPolicy(in.trace, name, p.capacity_blocks, s);
+          if (!row.ok()) return fail(row.status());
+          row->trace = in.name;
+          row->codec = p.codec;
+          row->trace_block_bytes = p.block_bytes;
+          row->point = rep.refs.size() - 1;
+          rep.rows.push_back(*row);
+        }
+      }
+      if (sweep || sweep_codecs) {
+        rep.rows.push_back(ref.belady);
+        rep.rows.push_back(ref.infinite);
+      }
+    }
+    reports.push_back(std::move(rep));
   }
 
-  std::vector<Row> rows;
-  std::vector<Refs> refs;
-  for (const Point& p : points) {
-    Refs ref;
-    ref.capacity_blocks = p.capacity_blocks;
-    absl::StatusOr<Row> belady = RunSim(*trace, SimPolicy::kBelady, p.capacity_blocks, settings);
-    absl::StatusOr<Row> inf = RunSim(*trace, SimPolicy::kInfinite, p.capacity_blocks, settings);
-    if (!belady.ok() || !inf.ok()) {
-      std::fprintf(stderr, "kvtier replay: %s\n",
-                   std::string((belady.ok() ? inf : belady).status().message()).c_str());
+  ReplayPrintOptions po;
+  po.sweep = sweep;
+  po.sweep_codecs = sweep_codecs;
+  po.sink_blocks = settings.sink_blocks;
+  po.bytes_per_token = TraceBlockBytes(kv::CodecId::kFp16, *layout) / kTraceBlockTokens;
+  if (json) {
+    PrintReplayJson(reports, po);
+  } else {
+    if (sweep_codecs) {
+      std::printf("equal bytes: %llu per codec; layout %ux%ux%ux%u\n",
+                  static_cast<unsigned long long>(points[0].capacity_blocks *
+                                                  points[0].block_bytes),
+                  layout->num_layers, layout->num_kv_heads, layout->head_dim,
+                  layout->tokens_per_block);
+    }
+    for (const ReplayTraceReport& rep : reports) PrintReplayTable(rep, po);
+  }
+  if (flags.Has("plot")) {
+    const std::string path = flags.GetString("plot", "");
+    const std::string svg = ReplaySweepSvg(reports, po);
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size() ||
+        std::fclose(f) != 0) {
+      std::fprintf(stderr, "kvtier replay: cannot write %s\n", path.c_str());
       return 1;
     }
-    ref.belady = *belady;
-    ref.infinite = *inf;
-    for (Row* r : {&ref.belady, &ref.infinite}) {
-      r->codec = p.codec;
-      r->trace_block_bytes = p.block_bytes;
-    }
-    ref.belady.point = ref.infinite.point = refs.size();
-    refs.push_back(ref);
-    for (const std::string& name : policies) {
-      absl::StatusOr<Row> row = RunPolicy(*trace, name, p.capacity_blocks, settings);
-      if (!row.ok()) {
-        std::fprintf(stderr, "kvtier replay: %s\n", std::string(row.status().message()).c_str());
-        return absl::IsInvalidArgument(row.status()) ? 2 : 1;
-      }
-      row->codec = p.codec;
-      row->trace_block_bytes = p.block_bytes;
-      row->point = refs.size() - 1;
-      rows.push_back(*row);
-    }
-    if (sweep || sweep_codecs) {
-      rows.push_back(ref.belady);
-      rows.push_back(ref.infinite);
-    }
-  }
-
-  if (json) {
-    PrintJson(path, *trace, rows, refs, settings);
-    return 0;
-  }
-  std::printf("trace: %s (%zu requests, %llu block refs, %llu unique blocks)\n", path.c_str(),
-              trace->requests.size(), static_cast<unsigned long long>(trace->total_blocks),
-              static_cast<unsigned long long>(trace->unique_blocks));
-  std::printf("hit = resident in the HOT tier at lookup; cold tier = %g x hot; sink_blocks %u\n",
-              settings.history, settings.sink_blocks);
-  if (!sweep && !sweep_codecs) {
-    const Row& r = rows[0];
-    const Refs& ref = refs[0];
-    if (!r.codec.empty()) {
-      std::printf("codec: %s (%llu bytes per 512-token block)\n", r.codec.c_str(),
-                  static_cast<unsigned long long>(r.trace_block_bytes));
-    }
-    std::printf("policy: %s (%s)\ncapacity_blocks: %llu\n", r.policy.c_str(), r.engine.c_str(),
-                static_cast<unsigned long long>(r.capacity_blocks));
-    std::printf("hit_rate: %.4f\nprefix_hit_rate: %.4f\ninfinite_hit_rate: %.4f\n"
-                "belady_hit_rate: %.4f\nprefix_vs_belady: %.3f\n",
-                r.all.HitRate(), r.all.PrefixHitRate(), ref.infinite.all.HitRate(),
-                ref.belady.all.HitRate(), Ratio(r.all.PrefixHitRate(), ref.belady.all.HitRate()));
-    return 0;
-  }
-  if (sweep_codecs) {
-    std::printf("equal bytes: %llu per codec; layout %ux%ux%ux%u\n",
-                static_cast<unsigned long long>(points[0].capacity_blocks *
-                                                points[0].block_bytes),
-                layout->num_layers, layout->num_kv_heads, layout->head_dim,
-                layout->tokens_per_block);
-  }
-  std::printf("%-9s%9s  %-12s %-5s %7s %7s %8s", sweep_codecs ? "codec" : "", "capacity",
-              "policy", "engine", "hit", "prefix", "x_belady");
-  if (sweep) std::printf(" | %7s %6s %7s %6s", "half1", "x_bel", "half2", "x_bel");
-  std::printf("\n");
-  bool prefix_ge_lru = true;
-  bool have_both = false;
-  for (size_t i = 0; i < refs.size(); ++i) {
-    const Refs& ref = refs[i];
-    double lru = -1, plru = -1;
-    for (const Row& r : rows) {
-      if (r.point != i) continue;
-      if (r.policy == "lru") lru = r.all.PrefixHitRate();
-      if (r.policy == "prefix_lru") plru = r.all.PrefixHitRate();
-      PrintTableRow(r, ref.belady, sweep);
-    }
-    if (lru >= 0 && plru >= 0) {
-      have_both = true;
-      if (plru < lru) prefix_ge_lru = false;
-    }
-  }
-  if (have_both) {
-    std::printf("prefix_lru prefix_hit_rate >= lru at every capacity: %s\n",
-                prefix_ge_lru ? "yes" : "NO");
+    if (!json) std::printf("plot: %s\n", path.c_str());
   }
   return 0;
 }

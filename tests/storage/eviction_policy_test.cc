@@ -76,10 +76,10 @@ TEST(EvictionPolicyTest, StaleHeapItemsAreCompacted) {
 }
 
 TEST(EvictionPolicyNamesTest, RoundTripAndErrorListsEveryName) {
-  ASSERT_EQ(EvictionPolicyNames().size(), 5u);
+  ASSERT_EQ(EvictionPolicyNames().size(), 6u);
   for (auto kind : {EvictionPolicyKind::kLru, EvictionPolicyKind::kPrefixLru,
                     EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
-                    EvictionPolicyKind::kReuseLru}) {
+                    EvictionPolicyKind::kReuseLru, EvictionPolicyKind::kAdaptive}) {
     auto parsed = ParseEvictionPolicy(EvictionPolicyName(kind));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, kind);

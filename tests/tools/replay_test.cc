@@ -108,17 +108,28 @@ int BruteForceMaxHits(const std::vector<uint32_t>& refs, size_t pos, uint32_t ca
 }
 
 TEST(CacheSimTest, HandComputedLruAndPrefixLru) {
-  // cap 3. r0: [0,1,2] all miss. r1: [3] miss; lru evicts 0 (oldest) while prefix_lru
-  // may only evict leaf 2. r2: [0,1,2]: lru has 1,2 but 0 is gone -> prefix 0, hits 2;
-  // prefix_lru has 0,1 -> prefix 2.
+  // cap 3. r0: [0,1,2] all miss. r1: [3] miss; lru evicts 1 (block 0 is a sink with a hot
+  // descendant, which the store never demotes) while prefix_lru may only evict leaf 2.
+  // r2: [0,1,2]: lru has 0,2 -> prefix 1, hits 2; prefix_lru has 0,1 -> prefix 2.
   Trace t = MakeTrace({{0, 1, 2}, {3}, {0, 1, 2}});
   SimResult lru = Sim(t, SimPolicy::kLru, 3);
   EXPECT_EQ(lru.requested_blocks, 7u);
   EXPECT_EQ(lru.hit_blocks, 2u);
-  EXPECT_EQ(lru.prefix_hit_blocks, 0u);
+  EXPECT_EQ(lru.prefix_hit_blocks, 1u);
+  // Without sink protection lru evicts the oldest block, 0, and loses the whole prefix.
+  SimOptions no_sinks;
+  no_sinks.capacity_blocks = 3;
+  no_sinks.sink_blocks = 0;
+  absl::StatusOr<SimResult> bare = Simulate(t, SimPolicy::kLru, no_sinks);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->hit_blocks, 2u);
+  EXPECT_EQ(bare->prefix_hit_blocks, 0u);
   SimResult plru = Sim(t, SimPolicy::kPrefixLru, 3);
   EXPECT_EQ(plru.hit_blocks, 2u);
   EXPECT_EQ(plru.prefix_hit_blocks, 2u);
+  // The cold tier (8 x 3 blocks) still holds what hot evicted: r2's leading run is whole.
+  EXPECT_EQ(plru.leading_hot_blocks + plru.leading_cold_blocks, 3u);
+  EXPECT_EQ(plru.leading_cold_blocks, 1u);
   SimResult inf = Sim(t, SimPolicy::kInfinite, 1);
   EXPECT_EQ(inf.hit_blocks, 3u);
   SimResult belady = Sim(t, SimPolicy::kBelady, 3);
@@ -165,7 +176,7 @@ TEST(CacheSimTest, BeladyBoundsEveryOnlinePolicy) {
       SimResult inf = Sim(t, SimPolicy::kInfinite, cap);
       EXPECT_LE(belady.hit_blocks, inf.hit_blocks);
       for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kPrefixLru, SimPolicy::kLfu,
-                          SimPolicy::kS3Fifo, SimPolicy::kReuse}) {
+                          SimPolicy::kS3Fifo, SimPolicy::kReuse, SimPolicy::kAdaptive}) {
         SimResult r = Sim(t, p, cap);
         EXPECT_LE(r.hit_blocks, belady.hit_blocks)
             << SimPolicyName(p) << " seed " << seed << " cap " << cap;
@@ -236,6 +247,17 @@ TEST(SharedTraceTest, ReproducesReferenceNumbersAndPolicyOrder) {
     double plru = Sim(*t, SimPolicy::kPrefixLru, cap).PrefixHitRate();
     EXPECT_GE(plru, Sim(*t, SimPolicy::kLru, cap).PrefixHitRate()) << cap;
     EXPECT_GE(Sim(*t, SimPolicy::kReuse, cap).PrefixHitRate(), plru) << cap;
+  }
+  // The default policy: within 0.005 of the best fixed policy at every capacity of the
+  // sweep, and at least 0.6x Belady at 5,859 blocks (issue 18).
+  EXPECT_GE(Sim(*t, SimPolicy::kAdaptive, kCap).PrefixHitRate(), 0.6 * belady);
+  for (uint64_t cap : {1465u, 2930u, 5859u, 11718u, 23436u}) {
+    double best = 0;
+    for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kPrefixLru, SimPolicy::kLfu,
+                        SimPolicy::kS3Fifo, SimPolicy::kReuse}) {
+      best = std::max(best, Sim(*t, p, cap).PrefixHitRate());
+    }
+    EXPECT_GE(Sim(*t, SimPolicy::kAdaptive, cap).PrefixHitRate(), best - 0.005) << cap;
   }
 }
 
