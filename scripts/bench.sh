@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 part=${1:-all}
-trace=../shared/data/mooncake_synthetic_trace.jsonl
+trace=data/mooncake_synthetic_trace.jsonl
 run() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 if run codecs; then build/tests/bench/codec_bench --benchmark_min_time=0.5; fi
 if run store; then

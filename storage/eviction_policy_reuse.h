@@ -22,7 +22,7 @@
 // With hits counted only while hot, reuse_lru is worse than prefix_lru (0.297 vs 0.309).
 //
 // Measured on the shared synthetic trace, 5,859 hot blocks, prefix hit rate
-// (`kvtier replay --trace shared/data/mooncake_synthetic_trace.jsonl --sweep`):
+// (`kvtier replay --trace data/mooncake_synthetic_trace.jsonl --sweep`):
 //   simulator:  reuse_lru 0.336 (0.61x Belady 0.550), prefix_lru 0.309, s3fifo 0.313
 //   real store (sink_blocks 0): reuse_lru 0.339 (0.62x), prefix_lru 0.309
 //   held out (boost chosen on the first half): second half 0.483 vs Belady 0.710 (0.68x),
