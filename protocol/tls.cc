@@ -45,13 +45,13 @@ absl::Status Bad(const std::string& field, const std::string& path, const char* 
   return absl::InvalidArgumentError(absl::StrCat(field, " (", path, ") ", problem));
 }
 
-std::shared_ptr<gx::FileWatcherCertificateProvider> Provider(const TlsFiles& f,
-                                                             bool with_identity, bool with_ca) {
+std::shared_ptr<gx::FileWatcherCertificateProvider> Provider(const TlsFiles& f, bool with_identity,
+                                                             bool with_ca) {
   const unsigned interval =
       f.refresh_interval_s == 0 ? kDefaultTlsRefreshSeconds : f.refresh_interval_s;
-  return std::make_shared<gx::FileWatcherCertificateProvider>(
-      with_identity ? f.key_file : "", with_identity ? f.cert_file : "",
-      with_ca ? f.ca_file : "", interval);
+  return std::make_shared<gx::FileWatcherCertificateProvider>(with_identity ? f.key_file : "",
+                                                              with_identity ? f.cert_file : "",
+                                                              with_ca ? f.ca_file : "", interval);
 }
 
 }  // namespace

@@ -67,8 +67,8 @@ absl::StatusOr<Authenticator> Authenticator::FromConfig(const v1::ServerConfig& 
       return absl::InvalidArgumentError(absl::StrCat("tls.identities[", i, "].cert_name is empty"));
     }
     if (!a.identities_.emplace(id.cert_name(), id.tenant()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tls.identities[", i, "].cert_name \"", id.cert_name(), "\" is listed twice"));
+      return absl::InvalidArgumentError(absl::StrCat("tls.identities[", i, "].cert_name \"",
+                                                     id.cert_name(), "\" is listed twice"));
     }
   }
   return a;

@@ -2,6 +2,7 @@
 // (tests/testing/test_certs.h), the real Client and ClusterClient, and a static-peer
 // cluster whose nodes call each other over mutual TLS.
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -9,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "client/client.h"
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
 #include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,8 +26,8 @@ namespace kvtier::client {
 namespace {
 
 namespace v1 = ::kvtier::v1;
-using ::testing::HasSubstr;
 using testing::CertFiles;
+using ::testing::HasSubstr;
 using testing::ServerProcess;
 using testing::TempDir;
 using testing::TestCa;
@@ -101,8 +102,8 @@ class TlsTest : public ::testing::Test {
 
   void StartServer(const std::string& config) {
     std::ofstream(dir_.Sub("kvtierd.textproto")) << config;
-    auto p = ServerProcess::StartKvtierd(dir_.Sub("data"),
-                                         {"--config", dir_.Sub("kvtierd.textproto")});
+    auto p =
+        ServerProcess::StartKvtierd(dir_.Sub("data"), {"--config", dir_.Sub("kvtierd.textproto")});
     ASSERT_TRUE(p.ok()) << p.status();
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
@@ -123,12 +124,24 @@ TEST_F(TlsTest, PlaintextUntrustedAndCertificateLessClientsFail) {
   plain.shared_memory = false;
   EXPECT_FALSE(Client::Connect(plain).ok());
   // Trusting another CA: the server's certificate does not verify.
-  EXPECT_FALSE(Client::Connect(TlsOptions(server_->address(), other_ca_->ca_file(), &client_a_)).ok());
+  EXPECT_FALSE(
+      Client::Connect(TlsOptions(server_->address(), other_ca_->ca_file(), &client_a_)).ok());
   // require_client_cert: no certificate, or one from another CA, cannot connect.
   EXPECT_FALSE(Client::Connect(TlsOptions(server_->address(), ca_->ca_file())).ok());
   EXPECT_FALSE(Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &forged_a_)).ok());
   auto ok = Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &client_a_));
   EXPECT_TRUE(ok.ok()) << ok.status();
+
+  // `kvtier health`, the exec probe of deploy/components/tls: SERVING over mutual TLS
+  // with a certificate (health needs no tenant), a failure without one.
+  const std::string health =
+      absl::StrCat(testing::BinaryDir(), "/client/cli/kvtier health --server ", server_->address(),
+                   " --tls-ca ", ca_->ca_file());
+  EXPECT_EQ(std::system(absl::StrCat(health, " --tls-cert ", operator_.cert_file, " --tls-key ",
+                                     operator_.key_file, " >/dev/null")
+                            .c_str()),
+            0);
+  EXPECT_NE(std::system(absl::StrCat(health, " 2>/dev/null").c_str()), 0);
 }
 
 TEST_F(TlsTest, TheClientCertificateNamesTheTenant) {
@@ -222,7 +235,6 @@ TEST_F(TlsTest, AThreeNodeClusterWorksOverMutualTls) {
   std::set<std::string> owners;
   for (const auto& b : l->blocks()) owners.insert(b.owner());
   EXPECT_GT(owners.size(), 1u);
-
 }
 
 // Peers are checked both ways: the chain (the cluster CA) and the name (the certificate's
