@@ -752,8 +752,8 @@ TEST(KustomizeCheckerTest, CatchesTlsBreakages) {
       // A subPath mount is never updated when cert-manager renews the Secret.
       {"mountPath: /etc/kvtier-tls\n", "mountPath: /etc/kvtier-tls\n          subPath: tls.crt\n",
        "subPath"},
-      {"- --tls-cert\n        - /etc/kvtier-tls/tls.crt", "- --tls-cert\n        - /etc/tls/tls.crt",
-       "is not next to"},
+      {"- --tls-cert\n        - /etc/kvtier-tls/tls.crt",
+       "- --tls-cert\n        - /etc/tls/tls.crt", "is not next to"},
       {"secretName: kvtier-tls\n", "secretName: kvtier-cert\n", "writes Secret kvtier-cert"},
       {"\n  - client auth", "", "lack \"client auth\""},
       {"- '*.kvtier-peers.kvtier.svc.cluster.local'", "- '*.kvtier.kvtier.svc.cluster.local'",
