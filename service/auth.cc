@@ -74,8 +74,8 @@ absl::StatusOr<Authenticator> Authenticator::FromConfig(const v1::ServerConfig& 
   return a;
 }
 
-std::string Authenticator::CertificateTenant(const grpc::AuthContext* peer,
-                                             std::string* names) const {
+absl::StatusOr<std::string> Authenticator::CertificateTenant(const grpc::AuthContext* peer,
+                                                             std::string* names) const {
   if (peer == nullptr || identities_.empty() || !peer->IsPeerAuthenticated()) return "";
   // gRPC's TLS auth context: the subject CN, and every SAN (DNS, URI, email, IP).
   std::string found;
@@ -83,9 +83,14 @@ std::string Authenticator::CertificateTenant(const grpc::AuthContext* peer,
     for (const grpc::string_ref& v : peer->FindPropertyValues(property)) {
       const std::string name(v.data(), v.size());
       absl::StrAppend(names, names->empty() ? "" : ", ", name);
-      if (auto it = identities_.find(name); it != identities_.end() && found.empty()) {
-        found = it->second;
+      auto it = identities_.find(name);
+      if (it == identities_.end()) continue;
+      if (!found.empty() && found != it->second) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            "the client certificate's names map to two tenants (\"", found, "\" and \"",
+            it->second, "\") in tls.identities"));
       }
+      found = it->second;
     }
   }
   return found;
@@ -96,7 +101,9 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
     const grpc::AuthContext* peer) const {
   if (!enabled()) return Caller{};
   std::string cert_names;
-  const std::string cert_tenant = CertificateTenant(peer, &cert_names);
+  absl::StatusOr<std::string> cert = CertificateTenant(peer, &cert_names);
+  if (!cert.ok()) return cert.status();
+  const std::string& cert_tenant = *cert;
   std::string token_tenant;
   auto it = metadata.find("authorization");
   if (it != metadata.end()) {

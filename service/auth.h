@@ -48,7 +48,8 @@ class Authenticator {
   // The caller of a call with these client metadata and, under TLS, this peer (its
   // verified certificate's CN and SANs; null or unauthenticated: no certificate).
   // UNAUTHENTICATED when authentication is on and the call sends neither a listed token
-  // nor a mapped certificate, or sends an unknown token (naming `authorization`);
+  // nor a mapped certificate, sends an unknown token (naming `authorization`) or a
+  // certificate whose names map to different tenants;
   // PERMISSION_DENIED when the token and the certificate name different tenants.
   absl::StatusOr<Caller> Authenticate(
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
@@ -56,8 +57,10 @@ class Authenticator {
 
  private:
   // The tenant ("*" for an operator) tls.identities maps `peer`'s certificate to, or ""
-  // (no certificate, or none of its names is listed). `names` gets the names seen.
-  std::string CertificateTenant(const grpc::AuthContext* peer, std::string* names) const;
+  // (no certificate, or none of its names is listed); `names` gets the names seen.
+  // UNAUTHENTICATED when two of its names map to different tenants.
+  absl::StatusOr<std::string> CertificateTenant(const grpc::AuthContext* peer,
+                                                std::string* names) const;
 
   absl::flat_hash_map<std::string, std::string> tenants_;     // token sha256 -> tenant / "*"
   absl::flat_hash_map<std::string, std::string> identities_;  // cert CN/SAN -> tenant / "*"

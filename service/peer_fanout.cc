@@ -93,6 +93,14 @@ std::string PeerFanout::TlsNameFor(const std::string& address) const {
 }
 
 std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = channels_.find(address); it != channels_.end() && it->second != nullptr) {
+      return it->second;
+    }
+  }
+  // A new channel. Asked without mu_ held: Membership has a lock of its own.
+  const std::string tls_name = options_.credentials != nullptr ? TlsNameFor(address) : "";
   absl::MutexLock lock(&mu_);
   std::shared_ptr<PeerStubs>& c = channels_[address];
   if (c == nullptr) {
@@ -106,13 +114,10 @@ std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
     // Our own subchannels: a peer restarted on the same address must not inherit the
     // backoff state of a subchannel another channel left in TRANSIENT_FAILURE.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    if (options_.credentials != nullptr) {
-      // TLS: the peer's certificate must name the peer. gRPC checks its SANs against the
-      // dialed host (an IP SAN for a numeric address); when the membership knows the peer
-      // by a DNS name (peer_dns: reverse DNS), that name is checked instead.
-      const std::string name = TlsNameFor(address);
-      if (!name.empty()) args.SetSslTargetNameOverride(name);
-    }
+    // TLS: the peer's certificate must name the peer. gRPC checks its SANs against the
+    // dialed host (an IP SAN for a numeric address); when the membership knows the peer
+    // by a DNS name (peer_dns: reverse DNS), that name is checked instead.
+    if (!tls_name.empty()) args.SetSslTargetNameOverride(tls_name);
     auto creds =
         options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials();
     stubs->channel = grpc::CreateCustomChannel(address, creds, args);

@@ -169,6 +169,12 @@ TEST_F(TlsTest, TheClientCertificateNamesTheTenant) {
   ASSERT_FALSE(mixed.ok());
   EXPECT_EQ(mixed.status().code(), absl::StatusCode::kPermissionDenied) << mixed.status();
   EXPECT_THAT(mixed.status().message(), HasSubstr("must agree"));
+  // A certificate whose names map to two tenants names none.
+  auto two = ca_->Issue("two-names", "client-a", {"DNS:operator"});
+  ASSERT_TRUE(two.ok()) << two.status();
+  auto ambiguous = Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &*two));
+  EXPECT_EQ(ambiguous.status().code(), absl::StatusCode::kUnauthenticated) << ambiguous.status();
+  EXPECT_THAT(ambiguous.status().message(), HasSubstr("two tenants"));
   // The operator certificate with tenant-b's token: they disagree too.
   ClientOptions op_b = TlsOptions(server_->address(), ca_->ca_file(), &operator_);
   op_b.auth_token = "token-b";
