@@ -61,3 +61,12 @@ def test_mutual_tls_round_trip_and_refusals(start_server, tmp_path):
                       connect_timeout=2.0)
     with pytest.raises(kvtier.InvalidArgumentError):
         kvtier.Client(server.address, tls_cert_file=client_cert)
+
+
+def test_cluster_members_are_checked_against_their_dns_node_id():
+    from kvtier.cluster import _tls_name
+    assert _tls_name("10.0.0.7:50051", "10.0.0.7:50051") == ""
+    assert _tls_name("kvtier-1.kvtier-peers.kvtier.svc.cluster.local:50051",
+                     "10.0.0.7:50051") == "kvtier-1.kvtier-peers.kvtier.svc.cluster.local"
+    assert _tls_name("10.0.0.8:50051", "10.0.0.7:50051") == ""
+    assert _tls_name("[::1]:50051", "127.0.0.1:50051") == ""
