@@ -24,6 +24,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "protocol/convert.h"
 #include "protocol/error_detail.h"
+#include "protocol/tls.h"
 #include "protocol/wire.h"
 
 namespace kvtier::client {
@@ -499,6 +500,23 @@ Request KeyedRequest(std::string_view ns, std::span<const std::string> keys) {
   return req;
 }
 
+namespace {
+
+// Insecure, or TLS from the options' files (checked first: INVALID_ARGUMENT naming the
+// option).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
+    const ClientOptions& o) {
+  const bool tls = o.tls || !o.tls_ca_file.empty() || !o.tls_cert_file.empty() ||
+                   !o.tls_key_file.empty() || !o.tls_server_name.empty();
+  if (!tls) return grpc::InsecureChannelCredentials();
+  const protocol::TlsFiles files{
+      .cert_file = o.tls_cert_file, .key_file = o.tls_key_file, .ca_file = o.tls_ca_file};
+  RETURN_IF_ERROR(protocol::CheckTlsFiles(files, "options.tls"));
+  return protocol::ChannelTlsCredentials(files);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.server.empty()) return absl::InvalidArgumentError("options.server is empty");
   if (options.num_channels < 1) {
@@ -511,8 +529,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (impl->options.hash_scheme.empty()) impl->options.hash_scheme = CanonicalHashScheme();
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ClientCredentials(options));
   for (int i = 0; i < options.num_channels; ++i) {
     grpc::ChannelArguments args;
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
     args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
     args.SetMaxSendMessageSize(-1);
     // A separate TCP connection per channel: one HTTP/2 connection is bound by one
@@ -530,8 +551,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, options.tcp_min_read_chunk_bytes);
     }
     Channel ch;
-    ch.channel =
-        grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
+    ch.channel = grpc::CreateCustomChannel(options.server, credentials, args);
     ch.data = v1::KvCache::NewStub(ch.channel);
     ch.admin = v1::KvCacheAdmin::NewStub(ch.channel);
     ch.put_method = std::make_unique<grpc::internal::RpcMethod>(

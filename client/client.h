@@ -109,6 +109,16 @@ struct ClientOptions {
   // Bearer token sent with every call (`authorization: Bearer <token>`), for servers
   // with tenants configured. Default: none.
   std::string auth_token;
+  // TLS (protocol/tls.h), on when `tls` is true or any tls_* field is set: the server's
+  // certificate must chain to tls_ca_file (empty: the system roots) and name the host of
+  // `server` (or tls_server_name); tls_cert_file + tls_key_file are presented as the
+  // client certificate (mutual TLS; with tls.identities on the server it names the
+  // tenant). The files are re-read as they change. Default: plaintext.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
   // When a CUDA runtime and device are present, page-lock the shared region with
   // cudaHostRegister, so SharedBuffers copy to and from the GPU at pinned-memory speed
   // (about 7x pageable memory for 2 MiB blocks on an H200). Default: true.

@@ -1,5 +1,7 @@
 #include "client/cluster_client.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +18,18 @@
 
 namespace kvtier::client {
 namespace {
+
+// The name a member's TLS certificate must carry when it is not the host of its address:
+// the host of its node id when that is a DNS name (peer_dns clusters report pod IPs as
+// addresses and reverse-DNS pod names as ids), else "" (check the address itself).
+std::string TlsNameOf(const std::string& id, const std::string& address) {
+  if (id == address) return "";
+  std::string host = id.substr(0, id.rfind(':'));
+  if (!host.empty() && host.front() == '[') return "";  // an IPv6 literal
+  unsigned char buf[16];
+  if (host.empty() || inet_pton(AF_INET, host.c_str(), buf) == 1) return "";
+  return host;
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -141,6 +155,10 @@ struct ClusterClient::Impl {
       RunParallel(to_connect, [&](size_t i) {
         ClientOptions o = options.node;
         o.server = v->nodes[i].address;
+        const bool tls = o.tls || !o.tls_ca_file.empty() || !o.tls_cert_file.empty();
+        if (tls && o.tls_server_name.empty()) {
+          o.tls_server_name = TlsNameOf(v->nodes[i].id, v->nodes[i].address);
+        }
         auto c = Client::Connect(o);
         if (c.ok()) {
           v->nodes[i].client = std::shared_ptr<Client>(std::move(*c));

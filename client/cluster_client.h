@@ -54,7 +54,10 @@ namespace kvtier::client {
 struct ClusterClientOptions {
   // Template of the per-member clients. `node.server` is the seed member asked for
   // ClusterStatus at Connect; `node.namespace_spec`, when set, is registered on (or
-  // checked against) every member; deadlines, channels and retries apply per member.
+  // checked against) every member; deadlines, channels, retries, the auth token and the
+  // TLS options (tls_*) apply per member. Under TLS each member's certificate must name
+  // its node id's host when that is a DNS name (a peer_dns cluster), else its address,
+  // unless tls_server_name is set.
   ClientOptions node;
   // Deadline of one owner's share of a GetBlocks before its keys move on to the next
   // replica (capped by what is left of the call's deadline). 0 = the call's deadline.

@@ -39,7 +39,9 @@ grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
   if (*store == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is not open yet");
   }
-  absl::StatusOr<Caller> who = ctx->auth.Authenticate(context->client_metadata());
+  absl::StatusOr<Caller> who =
+      ctx->auth.Authenticate(context->client_metadata(),
+                             ctx->auth.enabled() ? context->auth_context().get() : nullptr);
   if (!who.ok()) return protocol::ToGrpcStatus(who.status());
   *caller = *std::move(who);
   return grpc::Status::OK;

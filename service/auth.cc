@@ -56,25 +56,83 @@ absl::StatusOr<Authenticator> Authenticator::FromConfig(const v1::ServerConfig& 
           absl::StrCat("tenants[", i, "].token_sha256 is listed twice"));
     }
   }
+  for (int i = 0; i < config.tls().identities_size(); ++i) {
+    const v1::TlsIdentity& id = config.tls().identities(i);
+    if (!ValidTenantName(id.tenant())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tls.identities[", i, "].tenant \"", id.tenant(),
+                       "\" must be \"*\" or 1..64 of [A-Za-z0-9._-]"));
+    }
+    if (id.cert_name().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tls.identities[", i, "].cert_name is empty"));
+    }
+    if (!a.identities_.emplace(id.cert_name(), id.tenant()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tls.identities[", i, "].cert_name \"",
+                                                     id.cert_name(), "\" is listed twice"));
+    }
+  }
   return a;
 }
 
+absl::StatusOr<std::string> Authenticator::CertificateTenant(const grpc::AuthContext* peer,
+                                                             std::string* names) const {
+  if (peer == nullptr || identities_.empty() || !peer->IsPeerAuthenticated()) return "";
+  // gRPC's TLS auth context: the subject CN, and every SAN (DNS, URI, email, IP).
+  std::string found;
+  for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+    for (const grpc::string_ref& v : peer->FindPropertyValues(property)) {
+      const std::string name(v.data(), v.size());
+      absl::StrAppend(names, names->empty() ? "" : ", ", name);
+      auto it = identities_.find(name);
+      if (it == identities_.end()) continue;
+      if (!found.empty() && found != it->second) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            "the client certificate's names map to two tenants (\"", found, "\" and \"",
+            it->second, "\") in tls.identities"));
+      }
+      found = it->second;
+    }
+  }
+  return found;
+}
+
 absl::StatusOr<Caller> Authenticator::Authenticate(
-    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+    const grpc::AuthContext* peer) const {
   if (!enabled()) return Caller{};
+  std::string cert_names;
+  absl::StatusOr<std::string> cert = CertificateTenant(peer, &cert_names);
+  if (!cert.ok()) return cert.status();
+  const std::string& cert_tenant = *cert;
+  std::string token_tenant;
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError("authorization: missing (send \"Bearer <token>\")");
+  if (it != metadata.end()) {
+    const std::string_view value(it->second.data(), it->second.size());
+    constexpr std::string_view kBearer = "Bearer ";
+    if (value.substr(0, kBearer.size()) != kBearer) {
+      return absl::UnauthenticatedError("authorization: expected \"Bearer <token>\"");
+    }
+    auto t = tenants_.find(Sha256Hex(value.substr(kBearer.size())));
+    if (t == tenants_.end()) return absl::UnauthenticatedError("authorization: unknown token");
+    token_tenant = t->second;
   }
-  const std::string_view value(it->second.data(), it->second.size());
-  constexpr std::string_view kBearer = "Bearer ";
-  if (value.substr(0, kBearer.size()) != kBearer) {
-    return absl::UnauthenticatedError("authorization: expected \"Bearer <token>\"");
+  if (token_tenant.empty() && cert_tenant.empty()) {
+    if (identities_.empty()) {
+      return absl::UnauthenticatedError("authorization: missing (send \"Bearer <token>\")");
+    }
+    return absl::UnauthenticatedError(absl::StrCat(
+        "no tenant: send \"authorization: Bearer <token>\" or a client certificate listed in "
+        "tls.identities (this connection's certificate names: ",
+        cert_names.empty() ? "none" : cert_names, ")"));
   }
-  auto t = tenants_.find(Sha256Hex(value.substr(kBearer.size())));
-  if (t == tenants_.end()) return absl::UnauthenticatedError("authorization: unknown token");
-  if (t->second == "*") return Caller{};
-  return Caller{.tenant = t->second, .is_operator = false};
+  if (!token_tenant.empty() && !cert_tenant.empty() && token_tenant != cert_tenant) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the bearer token is tenant \"", token_tenant, "\" but the client certificate is tenant \"",
+        cert_tenant, "\"; they must agree"));
+  }
+  const std::string& tenant = token_tenant.empty() ? cert_tenant : token_tenant;
+  if (tenant == "*") return Caller{};
+  return Caller{.tenant = tenant, .is_operator = false};
 }
 
 absl::Status CheckNamespaceAccess(const Caller& caller, const std::string& ns_name,

@@ -14,6 +14,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "protocol/convert.h"
+#include "protocol/tls.h"
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/membership.h"
@@ -52,6 +53,29 @@ absl::StatusOr<uint32_t> ParseU32(std::string_view text, std::string_view flag) 
         absl::StrCat(Sv(flag), ": expected a non-negative integer, got \"", Sv(text), "\""));
   }
   return v;
+}
+
+// The tls block: files readable, certificate and key parse and match, options coherent.
+absl::Status ValidateTlsConfig(const v1::ServerConfig& c) {
+  if (!c.has_tls()) return absl::OkStatus();
+  const v1::TlsConfig& t = c.tls();
+  if (t.cert_file().empty() || t.key_file().empty()) {
+    return absl::InvalidArgumentError("tls.cert_file and tls.key_file are required with tls");
+  }
+  if ((t.require_client_cert() || t.identities_size() > 0) && t.client_ca_file().empty()) {
+    return absl::InvalidArgumentError(
+        "tls.client_ca_file is required with tls.require_client_cert or tls.identities");
+  }
+  absl::Status s = protocol::CheckTlsFiles(
+      {.cert_file = t.cert_file(), .key_file = t.key_file(), .ca_file = t.client_ca_file()},
+      "tls");
+  if (!s.ok()) {
+    // CheckTlsFiles names ca_file; the config field is client_ca_file.
+    std::string m(s.message());
+    if (m.rfind("tls.ca_file", 0) == 0) m.replace(0, 11, "tls.client_ca_file");
+    return absl::InvalidArgumentError(m);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -150,12 +174,17 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("hot_allocator \"", a, "\" is not one of auto, cuda, mlock, malloc"));
   }
+  RETURN_IF_ERROR(ValidateTlsConfig(c));
   if (auto auth = Authenticator::FromConfig(c); !auth.ok()) return auth.status();
   const bool clustered = !c.cluster().static_peers().empty() || !c.cluster().peer_dns().empty();
-  if (clustered && c.tenants_size() > 0 && c.cluster().peer_token_file().empty()) {
+  bool operator_identity = false;
+  for (const v1::TlsIdentity& id : c.tls().identities()) operator_identity |= id.tenant() == "*";
+  if (clustered && (c.tenants_size() > 0 || c.tls().identities_size() > 0) &&
+      c.cluster().peer_token_file().empty() && !operator_identity) {
     return absl::InvalidArgumentError(
-        "cluster.peer_token_file is required with tenants in cluster mode (peers "
-        "authenticate each other's fan-out calls with an operator token)");
+        "cluster.peer_token_file (or a tls.identities entry with tenant \"*\" naming the "
+        "nodes' certificate) is required with tenants in cluster mode (peers authenticate "
+        "each other's fan-out calls as operators)");
   }
   if (c.shm_socket().size() > kMaxShmSocketPath) {
     return absl::InvalidArgumentError(absl::StrCat("shm_socket is ", c.shm_socket().size(),
@@ -218,6 +247,10 @@ constexpr FlagSpec kFlags[] = {
     {"--executor-threads", "N", "executor_threads"},
     {"--max-message-bytes", "SIZE", "max_message_bytes"},
     {"--shm-socket", "PATH|off", "shm_socket; off disables the shared-memory path"},
+    {"--tls-cert", "FILE", "tls.cert_file (PEM); with --tls-key turns TLS on"},
+    {"--tls-key", "FILE", "tls.key_file (PEM)"},
+    {"--tls-client-ca", "FILE", "tls.client_ca_file: verify client and peer certificates"},
+    {"--tls-require-client-cert", nullptr, "tls.require_client_cert (mutual TLS)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
     {"--help", nullptr, "print this text"},
 };
@@ -263,6 +296,14 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
     c.set_max_message_bytes(v);
   } else if (flag == "--shm-socket") {
     c.set_shm_socket(value);
+  } else if (flag == "--tls-cert") {
+    c.mutable_tls()->set_cert_file(value);
+  } else if (flag == "--tls-key") {
+    c.mutable_tls()->set_key_file(value);
+  } else if (flag == "--tls-client-ca") {
+    c.mutable_tls()->set_client_ca_file(value);
+  } else if (flag == "--tls-require-client-cert") {
+    c.mutable_tls()->set_require_client_cert(true);
   } else if (flag == "--warm-from-cold") {
     c.set_warm_from_cold(true);
   } else {

@@ -36,7 +36,8 @@ absl::StatusOr<v1::ServerConfig> LoadConfigFile(const std::string& path);
 // its default.
 void ApplyDefaults(v1::ServerConfig& config);
 
-// Checks a defaulted config. INVALID_ARGUMENT naming the first bad field (e.g.
+// Checks a defaulted config. The tls files are read: certificate and key must parse and
+// match (protocol::CheckTlsFiles). INVALID_ARGUMENT naming the first bad field (e.g.
 // "low_watermark (0.95) must be below high_watermark (0.9)", "namespaces[1].layout...").
 absl::Status ValidateConfig(const v1::ServerConfig& config);
 
@@ -50,7 +51,8 @@ struct CommandLine {
 // Parses argv[1..] (`--flag value` or `--flag=value`): --config FILE, --check-config
 // FILE, --port, --listen, --data-dir, --hot-capacity, --cold-capacity (sizes as
 // common/byte_size.h), --policy, --hot-allocator, --metrics-port, --node-id,
-// --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --help (-h).
+// --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --tls-cert,
+// --tls-key, --tls-client-ca, --tls-require-client-cert, --help (-h).
 // Loads the file, applies defaults, then the flags, then validates. INVALID_ARGUMENT
 // naming the flag ("unknown flag --x", "--port: missing value") or field; NOT_FOUND for
 // an unreadable config file.

@@ -1,5 +1,7 @@
 #include "service/peer_fanout.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +26,11 @@ bool IsPeerDown(grpc::StatusCode code) {
     default:
       return false;
   }
+}
+
+bool IsNumericAddress(const std::string& host) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
 // Tier preference when two owners answer: hot beats cold beats none.
@@ -74,7 +81,26 @@ void PeerFanout::AwaitIdle() {
       +[](int* n) { return *n == 0; }, &in_flight_));
 }
 
+std::string PeerFanout::TlsNameFor(const std::string& address) const {
+  for (const Peer& p : membership_->peers()) {
+    if (p.address != address || p.id == address) continue;
+    std::string host;
+    uint32_t port = 0;
+    if (!SplitHostPort(p.id, "id", &host, &port).ok() || IsNumericAddress(host)) return "";
+    return host;
+  }
+  return "";
+}
+
 std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = channels_.find(address); it != channels_.end() && it->second != nullptr) {
+      return it->second;
+    }
+  }
+  // A new channel. Asked without mu_ held: Membership has a lock of its own.
+  const std::string tls_name = options_.credentials != nullptr ? TlsNameFor(address) : "";
   absl::MutexLock lock(&mu_);
   std::shared_ptr<PeerStubs>& c = channels_[address];
   if (c == nullptr) {
@@ -88,6 +114,10 @@ std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
     // Our own subchannels: a peer restarted on the same address must not inherit the
     // backoff state of a subchannel another channel left in TRANSIENT_FAILURE.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // TLS: the peer's certificate must name the peer. gRPC checks its SANs against the
+    // dialed host (an IP SAN for a numeric address); when the membership knows the peer
+    // by a DNS name (peer_dns: reverse DNS), that name is checked instead.
+    if (!tls_name.empty()) args.SetSslTargetNameOverride(tls_name);
     auto creds =
         options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials();
     stubs->channel = grpc::CreateCustomChannel(address, creds, args);

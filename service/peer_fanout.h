@@ -28,7 +28,8 @@ struct FanoutOptions {
   uint32_t max_keys_per_call = 1024;  // batch size per peer call (<= server's max)
   int failures_to_unhealthy = 3;      // consecutive failed calls before a peer is down
   int64_t unhealthy_retry_ms = 1000;  // at most one probe of a down peer per interval
-  // Channel credentials for peer calls; null = insecure.
+  // Channel credentials for peer calls; null = insecure. With TLS the peer's certificate
+  // must name the peer's host (see StubsFor).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // Called on every outgoing ClientContext (e.g. to attach an auth token); may be null.
   std::function<void(grpc::ClientContext*)> prepare_context;
@@ -98,7 +99,9 @@ class PeerFanout {
   void ClusterStatusAsync(v1::StatsResponse self_stats,
                           std::function<void(v1::ClusterStatusResponse)> done);
 
-  // Returns the stubs for a peer address; never null. Channels are cached per address
+  // Returns the stubs for a peer address; never null. With TLS credentials the channel
+  // checks that the peer's certificate names the dialed host, or the host of the peer's
+  // id in the membership when that is a DNS name. Channels are cached per address
   // and reused; the result stays valid for as long as the caller holds it, even if the
   // peer leaves the membership meanwhile.
   std::shared_ptr<PeerStubs> StubsFor(const std::string& address);
@@ -117,6 +120,9 @@ class PeerFanout {
   void SyncMembership(const std::vector<Peer>& peers);
   // Sends one health probe to `peer` (the caller took the slot with TakeProbe).
   void Probe(const Peer& peer);
+  // The name a peer's TLS certificate must carry when it differs from the host of
+  // `address`: the host of the peer's id when that is a DNS name; else "".
+  std::string TlsNameFor(const std::string& address) const;
   // Sets the peer deadline and runs prepare_context on a new call's context.
   void PrepareContext(grpc::ClientContext* ctx) const;
   void CallsStarted(int n);

@@ -13,6 +13,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "protocol/tls.h"
 #include "service/config.h"
 
 namespace kvtier::service {
@@ -22,6 +23,27 @@ std::string JoinHostPort(const std::string& host, int port) {
     return absl::StrCat("[", host, "]:", port);
   }
   return absl::StrCat(host, ":", port);
+}
+
+namespace {
+
+protocol::TlsFiles ServerTlsFiles(const v1::TlsConfig& tls) {
+  return {.cert_file = tls.cert_file(),
+          .key_file = tls.key_file(),
+          .ca_file = tls.client_ca_file(),
+          .refresh_interval_s = tls.refresh_interval_s()};
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const v1::ServerConfig& config) {
+  if (!config.has_tls()) return grpc::InsecureServerCredentials();
+  const v1::TlsConfig& tls = config.tls();
+  const protocol::ClientCertPolicy policy =
+      tls.client_ca_file().empty() ? protocol::ClientCertPolicy::kNone
+      : tls.require_client_cert()  ? protocol::ClientCertPolicy::kRequired
+                                   : protocol::ClientCertPolicy::kOptional;
+  return protocol::ServerTlsCredentials(ServerTlsFiles(tls), policy);
 }
 
 absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::ServerConfig& config) {
@@ -44,7 +66,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   grpc::ServerBuilder builder;
   int selected_port = 0;
   builder.AddListeningPort(JoinHostPort(config.listen_address(), config.port()),
-                           grpc::InsecureServerCredentials(), &selected_port);
+                           ServerCredentialsFor(config), &selected_port);
   builder.RegisterService(s->data_service_.get());
   builder.RegisterService(s->admin_service_.get());
   const int max_msg = static_cast<int>(config.max_message_bytes());
@@ -94,6 +116,11 @@ absl::Status KvtierServer::StartCluster(int selected_port) {
                        cluster, std::move(self_id), static_cast<uint32_t>(selected_port))));
   membership_->Start();
   FanoutOptions fanout = FanoutOptionsFromConfig(config_);
+  if (config_.has_tls()) {
+    // Mutual TLS between nodes: this node's own certificate, and the peers' must chain
+    // to client_ca_file (the cluster CA) and name the peer (PeerFanout::StubsFor).
+    fanout.credentials = protocol::ChannelTlsCredentials(ServerTlsFiles(config_.tls()));
+  }
   if (!cluster.peer_token_file().empty()) {
     std::ifstream in(cluster.peer_token_file());
     std::string token;

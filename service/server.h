@@ -1,7 +1,7 @@
 // KvtierServer: the whole kvtierd process minus flag parsing and signals. Owns the gRPC
 // server (KvCache, KvCacheAdmin, grpc.health.v1 for "" and both service names,
-// reflection), the bounded executor, the TieredStore and the optional Prometheus
-// exporter.
+// reflection; TLS per config.tls), the bounded executor, the TieredStore and the optional
+// Prometheus exporter (always plaintext: scrape it inside the pod network).
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
@@ -75,6 +75,11 @@ class KvtierServer {
   std::unique_ptr<PeerFanout> fanout_;
   bool shut_down_ = false;
 };
+
+// The gRPC port's credentials: insecure without config.tls, else TLS from its files
+// (reloaded as they change), asking for client certificates when client_ca_file is set
+// and requiring them with require_client_cert.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const v1::ServerConfig& config);
 
 // Formats host:port, bracketing IPv6 literals.
 std::string JoinHostPort(const std::string& host, int port);

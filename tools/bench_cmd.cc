@@ -64,6 +64,8 @@ constexpr char kBenchUsage[] =
     "  --grpc-window SIZE, --grpc-frame SIZE, --grpc-read-chunk SIZE\n"
     "                      HTTP/2 stream window, max frame, min socket read (0 = gRPC default)\n"
     "  --no-shm            never use the same-node shared-memory path (payloads over TCP)\n"
+    "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
+    "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
     "                      (AllocateSharedBuffer): no client-side payload copy\n"
     "  --redis-raw-get     read GET replies off the socket straight into the destination\n"
@@ -563,6 +565,7 @@ absl::Status Bench(const cli::Flags& flags) {
     client::ClientOptions options;
     options.server = target;
     options.auth_token = cli::AuthTokenFromFlags(flags);
+    cli::ApplyTlsFlags(flags, &options);
     options.num_channels = static_cast<int>(std::max<int64_t>(1, channels));
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
@@ -644,7 +647,7 @@ absl::Status Bench(const cli::Flags& flags) {
 
 int RunBench(int argc, char** argv) {
   cli::Flags flags = cli::Flags::Parse(
-      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "shared-buffers", "help"});
+      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "shared-buffers", "tls", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
@@ -653,8 +656,8 @@ int RunBench(int argc, char** argv) {
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
-                                         "auth-token",
-                                         "shared-buffers", "json", "help"});
+                                         "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
+                                         "tls-server-name", "shared-buffers", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier bench: %s\n\n%s",
                  known.ok() ? "unexpected positional argument"

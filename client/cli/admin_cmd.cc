@@ -33,6 +33,8 @@ using client::ClientOptions;
 
 constexpr char kAdminUsage[] =
     "usage: kvtier <command> [--server HOST:PORT] [--auth-token T] [--json] [flags]\n"
+    "  TLS: --tls-ca FILE (roots; --tls alone: system roots), --tls-cert FILE --tls-key FILE\n"
+    "       (client certificate), --tls-server-name NAME (name the server's cert must carry)\n"
     "\n"
     "  stats [--namespace NS] [--watch] [--interval S] [--cluster]\n"
     "        hits, misses, hit rate, prefix hit rate, bytes, blocks, evictions per\n"
@@ -177,6 +179,7 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags(const Flags& flags) {
   ClientOptions options;
   options.server = flags.GetString("server", "127.0.0.1:50051");
   options.auth_token = AuthTokenFromFlags(flags);
+  ApplyTlsFlags(flags, &options);
   options.num_channels = 1;
   // One-shot commands move a few blocks at most: not worth mapping a shared region.
   options.shared_memory = false;
@@ -586,7 +589,8 @@ absl::Status RunFlush(const Flags& flags) {
 int RunAdmin(int argc, char** argv) {
   const std::string_view command = argv[0];
   Flags flags = Flags::Parse(argc, argv, 1,
-                              {"json", "watch", "raw", "drop", "local-only", "cluster", "help"});
+                              {"json", "watch", "raw", "drop", "local-only", "cluster", "tls",
+                               "help"});
   if (flags.Has("help")) {
     std::fputs(kAdminUsage, stdout);
     return 0;
@@ -595,7 +599,7 @@ int RunAdmin(int argc, char** argv) {
       {"server", "auth-token", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
        "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
        "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
-       "help"});
+       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier %s: %s\n\n%s", std::string(command).c_str(),
                  known.ok() ? "unexpected positional argument" : std::string(known.message()).c_str(),

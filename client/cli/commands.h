@@ -7,6 +7,7 @@
 namespace kvtier::cli {
 
 int RunAdmin(int argc, char** argv);  // stats, namespaces, lookup, put, get, evict, flush
+int RunHealth(int argc, char** argv);  // health (grpc.health.v1, for exec probes)
 
 }  // namespace kvtier::cli
 

@@ -115,4 +115,15 @@ std::string AuthTokenFromFlags(const Flags& flags) {
   return flags.GetString("auth-token", env != nullptr ? env : "");
 }
 
+TlsFlags TlsFromFlags(const Flags& flags) {
+  TlsFlags t;
+  t.ca_file = flags.GetString("tls-ca", "");
+  t.cert_file = flags.GetString("tls-cert", "");
+  t.key_file = flags.GetString("tls-key", "");
+  t.server_name = flags.GetString("tls-server-name", "");
+  t.tls = flags.Has("tls") || !t.ca_file.empty() || !t.cert_file.empty() ||
+          !t.key_file.empty() || !t.server_name.empty();
+  return t;
+}
+
 }  // namespace kvtier::cli

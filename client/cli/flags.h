@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,30 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
 
 // The bearer token for servers with tenants: --auth-token, else $KVTIER_AUTH_TOKEN, else "".
 std::string AuthTokenFromFlags(const Flags& flags);
+
+// TLS to the server (client::ClientOptions::tls*): --tls (system roots), --tls-ca FILE,
+// --tls-cert FILE, --tls-key FILE (client certificate), --tls-server-name NAME. Commands
+// list these in CheckKnown and "tls" among the boolean flags.
+struct TlsFlags {
+  bool tls = false;  // any of the flags given
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
+};
+TlsFlags TlsFromFlags(const Flags& flags);
+
+// Copies TlsFromFlags(flags) into a client::ClientOptions (a template so this library
+// needs no client headers).
+template <typename ClientOptionsT>
+void ApplyTlsFlags(const Flags& flags, ClientOptionsT* options) {
+  TlsFlags t = TlsFromFlags(flags);
+  options->tls = t.tls;
+  options->tls_ca_file = std::move(t.ca_file);
+  options->tls_cert_file = std::move(t.cert_file);
+  options->tls_key_file = std::move(t.key_file);
+  options->tls_server_name = std::move(t.server_name);
+}
 
 }  // namespace kvtier::cli
 

@@ -13,12 +13,14 @@ constexpr char kUsage[] =
     "usage: kvtier <command> [flags]\n"
     "\n"
     "Talk to a server (all take --server HOST:PORT, default 127.0.0.1:50051, --json, and\n"
-    "--auth-token T, default $KVTIER_AUTH_TOKEN, for servers with tenants):\n"
+    "--auth-token T, default $KVTIER_AUTH_TOKEN, for servers with tenants, and the TLS\n"
+    "flags --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME):\n"
     "  stats [--watch] [--cluster]   hit rates, bytes and evictions per namespace and tier\n"
     "  namespaces                    registered namespaces and their layouts\n"
     "  lookup                        how much of a prefix is cached, and where\n"
     "  put | get                     store or fetch blocks (a file or generated blocks)\n"
     "  evict | flush                 admin eviction, make hot blocks durable\n"
+    "  health [--service NAME]       exit 0 when the server is SERVING (exec probes)\n"
     "  bench                         load generator (--server ADDR or --redis ADDR)\n"
     "\n"
     "Offline evaluation (no server):\n"
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
   if (command == "eval") return kvtier::tools::RunEval(argc - 1, argv + 1);
   if (command == "replay") return kvtier::tools::RunReplay(argc - 1, argv + 1);
   if (command == "bench") return kvtier::tools::RunBench(argc - 1, argv + 1);
+  if (command == "health") return kvtier::cli::RunHealth(argc - 1, argv + 1);
   if (command == "stats" || command == "namespaces" || command == "lookup" ||
       command == "put" || command == "get" || command == "evict" || command == "flush") {
     return kvtier::cli::RunAdmin(argc - 1, argv + 1);

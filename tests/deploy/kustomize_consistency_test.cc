@@ -8,12 +8,15 @@
 // <data_dir>/kvtierd.sock) must be on a writable volume; when it is on a hostPath (the
 // deploy/components/same-node-shm component, rendered on top of overlays/prod) the pods
 // also need required anti-affinity per node and an init container handing the node
-// directory to kvtierd's uid:gid.
+// directory to kvtierd's uid:gid. With TLS (deploy/components/tls on top of overlays/prod)
+// the certificate files, their cert-manager Certificate and the exec probes are checked
+// too (tests/deploy/tls_checks.h), and --check-config runs on test certificates.
 //
 // Skips (GTEST_SKIP) when kubectl is not installed.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -33,8 +36,10 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "tests/deploy/mini_yaml.h"
+#include "tests/deploy/tls_checks.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_certs.h"
 
 namespace kvtier::testing {
 namespace {
@@ -117,12 +122,15 @@ struct Rendering {
   std::string shm_mount_path;   // mountPath of that volume
   std::string shm_volume_type;  // "hostPath", "emptyDir", "persistentVolumeClaim", ...
   bool required_hostname_anti_affinity = false;
+  TlsRendering tls;
 };
 
 // What a rendering must additionally have.
 struct Expect {
   // --shm-socket names a socket directly in a hostPath volume's mountPath.
   bool same_node_shm = false;
+  // kvtierd serves TLS (--tls-cert ...).
+  bool tls = false;
 };
 
 const YamlNode* FindDoc(const std::vector<YamlNode>& docs, std::string_view kind,
@@ -244,10 +252,13 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
     problem(absl::StrCat("container port metrics=", ports["metrics"],
                          " but config metrics_port=", cfg.metrics_port()));
   }
+  const bool tls = std::find(out->args.begin(), out->args.end(), "--tls-cert") != out->args.end();
   for (const char* probe : {"livenessProbe", "readinessProbe", "startupProbe"}) {
     const YamlNode* p = container->Child(probe);
     if (p == nullptr) {
       problem(absl::StrCat(probe, " missing"));
+    } else if (tls) {
+      // Exec probes over TLS: CheckTls.
     } else if (p->Get("grpc") == nullptr) {
       problem(absl::StrCat(probe, " is not a native gRPC probe"));
     } else if (ScalarInt(p->Get("grpc.port")) != grpc_port) {
@@ -308,7 +319,12 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
                            grpc_port));
     }
   }
-  (void)ns;
+  for (std::string& p :
+       CheckTls(all, *pod, *container, out->args, grpc_port,
+                headless != nullptr ? headless->Str("metadata.name") : "", ns, &out->tls)) {
+    problem(std::move(p));
+  }
+  if (expect.tls && !out->tls.on) problem("kvtierd args have no --tls-cert (TLS expected)");
 
   // Memory: requests == limits >= hot tier + gRPC quota + 512 MiB; the hot tier is pinned.
   const uint64_t quota = cfg.memory_quota_bytes() != 0 ? cfg.memory_quota_bytes() : 1024 * kMiB;
@@ -520,6 +536,7 @@ CommandResult RenderSpec(const std::string& spec) {
 }
 
 constexpr char kProdWithShm[] = "overlays/prod+components/same-node-shm";
+constexpr char kProdWithTls[] = "overlays/prod+components/tls";
 
 class KustomizeTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -529,7 +546,9 @@ class KustomizeTest : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r.output;
   }
-  Expect Expectations() const { return {.same_node_shm = GetParam() == kProdWithShm}; }
+  Expect Expectations() const {
+    return {.same_node_shm = GetParam() == kProdWithShm, .tls = GetParam() == kProdWithTls};
+  }
 };
 
 TEST_P(KustomizeTest, RendersConsistently) {
@@ -540,7 +559,8 @@ TEST_P(KustomizeTest, RendersConsistently) {
   if (GetParam() == "overlays/dev") {
     EXPECT_EQ(rendering.replicas, 1);
   }
-  if (GetParam() == "overlays/prod" || GetParam() == kProdWithShm) {
+  if (GetParam() == "overlays/prod" || GetParam() == kProdWithShm ||
+      GetParam() == kProdWithTls) {
     EXPECT_EQ(rendering.replicas, 3);
     // Three nodes with R=2 survive losing any one of them without misses.
     EXPECT_GE(rendering.config.cluster().replication_factor(), 2u);
@@ -555,6 +575,11 @@ TEST_P(KustomizeTest, RendersConsistently) {
     EXPECT_THAT(rendering.args,
                 ::testing::ElementsAre("--config", "/etc/kvtier/kvtierd.textproto", "--shm-socket",
                                        "/var/run/kvtier/kvtierd.sock"));
+  } else if (GetParam() == kProdWithTls) {
+    EXPECT_TRUE(rendering.tls.on);
+    EXPECT_TRUE(rendering.tls.require_client_cert);
+    EXPECT_EQ(rendering.tls.secret_name, "kvtier-tls");
+    EXPECT_NE(rendering.shm_volume_type, "hostPath");
   } else {
     // Without the component the socket stays on the pod's own data volume.
     EXPECT_FALSE(rendering.shm_socket_from_flag);
@@ -576,6 +601,17 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
   TempDir tmp;
   const std::string path = tmp.Sub("kvtierd.textproto");
   std::ofstream(path) << rendering.config_text;
+  // The TLS files live in a Secret at deploy time: check with test files in their place.
+  std::map<std::string, std::string> files;
+  if (rendering.tls.on) {
+    auto ca = TestCa::Create(tmp.path(), "ca");
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    auto node = ca->Issue("node", "kvtier-node", {"DNS:kvtier-peers.kvtier.svc.cluster.local"});
+    ASSERT_TRUE(node.ok()) << node.status();
+    files = {{rendering.tls.cert_file, node->cert_file},
+             {rendering.tls.key_file, node->key_file},
+             {rendering.tls.ca_file, ca->ca_file()}};
+  }
   // The container's other args (e.g. --shm-socket) are validated with the file, as
   // kvtierd applies them on top of it at start.
   auto check = [&](const std::vector<std::string>& args) {
@@ -584,7 +620,8 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
       if (args[i] == "--config") {
         ++i;
       } else if (!absl::StartsWith(args[i], "--config=")) {
-        absl::StrAppend(&command, " '", args[i], "'");
+        auto f = files.find(args[i]);
+        absl::StrAppend(&command, " '", f != files.end() ? f->second : args[i], "'");
       }
     }
     return RunCommand(command);
@@ -602,10 +639,18 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
     EXPECT_NE(rb.exit_code, 0) << rb.output;
     EXPECT_THAT(rb.output, HasSubstr("shm_socket"));
   }
+  if (GetParam() == kProdWithTls) {
+    // The TLS files reach validation too: a key that is not the certificate's fails.
+    std::swap(files[rendering.tls.key_file], files[rendering.tls.ca_file]);
+    CommandResult rb = check(rendering.args);
+    EXPECT_NE(rb.exit_code, 0) << rb.output;
+    EXPECT_THAT(rb.output, HasSubstr("tls.key_file"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Deploy, KustomizeTest,
-                         ::testing::Values("base", "overlays/dev", "overlays/prod", kProdWithShm),
+                         ::testing::Values("base", "overlays/dev", "overlays/prod", kProdWithShm,
+                                           kProdWithTls),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) {
@@ -696,6 +741,32 @@ TEST(KustomizeCheckerTest, CatchesSameNodeShmBreakages) {
       {"runAsUser: 10001", "runAsUser: 10003", "not chowned to kvtierd's 10003:10001"},
   };
   ExpectMutationsCaught(r.output, mutations, Expect{.same_node_shm = true});
+}
+
+// Same for the tls component on top of prod.
+TEST(KustomizeCheckerTest, CatchesTlsBreakages) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
+  CommandResult r = RenderSpec(kProdWithTls);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<Mutation> mutations = {
+      // A subPath mount is never updated when cert-manager renews the Secret.
+      {"mountPath: /etc/kvtier-tls\n", "mountPath: /etc/kvtier-tls\n          subPath: tls.crt\n",
+       "subPath"},
+      {"- --tls-cert\n        - /etc/kvtier-tls/tls.crt",
+       "- --tls-cert\n        - /etc/tls/tls.crt", "is not next to"},
+      {"secretName: kvtier-tls\n", "secretName: kvtier-cert\n", "writes Secret kvtier-cert"},
+      {"\n  - client auth", "", "lack \"client auth\""},
+      {"- '*.kvtier-peers.kvtier.svc.cluster.local'", "- '*.kvtier.kvtier.svc.cluster.local'",
+       "do not cover the pods' names"},
+      {"kind: Issuer\n    name: kvtier-ca", "kind: Issuer\n    name: kvtier-root",
+       "Issuer/kvtier-root is not rendered"},
+      {"- kvtier\n            - health", "- grpc_health_probe\n            - health",
+       "not an exec of `kvtier health`"},
+      {"- 127.0.0.1:50051", "- 127.0.0.1:50052", "--server is not 127.0.0.1:50051"},
+      {"- --tls-server-name\n            - kvtier-peers.kvtier.svc.cluster.local",
+       "- --tls-server-name\n            - kvtier-0.example", "is not a DNS name"},
+  };
+  ExpectMutationsCaught(r.output, mutations, Expect{.tls = true});
 }
 
 TEST(MiniYamlTest, ParsesKustomizeSubset) {

@@ -2,11 +2,13 @@
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/limits.h"
 #include "service/metrics.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_certs.h"
 
 namespace kvtier::service {
 namespace {
@@ -182,9 +184,52 @@ TEST(ConfigTest, HelpListsEveryEvictionPolicyAndTheSizeSyntax) {
   for (const char* flag : {"--config", "--check-config", "--listen", "--port", "--data-dir",
                            "--hot-capacity", "--cold-capacity", "--policy", "--hot-allocator",
                            "--metrics-port", "--node-id", "--executor-threads",
-                           "--max-message-bytes", "--shm-socket", "--warm-from-cold"}) {
+                           "--max-message-bytes", "--shm-socket", "--warm-from-cold",
+                           "--tls-cert", "--tls-key", "--tls-client-ca",
+                           "--tls-require-client-cert"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
+}
+
+// --check-config reads the TLS files: they must exist, parse, and the key must match.
+TEST(ConfigTest, TlsFlagsAreCheckedAgainstTheFiles) {
+  testing::TempDir dir;
+  auto ca = testing::TestCa::Create(dir.path(), "ca");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto a = ca->Issue("a", "a", {"DNS:a"});
+  auto b = ca->Issue("b", "b", {"DNS:b"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ok = ParseCommandLine({"--tls-cert", a->cert_file, "--tls-key", a->key_file,
+                              "--tls-client-ca", ca->ca_file(), "--tls-require-client-cert"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->config.tls().require_client_cert());
+  EXPECT_EQ(ok->config.tls().client_ca_file(), ca->ca_file());
+
+  auto error = [](const std::vector<std::string>& args) {
+    auto cl = ParseCommandLine(args);
+    EXPECT_EQ(cl.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(cl.status().message());
+  };
+  EXPECT_THAT(error({"--tls-cert", a->cert_file}), HasSubstr("tls.key_file"));
+  EXPECT_THAT(error({"--tls-cert", a->cert_file, "--tls-key", b->key_file}),
+              HasSubstr("does not match cert_file"));
+  EXPECT_THAT(error({"--tls-cert", dir.Sub("none.pem"), "--tls-key", a->key_file}),
+              HasSubstr("tls.cert_file"));
+  EXPECT_THAT(error({"--tls-cert", a->key_file, "--tls-key", a->key_file}),
+              HasSubstr("not a PEM certificate"));
+  EXPECT_THAT(error({"--tls-cert", a->cert_file, "--tls-key", a->key_file,
+                     "--tls-require-client-cert"}),
+              HasSubstr("tls.client_ca_file is required"));
+  EXPECT_THAT(error({"--tls-cert", a->cert_file, "--tls-key", a->key_file, "--tls-client-ca",
+                     dir.Sub("missing-ca.pem")}),
+              HasSubstr("tls.client_ca_file"));
+  const std::string identities = WriteFile(
+      dir, "ids.textproto",
+      absl::StrCat("tls { cert_file: \"", a->cert_file, "\" key_file: \"", a->key_file,
+                   "\" client_ca_file: \"", ca->ca_file(),
+                   "\" identities { tenant: \"t\" cert_name: \"x\" } identities { tenant: "
+                   "\"u\" cert_name: \"x\" } }\n"));
+  EXPECT_THAT(error({"--check-config", identities}), HasSubstr("listed twice"));
 }
 
 TEST(ConfigTest, DefaultsComeFromStoreOptionsAndServiceLimits) {

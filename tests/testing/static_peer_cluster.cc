@@ -49,7 +49,10 @@ std::string StaticPeerCluster::ConfigFor(int i) const {
                       options_.root_dir, "/node", i,
                       "\"\nhot_capacity_bytes: 67108864\ncold_capacity_bytes: 1073741824\n"
                       "executor_threads: 2\n",
-                      options_.extra_config, "cluster {\n  node_id: \"", ids_[i], "\"\n", peers,
+                      options_.extra_config,
+                      i < static_cast<int>(options_.node_config.size()) ? options_.node_config[i]
+                                                                        : "",
+                      "cluster {\n  node_id: \"", ids_[i], "\"\n", peers,
                       "  replication_factor: ", options_.replication_factor,
                       "\n  peer_deadline_ms: ", options_.peer_deadline_ms, "\n",
                       options_.extra_cluster_config, "}\n");

@@ -35,6 +35,9 @@ class StaticPeerCluster {
     // Config text placed before the `cluster { ... }` block (e.g. `namespaces { ... }`);
     // each line must end with '\n'.
     std::string extra_config;
+    // Per-node config text placed after extra_config (node i gets node_config[i] when
+    // there is one, e.g. its own `tls { ... }`); each line must end with '\n'.
+    std::vector<std::string> node_config;
     // Config text placed inside the `cluster { ... }` block (e.g. `peer_token_file: ...`);
     // each line must end with '\n'.
     std::string extra_cluster_config;
@@ -53,8 +56,8 @@ class StaticPeerCluster {
   int port(int i) const { return ports_[i]; }
 
   // The textproto config of node i: listen address, port, data dir, 64 MiB hot, 1 GiB
-  // cold, 2 executor threads, extra_config, then the cluster block (node_id, every node
-  // as a static peer, replication factor, peer deadline).
+  // cold, 2 executor threads, extra_config, node_config[i], then the cluster block
+  // (node_id, every node as a static peer, replication factor, peer deadline).
   std::string ConfigFor(int i) const;
 
   // Writes node i's config and starts it (again, after a Kill: same port and data dir).

@@ -109,6 +109,27 @@ def _split_ranges(n, parts):
     return out
 
 
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise errors.InvalidArgumentError(f"options.tls: {path} cannot be read: {e}") from None
+
+
+def _credentials(tls, ca_file, cert_file, key_file, server_name):
+    """None (plaintext) or grpc.ssl_channel_credentials from the PEM files, as the C++
+    ClientOptions tls_* fields. The files are read once, at connect."""
+    if not (tls or ca_file or cert_file or key_file or server_name):
+        return None
+    if bool(cert_file) != bool(key_file):
+        raise errors.InvalidArgumentError("options.tls: tls_cert_file and tls_key_file go together")
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(ca_file) if ca_file else None,
+        private_key=_read(key_file) if key_file else None,
+        certificate_chain=_read(cert_file) if cert_file else None)
+
+
 class _Channel:
     def __init__(self, address, index, opts, metadata):
         options = [("grpc.use_local_subchannel_pool", 1), ("kvtier.channel_id", index),
@@ -116,7 +137,12 @@ class _Channel:
                    ("grpc.max_send_message_length", -1)]
         if opts["http2_stream_window_bytes"] > 0:
             options.append(("grpc.http2.lookahead_bytes", opts["http2_stream_window_bytes"]))
-        self.channel = grpc.insecure_channel(address, options=options)
+        if opts["credentials"] is None:
+            self.channel = grpc.insecure_channel(address, options=options)
+        else:
+            if opts["tls_server_name"]:
+                options.append(("grpc.ssl_target_name_override", opts["tls_server_name"]))
+            self.channel = grpc.secure_channel(address, opts["credentials"], options=options)
         self.data = pb_grpc.KvCacheStub(self.channel)
         self.admin = pb_grpc.KvCacheAdminStub(self.channel)
         self.put = self.channel.stream_unary(_PUT, request_serializer=None,
@@ -139,7 +165,8 @@ class Client:
                  chunk_bytes=1 << 20, max_streams_per_call=4,
                  max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
                  shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
-                 auth_token=""):
+                 auth_token="", tls=False, tls_ca_file="", tls_cert_file="", tls_key_file="",
+                 tls_server_name=""):
         if not address:
             raise errors.InvalidArgumentError("options.server is empty")
         if num_channels < 1:
@@ -157,7 +184,10 @@ class Client:
         self.max_streams_per_call = max_streams_per_call
         self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
         opts = dict(max_receive_message_bytes=max_receive_message_bytes,
-                    http2_stream_window_bytes=http2_stream_window_bytes)
+                    http2_stream_window_bytes=http2_stream_window_bytes,
+                    credentials=_credentials(tls, tls_ca_file, tls_cert_file, tls_key_file,
+                                             tls_server_name),
+                    tls_server_name=tls_server_name)
         self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
         self._next = 0
         self._lock = threading.Lock()

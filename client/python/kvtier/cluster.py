@@ -63,6 +63,18 @@ def _run_parallel(work, fn):
         return {i: f.result() for i, f in futures.items()}
 
 
+def _tls_name(node_id, address):
+    """As the C++ ClusterClient: under TLS a member's certificate must name the host of its
+    node id when that is a DNS name (peer_dns clusters report pod IPs as addresses), else
+    its address. "" = check the address."""
+    if node_id == address:
+        return ""
+    host = node_id.rsplit(":", 1)[0]
+    if not host or host.startswith("[") or all(p.isdigit() for p in host.split(".")):
+        return ""
+    return host
+
+
 class ClusterClient:
     """See the module docstring. `seed`: any member's host:port; `namespace`: registered on
     (or checked against) every member; `client_options`: keyword arguments of each
@@ -137,7 +149,11 @@ class ClusterClient:
 
         def connect(i):
             try:
-                nodes[i].client = Client(nodes[i].address, self.namespace, **self.client_options)
+                opts = dict(self.client_options)
+                tls = any(opts.get(k) for k in ("tls", "tls_ca_file", "tls_cert_file"))
+                if tls and not opts.get("tls_server_name"):
+                    opts["tls_server_name"] = _tls_name(nodes[i].id, nodes[i].address)
+                nodes[i].client = Client(nodes[i].address, self.namespace, **opts)
                 return None
             except errors.KvtierError as e:
                 return e
