@@ -12,6 +12,7 @@
 #include "service/config.h"
 #include "service/get_reactor.h"
 #include "service/kv_cache_service.h"
+#include "service/peer_fanout.h"
 #include "service/put_reactor.h"
 #include "service/request_checks.h"
 
@@ -65,16 +66,24 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
                      FindNamespace(*ctx, store, request->namespace_(), caller));
     ns_name = ns.name;
     ASSIGN_OR_RETURN(keys, CheckKeys(request->keys(), ctx->limits, false));
-    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys));
+    if (request->lease_ms() > ctx->limits.max_lease_ms) {
+      return absl::InvalidArgumentError(absl::StrCat("lease_ms ", request->lease_ms(),
+                                                     " exceeds max_lease_ms ",
+                                                     ctx->limits.max_lease_ms));
+    }
+    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys, request->lease_ms()));
     return absl::OkStatus();
   }();
   if (!s.ok()) return finish(s);
-  std::vector<v1::Tier> tiers;
+  PeerFanout::LocalAnswer local;
+  local.lease_id = r.lease_id;
+  local.leased_blocks = r.leased_blocks;
+  local.lease_limit = static_cast<v1::LeaseLimit>(r.lease_limit);
   for (size_t i = 0; i < keys.size(); ++i) {
-    tiers.push_back(TierToProto(i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone));
+    local.tiers.push_back(TierToProto(i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone));
   }
   if (ctx->fanout != nullptr && !request->local_only()) {
-    ctx->fanout->LookupAsync(ns_name, keys, tiers,
+    ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(),
                              [response, finish](v1::LookupResponse merged) {
                                *response = std::move(merged);
                                finish(absl::OkStatus());
@@ -82,10 +91,13 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
     return;
   }
   response->set_prefix_blocks(r.prefix_blocks);
-  for (const v1::Tier t : tiers) {
+  response->set_leased_blocks(r.leased_blocks);
+  response->set_lease_limit(local.lease_limit);
+  for (size_t i = 0; i < local.tiers.size(); ++i) {
     v1::BlockLocation* loc = response->add_blocks();
-    loc->set_tier(t);
-    if (t != v1::TIER_NONE) loc->set_owner(ctx->node_id);
+    loc->set_tier(local.tiers[i]);
+    if (local.tiers[i] != v1::TIER_NONE) loc->set_owner(ctx->node_id);
+    if (i < r.leased_blocks) loc->set_lease_id(r.lease_id);
   }
   finish(absl::OkStatus());
 }
@@ -155,6 +167,18 @@ UnaryWork CompactWork(ServiceContext* ctx, const v1::CompactRequest* request,
   });
 }
 
+UnaryWork ReleaseLeaseWork(ServiceContext* ctx, const v1::ReleaseLeaseRequest* request,
+                           v1::ReleaseLeaseResponse* response) {
+  return Synchronous([ctx, request, response](storage::TieredStore& store,
+                                              const Caller& caller) -> absl::Status {
+    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                     FindNamespace(*ctx, store, request->namespace_(), caller));
+    ASSIGN_OR_RETURN(uint64_t blocks, store.ReleaseLease(ns.name, request->lease_id()));
+    response->set_blocks(blocks);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
@@ -209,6 +233,13 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Compact(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
   return RunParsed(ctx_, context, Op::kCompact, "Compact", request, response, &CompactWork);
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::ReleaseLease(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kReleaseLease, "ReleaseLease", request, response,
+                   &ReleaseLeaseWork);
 }
 
 }  // namespace kvtier::service

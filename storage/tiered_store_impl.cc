@@ -29,7 +29,8 @@ TieredStoreImpl::TieredStoreImpl(const StoreOptions& options, std::unique_ptr<Ho
         mu_.AssertHeld();  // PrefixIndex calls back only from within index_ methods
         UpdateEligibilityLocked(id);
       }),
-      policy_(NewEvictionPolicy(options.policy, options.policy_options)) {}
+      policy_(NewEvictionPolicy(options.policy, options.policy_options)),
+      leases_(options.max_leased_bytes, options.max_leased_bytes_per_tenant) {}
 
 TieredStoreImpl::~TieredStoreImpl() {
   {
@@ -204,7 +205,8 @@ void TieredStoreImpl::TouchLocked(BlockId id) {
 
 void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
   Entry& e = index_.at(id);
-  bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy));
+  bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy)) &&
+                  !leases_.KeepsHot(id);
   if (eligible) {
     // The sink rule holds per tier: a sink block (index < sink_blocks) is not demoted
     // while a descendant is hot, and cold eviction never deletes a block with a descendant.
@@ -231,6 +233,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot) {
   e.slot = slot;
   hot_->Own(slot, id);
   NsState& ns = *namespaces_[e.ns];
+  if (!e.resident()) ns.stats.distinct_blocks++;
   ns.stats.hot.blocks++;
   ns.stats.hot.bytes += hot_->View(slot).payload_bytes;
   policy_->OnInsert(id, InfoLocked(e));
@@ -253,6 +256,7 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
     pins_.erase(id);
   }
   index_.SetHot(id, false);  // re-evaluates the parent
+  if (!e.resident()) ns.stats.distinct_blocks--;
 }
 
 void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
@@ -262,6 +266,7 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
     ns.stats.cold.bytes -= e.cold_bytes;
     cold_used_ -= e.cold_bytes;
   } else {
+    if (!e.resident()) ns.stats.distinct_blocks++;
     ns.stats.cold.blocks++;
   }
   e.flags |= Entry::kCold;
@@ -280,6 +285,7 @@ void TieredStoreImpl::LeaveColdLocked(BlockId id) {
   cold_used_ -= e.cold_bytes;
   e.cold_bytes = 0;
   e.flags &= ~Entry::kCold;
+  if (!e.resident()) ns.stats.distinct_blocks--;
   index_.UpdateColdList(id, false);
 }
 
@@ -288,6 +294,7 @@ bool TieredStoreImpl::RemoveLocked(BlockId id) {
   const bool had_cold = e.flags & Entry::kCold;
   LeaveHotLocked(id);
   LeaveColdLocked(id);
+  leases_.Forget(id);  // the id may be reused once freed
   index_.MaybeFree(id);
   return had_cold;
 }
@@ -304,7 +311,8 @@ void TieredStoreImpl::PinLocked(BlockId id, int64_t until_ms) {
 // Lookups and admin calls
 
 absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
-                                                     std::span<const std::string> keys) {
+                                                     std::span<const std::string> keys,
+                                                     uint64_t lease_ms) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
   LookupResult out;
@@ -330,7 +338,55 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   ns->stats.lookup_blocks += keys.size();
   ns->stats.lookup_hit_blocks += hits;
   ns->stats.lookup_prefix_hit_blocks += out.prefix_blocks;
+  if (lease_ms > 0) {
+    ExpireLeasesLocked();
+    LeasePrefixLocked(*ns, keys, lease_ms, &out);
+  }
   return out;
+}
+
+void TieredStoreImpl::LeasePrefixLocked(const NsState& ns, std::span<const std::string> keys,
+                                        uint64_t lease_ms, LookupResult* out) {
+  std::vector<LeaseTable::Hold> holds;
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < out->prefix_blocks; ++i) {
+    const BlockId id = index_.Find(ns.id, keys[i]);
+    const uint64_t b = index_.at(id).payload_bytes;
+    if (!leases_.Fits(ns.opts.tenant, bytes, b, &out->lease_limit)) break;
+    bytes += b;
+    holds.push_back({id, out->tiers[i] == Tier::kHot});
+  }
+  if (holds.empty()) return;
+  out->leased_blocks = static_cast<uint32_t>(holds.size());
+  std::vector<BlockId> hot;
+  for (const LeaseTable::Hold& h : holds) {
+    if (h.keep_hot) hot.push_back(h.id);
+  }
+  out->lease_id = leases_.Grant(ns.id, ns.opts.tenant, std::move(holds), bytes,
+                                clock_->NowMillis() + static_cast<int64_t>(lease_ms));
+  for (BlockId id : hot) UpdateEligibilityLocked(id);  // no longer a victim
+}
+
+absl::StatusOr<uint64_t> TieredStoreImpl::ReleaseLease(std::string_view ns_name,
+                                                       uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
+  ExpireLeasesLocked();
+  const std::vector<LeaseTable::Hold> holds = leases_.Release(ns->id, lease_id);
+  OnHoldsEndedLocked(holds);
+  return holds.size();
+}
+
+void TieredStoreImpl::ExpireLeasesLocked() {
+  OnHoldsEndedLocked(leases_.Expire(clock_->NowMillis()));
+}
+
+void TieredStoreImpl::OnHoldsEndedLocked(const std::vector<LeaseTable::Hold>& holds) {
+  if (holds.empty()) return;
+  for (const LeaseTable::Hold& h : holds) {
+    if (h.keep_hot) UpdateEligibilityLocked(h.id);
+  }
+  MaybeWakeDemoterLocked();
 }
 
 bool TieredStoreImpl::DeleteOne(NsState* ns, std::string_view key,
@@ -494,6 +550,7 @@ StoreStats TieredStoreImpl::Stats() const {
   out.index_entries = index_.size();
   out.index_memory_bytes = index_.MemoryBytes();
   out.policy_memory_bytes = policy_->MemoryBytes();
+  out.leases = leases_.stats();
   for (const auto& ns : namespaces_) {
     if (ns != nullptr) out.namespaces.push_back(ns->stats);
   }

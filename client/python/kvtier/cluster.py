@@ -338,8 +338,9 @@ class ClusterClient:
         return [i if i is not None else pb.GetBlockInfo()
                 for i in self._route_gets(ns, keys, timeout, owner_get)]
 
-    def lookup(self, ns, keys, timeout=None):
-        """Client.lookup on one reachable member; the next one on unreachable errors."""
+    def lookup(self, ns, keys, timeout=None, lease_ms=0):
+        """Client.lookup on one reachable member; the next one on unreachable errors. With
+        lease_ms each owner leases its part (release_leases ends them)."""
         nodes = self._view[0]
         last = errors.UnavailableError("no cluster member is connected")
         for i in self._preference(nodes):
@@ -347,7 +348,7 @@ class ClusterClient:
             if n.client is None:
                 continue
             try:
-                r = n.client.lookup(ns, keys, False, timeout)
+                r = n.client.lookup(ns, keys, False, timeout, lease_ms=lease_ms)
                 self._mark_up(n)
                 return r
             except errors.KvtierError as e:
