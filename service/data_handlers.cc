@@ -71,16 +71,24 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
                                                      " exceeds max_lease_ms ",
                                                      ctx->limits.max_lease_ms));
     }
-    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys, request->lease_ms()));
+    storage::LeaseOptions lease;
+    lease.lease_ms = request->lease_ms();
+    // In a cluster this node may hold keys after another owner's: those are in the
+    // cluster-wide prefix too (PeerFanout), so lease every resident key.
+    lease.every_resident_key = ctx->fanout != nullptr;
+    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys, lease));
     return absl::OkStatus();
   }();
   if (!s.ok()) return finish(s);
   PeerFanout::LocalAnswer local;
-  local.lease_id = r.lease_id;
-  local.leased_blocks = r.leased_blocks;
   local.lease_limit = static_cast<v1::LeaseLimit>(r.lease_limit);
+  uint32_t leased = 0;  // the lease holds the first r.leased_blocks resident keys
   for (size_t i = 0; i < keys.size(); ++i) {
-    local.tiers.push_back(TierToProto(i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone));
+    const storage::Tier t = i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone;
+    local.tiers.push_back(TierToProto(t));
+    const bool held = t != storage::Tier::kNone && leased < r.leased_blocks;
+    leased += held ? 1 : 0;
+    local.lease_ids.push_back(held ? r.lease_id : 0);
   }
   if (ctx->fanout != nullptr && !request->local_only()) {
     ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(),
@@ -91,13 +99,15 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
     return;
   }
   response->set_prefix_blocks(r.prefix_blocks);
-  response->set_leased_blocks(r.leased_blocks);
-  response->set_lease_limit(local.lease_limit);
+  uint32_t leased_prefix = 0;
+  while (leased_prefix < r.prefix_blocks && local.lease_ids[leased_prefix] != 0) ++leased_prefix;
+  response->set_leased_blocks(leased_prefix);
+  if (leased_prefix < r.prefix_blocks) response->set_lease_limit(local.lease_limit);
   for (size_t i = 0; i < local.tiers.size(); ++i) {
     v1::BlockLocation* loc = response->add_blocks();
     loc->set_tier(local.tiers[i]);
     if (local.tiers[i] != v1::TIER_NONE) loc->set_owner(ctx->node_id);
-    if (i < r.leased_blocks) loc->set_lease_id(r.lease_id);
+    loc->set_lease_id(local.lease_ids[i]);
   }
   finish(absl::OkStatus());
 }

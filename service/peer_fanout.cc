@@ -249,7 +249,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
       const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
       if (local != v1::TIER_NONE) {
         answers_[i] = Answer{local, self_id, 0,
-                             i < local_answer.leased_blocks ? local_answer.lease_id : 0};
+                             i < local_answer.lease_ids.size() ? local_answer.lease_ids[i] : 0};
         continue;
       }
       for (size_t r = 0; r < owners.size(); ++r) {

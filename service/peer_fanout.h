@@ -79,16 +79,16 @@ class PeerFanout {
                    const std::vector<v1::Tier>& local_tiers,
                    std::function<void(v1::LookupResponse)> done);
 
-  // This node's own answer to a leasing Lookup: its tiers (as local_tiers above) and the
-  // lease it granted over its first `leased_blocks` keys.
+  // This node's own answer to a leasing Lookup: its tiers (as local_tiers above), per key
+  // the lease holding it here (0 = none; missing entries count as 0) and the bound that
+  // stopped its lease short, if one did.
   struct LocalAnswer {
     std::vector<v1::Tier> tiers;
-    uint64_t lease_id = 0;
-    uint32_t leased_blocks = 0;
+    std::vector<uint64_t> lease_ids;
     v1::LeaseLimit lease_limit = v1::LEASE_LIMIT_NONE;
   };
-  // As above, and with lease_ms > 0 each peer asked also leases the resident leading
-  // prefix of the keys it is asked for (LookupRequest.lease_ms): blocks[i].lease_id is the
+  // As above, and with lease_ms > 0 each peer asked also leases the keys it holds of
+  // those it is asked for (LookupRequest.lease_ms): blocks[i].lease_id is the
   // owner's lease holding keys[i] (0 = none), leased_blocks the leading keys leased and
   // lease_limit the first bound an owner reported. A peer's copy that loses the merge to
   // another replica keeps its lease until it expires.

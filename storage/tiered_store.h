@@ -154,11 +154,21 @@ class BlockRef {
   uint32_t block_index_ = 0;
 };
 
+// What a Lookup leases (TieredStore::Lookup).
+struct LeaseOptions {
+  uint64_t lease_ms = 0;  // 0 = no lease
+  // false: the leading resident prefix. true: every resident key, in order (a cluster
+  // node holds parts of a chain: its keys after another owner's are still in the
+  // cluster-wide prefix).
+  bool every_resident_key = false;
+};
+
 struct LookupResult {
   uint32_t prefix_blocks = 0;  // leading keys resident in some tier
   std::vector<Tier> tiers;     // per requested key; kNone when absent
-  // With a lease: the leading blocks the lease holds (<= prefix_blocks), its id (0 when
-  // nothing was leased) and why fewer than prefix_blocks were leased.
+  // With a lease: how many blocks it holds: the first leased_blocks resident keys (with
+  // LeaseOptions::every_resident_key) or leading keys (otherwise); its id (0 when nothing
+  // was leased); and which bound stopped it short, if one did.
   uint32_t leased_blocks = 0;
   uint64_t lease_id = 0;
   LeaseLimit lease_limit = LeaseLimit::kNone;
@@ -285,18 +295,18 @@ class TieredStore {
   // Returns how many leading `keys` are resident and each key's tier. Never changes
   // recency, never takes a lease. NOT_FOUND unknown namespace.
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys) {
-    return Lookup(ns, keys, 0);
+    return Lookup(ns, keys, LeaseOptions{});
   }
-  // As above; with lease_ms > 0 also leases the reported resident prefix for lease_ms
-  // (store clock) or until ReleaseLease: a block reported hot stays hot, a block reported
-  // cold stays resident (it may be promoted and demoted, never deleted by capacity).
-  // Explicit Delete / Evict still remove leased blocks (they end those holds). The lease
-  // stops short of the prefix where the node's or the tenant's leased-bytes bound
-  // (StoreOptions) would be exceeded; lease_limit says which. Still never changes
-  // recency. NOT_FOUND unknown namespace.
+  // As above; with lease.lease_ms > 0 also leases the reported resident prefix (or every
+  // resident key, LeaseOptions) for lease_ms (store clock) or until ReleaseLease: a block
+  // reported hot stays hot, a block reported cold stays resident (it may be promoted and
+  // demoted, never deleted by capacity). Explicit Delete / Evict still remove leased
+  // blocks (they end those holds). The lease stops short where the node's or the
+  // tenant's leased-bytes bound (StoreOptions) would be exceeded; lease_limit says which.
+  // Still never changes recency. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
                                               std::span<const std::string> keys,
-                                              uint64_t lease_ms) = 0;
+                                              const LeaseOptions& lease) = 0;
   // Ends lease `lease_id` of namespace `ns` (granted by Lookup). Returns the number of
   // blocks it held; 0 when it already ended (expired or released). NOT_FOUND unknown
   // namespace.

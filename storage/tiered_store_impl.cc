@@ -312,7 +312,7 @@ void TieredStoreImpl::PinLocked(BlockId id, int64_t until_ms) {
 
 absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
                                                      std::span<const std::string> keys,
-                                                     uint64_t lease_ms) {
+                                                     const LeaseOptions& lease) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
   LookupResult out;
@@ -338,18 +338,20 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   ns->stats.lookup_blocks += keys.size();
   ns->stats.lookup_hit_blocks += hits;
   ns->stats.lookup_prefix_hit_blocks += out.prefix_blocks;
-  if (lease_ms > 0) {
+  if (lease.lease_ms > 0) {
     ExpireLeasesLocked();
-    LeasePrefixLocked(*ns, keys, lease_ms, &out);
+    LeaseLocked(*ns, keys, lease, &out);
   }
   return out;
 }
 
-void TieredStoreImpl::LeasePrefixLocked(const NsState& ns, std::span<const std::string> keys,
-                                        uint64_t lease_ms, LookupResult* out) {
+void TieredStoreImpl::LeaseLocked(const NsState& ns, std::span<const std::string> keys,
+                                  const LeaseOptions& lease, LookupResult* out) {
   std::vector<LeaseTable::Hold> holds;
   uint64_t bytes = 0;
-  for (uint32_t i = 0; i < out->prefix_blocks; ++i) {
+  const size_t end = lease.every_resident_key ? keys.size() : out->prefix_blocks;
+  for (size_t i = 0; i < end; ++i) {
+    if (out->tiers[i] == Tier::kNone) continue;
     const BlockId id = index_.Find(ns.id, keys[i]);
     const uint64_t b = index_.at(id).payload_bytes;
     if (!leases_.Fits(ns.opts.tenant, bytes, b, &out->lease_limit)) break;
@@ -363,7 +365,7 @@ void TieredStoreImpl::LeasePrefixLocked(const NsState& ns, std::span<const std::
     if (h.keep_hot) hot.push_back(h.id);
   }
   out->lease_id = leases_.Grant(ns.id, ns.opts.tenant, std::move(holds), bytes,
-                                clock_->NowMillis() + static_cast<int64_t>(lease_ms));
+                                clock_->NowMillis() + static_cast<int64_t>(lease.lease_ms));
   for (BlockId id : hot) UpdateEligibilityLocked(id);  // no longer a victim
 }
 

@@ -88,7 +88,8 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   using TieredStore::Lookup;
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys,
-                                      uint64_t lease_ms) override ABSL_LOCKS_EXCLUDED(mu_);
+                                      const LeaseOptions& lease) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> ReleaseLease(std::string_view ns, uint64_t lease_id) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> Delete(std::string_view ns, std::span<const std::string> keys) override
@@ -208,9 +209,9 @@ class TieredStoreImpl final : public TieredStore {
   void ExpirePinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the leases that are due and re-evaluates their blocks (tiered_store_impl.cc).
   void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Grants the lease of Lookup over the leading `out->prefix_blocks` of `keys`.
-  void LeasePrefixLocked(const NsState& ns, std::span<const std::string> keys, uint64_t lease_ms,
-                         LookupResult* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grants the lease of Lookup over the keys `out->tiers` reports resident (LeaseOptions).
+  void LeaseLocked(const NsState& ns, std::span<const std::string> keys, const LeaseOptions& lease,
+                   LookupResult* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-evaluates the blocks whose holds ended (eligibility, the demoter).
   void OnHoldsEndedLocked(const std::vector<LeaseTable::Hold>& holds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -12,6 +12,12 @@ namespace {
 
 class TieredStoreLeaseTest : public StoreTest {
  protected:
+  static LeaseOptions Lease(uint64_t ms, bool every_resident_key = false) {
+    LeaseOptions o;
+    o.lease_ms = ms;
+    o.every_resident_key = every_resident_key;
+    return o;
+  }
   static std::vector<std::string> ChainKeys(uint64_t seq, uint32_t n) {
     std::vector<std::string> keys;
     for (uint32_t i = 0; i < n; ++i) keys.push_back(KeyOf(seq, i));
@@ -35,7 +41,7 @@ TEST_F(TieredStoreLeaseTest, LeasedPrefixSurvivesPressureThatEvictsEverythingEls
   ASSERT_EQ(*store->Evict("ns", last, /*drop=*/false), 1u);
   PutChain(store.get(), 2, 2);  // unleased
   const std::vector<std::string> keys = ChainKeys(1, 4);
-  auto r = store->Lookup("ns", keys, /*lease_ms=*/1000);
+  auto r = store->Lookup("ns", keys, Lease(1000));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prefix_blocks, 4u);
   EXPECT_EQ(r->leased_blocks, 4u);
@@ -59,7 +65,7 @@ TEST_F(TieredStoreLeaseTest, ExpiredLeaseFreesThePrefix) {
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
   PutChain(store.get(), 1, 3);
   const std::vector<std::string> keys = ChainKeys(1, 3);
-  ASSERT_EQ(store->Lookup("ns", keys, 1000)->leased_blocks, 3u);
+  ASSERT_EQ(store->Lookup("ns", keys, Lease(1000))->leased_blocks, 3u);
   clock_.AdvanceMillis(999);
   Pressure(store.get(), 100, 40);
   EXPECT_EQ(TierOf(store.get(), KeyOf(1, 0)), Tier::kHot);
@@ -78,7 +84,7 @@ TEST_F(TieredStoreLeaseTest, ReleaseFreesThePrefix) {
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
   PutChain(store.get(), 1, 3);
   const std::vector<std::string> keys = ChainKeys(1, 3);
-  const uint64_t id = store->Lookup("ns", keys, 60'000)->lease_id;
+  const uint64_t id = store->Lookup("ns", keys, Lease(60'000))->lease_id;
   EXPECT_EQ(store->ReleaseLease("other", id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(*store->ReleaseLease("ns", id), 3u);
   EXPECT_EQ(*store->ReleaseLease("ns", id), 0u);  // already ended
@@ -96,14 +102,14 @@ TEST_F(TieredStoreLeaseTest, LeasedBytesNeverExceedTheNodeBound) {
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
   PutChain(store.get(), 1, 4);
   const std::vector<std::string> keys = ChainKeys(1, 4);
-  auto first = store->Lookup("ns", keys, 1000);
+  auto first = store->Lookup("ns", keys, Lease(1000));
   EXPECT_EQ(first->prefix_blocks, 4u);
   EXPECT_EQ(first->leased_blocks, 4u);
-  auto second = store->Lookup("ns", keys, 1000);
+  auto second = store->Lookup("ns", keys, Lease(1000));
   EXPECT_EQ(second->prefix_blocks, 4u);  // still reported resident ...
   EXPECT_EQ(second->leased_blocks, 1u);  // ... but leased only as far as the bound allows
   EXPECT_EQ(second->lease_limit, LeaseLimit::kNodeBytes);
-  auto third = store->Lookup("ns", keys, 1000);
+  auto third = store->Lookup("ns", keys, Lease(1000));
   EXPECT_EQ(third->leased_blocks, 0u);
   EXPECT_EQ(third->lease_id, 0u);
   EXPECT_EQ(third->lease_limit, LeaseLimit::kNodeBytes);
@@ -125,10 +131,10 @@ TEST_F(TieredStoreLeaseTest, LeasedBytesNeverExceedTheTenantBound) {
   PutChain(store.get(), 1, 4, "a");
   PutChain(store.get(), 1, 4, "b");
   const std::vector<std::string> keys = ChainKeys(1, 4);
-  auto ra = store->Lookup("a", keys, 1000);
+  auto ra = store->Lookup("a", keys, Lease(1000));
   EXPECT_EQ(ra->leased_blocks, 3u);
   EXPECT_EQ(ra->lease_limit, LeaseLimit::kTenantBytes);
-  auto rb = store->Lookup("b", keys, 1000);  // another tenant has its own bound
+  auto rb = store->Lookup("b", keys, Lease(1000));  // another tenant has its own bound
   EXPECT_EQ(rb->leased_blocks, 3u);
   EXPECT_EQ(store->Stats().leases.leased_bytes, 6 * BlockBytes());
 }
@@ -138,7 +144,7 @@ TEST_F(TieredStoreLeaseTest, DeleteEndsTheHoldAndLookupStaysReadOnly) {
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
   PutChain(store.get(), 1, 2);
   const std::vector<std::string> keys = ChainKeys(1, 2);
-  const uint64_t id = store->Lookup("ns", keys, 1000)->lease_id;
+  const uint64_t id = store->Lookup("ns", keys, Lease(1000))->lease_id;
   const std::vector<std::string> tail = {KeyOf(1, 1)};
   EXPECT_EQ(*store->Delete("ns", tail), 1u);  // an explicit delete wins over the lease
   EXPECT_EQ(TierOf(store.get(), KeyOf(1, 1)), Tier::kNone);
@@ -151,6 +157,23 @@ TEST_F(TieredStoreLeaseTest, DeleteEndsTheHoldAndLookupStaysReadOnly) {
   auto plain = store->Lookup("ns", keys);
   EXPECT_EQ(plain->lease_id, 0u);
   EXPECT_EQ(store->Stats().leases.granted, 1u);
+}
+
+TEST_F(TieredStoreLeaseTest, EveryResidentKeyLeasesPastAGap) {
+  auto store = Open(Options(/*hot_blocks=*/8, /*cold_blocks=*/8));
+  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  PutChain(store.get(), 1, 4);
+  const std::vector<std::string> gap = {KeyOf(1, 1)};
+  ASSERT_EQ(*store->Delete("ns", gap), 1u);  // held elsewhere in a cluster, say
+  const std::vector<std::string> keys = ChainKeys(1, 4);
+  auto prefix_only = store->Lookup("ns", keys, Lease(1000));
+  EXPECT_EQ(prefix_only->prefix_blocks, 1u);
+  EXPECT_EQ(prefix_only->leased_blocks, 1u);
+  auto every = store->Lookup("ns", keys, Lease(1000, /*every_resident_key=*/true));
+  EXPECT_EQ(every->prefix_blocks, 1u);
+  EXPECT_EQ(every->leased_blocks, 3u);  // keys 0, 2 and 3
+  Pressure(store.get(), 100, 40);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 3)), Tier::kHot);
 }
 
 TEST_F(TieredStoreLeaseTest, DistinctBlocksCountABlockInBothTiersOnce) {
