@@ -17,24 +17,19 @@ const char* LeaseLimitName(LeaseLimit limit) {
   return "none";
 }
 
-bool LeaseTable::Fits(std::string_view tenant, uint64_t pending, uint64_t bytes,
-                      LeaseLimit* why) const {
-  if (bytes_ + pending + bytes > max_bytes_) {
-    *why = LeaseLimit::kNodeBytes;
-    return false;
-  }
+LeaseTable::Room LeaseTable::RoomFor(std::string_view tenant) const {
   auto it = tenant_bytes_.find(std::string(tenant));
   const uint64_t used = it == tenant_bytes_.end() ? 0 : it->second;
-  if (used + pending + bytes > max_bytes_per_tenant_) {
-    *why = LeaseLimit::kTenantBytes;
-    return false;
-  }
-  return true;
+  Room room;
+  room.node = max_bytes_ > bytes_ ? max_bytes_ - bytes_ : 0;
+  room.tenant = max_bytes_per_tenant_ > used ? max_bytes_per_tenant_ - used : 0;
+  return room;
 }
 
 uint64_t LeaseTable::Grant(uint16_t ns, std::string_view tenant, std::vector<Hold> holds,
                            uint64_t bytes, int64_t until_ms) {
   const uint64_t id = next_id_++;
+  counts_.reserve(counts_.size() + holds.size());
   for (const Hold& h : holds) {
     Count& c = counts_[h.id];
     c.any++;

@@ -52,12 +52,15 @@ class LeaseTable {
   LeaseTable(uint64_t max_bytes, uint64_t max_bytes_per_tenant)
       : max_bytes_(max_bytes), max_bytes_per_tenant_(max_bytes_per_tenant) {}
 
-  // Returns true if `bytes` more can be leased by `tenant` given `pending` bytes already
-  // planned for the same lease; otherwise false and *why says which bound stops it.
-  bool Fits(std::string_view tenant, uint64_t pending, uint64_t bytes, LeaseLimit* why) const;
+  // Bytes a new lease of `tenant` may still take under each bound.
+  struct Room {
+    uint64_t node = 0;    // under max_bytes (LeaseLimit::kNodeBytes beyond)
+    uint64_t tenant = 0;  // under max_bytes_per_tenant (LeaseLimit::kTenantBytes beyond)
+  };
+  Room RoomFor(std::string_view tenant) const;
 
   // Records a lease of `holds` (bytes in total) for namespace `ns` until `until_ms` and
-  // returns its id (never 0). REQUIRES: Fits() for the total, holds not empty.
+  // returns its id (never 0). REQUIRES: bytes within RoomFor(tenant), holds not empty.
   uint64_t Grant(uint16_t ns, std::string_view tenant, std::vector<Hold> holds, uint64_t bytes,
                  int64_t until_ms);
 

@@ -16,9 +16,10 @@
 // takes it itself.
 //
 // The member functions are defined in tiered_store_impl.cc (setup, namespaces,
-// residency, admin calls, stats), tiered_store_put.cc (Put), tiered_store_get.cc (Get,
-// promotion, Pin) and tiered_store_demotion.cc (room in the hot tier, demotion,
-// cold-capacity eviction, the background demoter).
+// residency, admin calls, stats), tiered_store_lookup.cc (Lookup, leases),
+// tiered_store_put.cc (Put), tiered_store_get.cc (Get, promotion, Pin) and
+// tiered_store_demotion.cc (room in the hot tier, demotion, cold-capacity eviction, the
+// background demoter).
 //
 // Thread-safe (see TieredStore).
 #ifndef KVTIER_STORAGE_TIERED_STORE_IMPL_H_
@@ -207,10 +208,11 @@ class TieredStoreImpl final : public TieredStore {
   void DemoteIfSynchronous() ABSL_LOCKS_EXCLUDED(mu_);
   void EnforceColdCapacity() ABSL_LOCKS_EXCLUDED(mu_);
   void ExpirePinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the leases that are due and re-evaluates their blocks (tiered_store_impl.cc).
+  // Ends the leases that are due and re-evaluates their blocks (tiered_store_lookup.cc).
   void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Grants the lease of Lookup over the keys `out->tiers` reports resident (LeaseOptions).
-  void LeaseLocked(const NsState& ns, std::span<const std::string> keys, const LeaseOptions& lease,
+  // Grants the lease of Lookup over the entries `ids` (one per key) that `out->tiers`
+  // reports resident (LeaseOptions).
+  void LeaseLocked(const NsState& ns, std::span<const BlockId> ids, const LeaseOptions& lease,
                    LookupResult* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-evaluates the blocks whose holds ended (eligibility, the demoter).
   void OnHoldsEndedLocked(const std::vector<LeaseTable::Hold>& holds)
