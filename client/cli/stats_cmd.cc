@@ -24,6 +24,8 @@ constexpr char kStatsHelp[] =
     "One row per namespace (tier \"all\") and one per tier (\"hot\", \"cold\"). Counters\n"
     "run from the server's start.\n"
     "\n"
+    "  NAMESPACE      the namespace (its rows follow until the next name)\n"
+    "  TIER           all: the namespace as a whole; hot / cold: that tier only\n"
     "  BLOCKS         blocks resident. all: distinct blocks (a block held in both tiers,\n"
     "                 e.g. after a promotion or flush, counts once); hot / cold: copies\n"
     "                 in that tier\n"
@@ -46,8 +48,8 @@ constexpr char kStatsHelp[] =
     "Below the table: per namespace lookups (calls), gets, puts, evictions by reason,\n"
     "demotions, promotions, checksum failures; the node's leases (granted, released,\n"
     "expired unused, active, leased bytes); and per-operation latency.\n"
-    "  --cluster      one row per node: BLOCKS (distinct), LOOKUP_BLOCKS and the lookup\n"
-    "                 rates, summed over namespaces\n"
+    "  --cluster      one row per node: BLOCKS (distinct), LOOKUP_KEYS, LOOKUP_HIT and\n"
+    "                 LOOKUP_PREFIX summed over namespaces, plus a cluster total\n"
     "  --json         the StatsResponse (or ClusterStatusResponse) as JSON\n";
 
 std::string Rate(uint64_t part, uint64_t whole) {
@@ -142,7 +144,7 @@ absl::Status RunStats(const Flags& flags) {
                 cluster.replication_factor());
     std::vector<std::vector<std::string>> rows = {
         {"NODE", "ADDRESS", "HEALTHY", "SHARE", "LAST_SEEN", "HOT_USED", "COLD_USED", "BLOCKS",
-         "LOOKUP_BLOCKS", "HIT_RATE", "PREFIX_HIT_RATE"}};
+         "LOOKUP_KEYS", "LOOKUP_HIT", "LOOKUP_PREFIX"}};
     // Cluster totals sum the counts before dividing (never an average of ratios).
     uint64_t total_blocks = 0, total_asked = 0, total_hit = 0, total_prefix = 0;
     for (const auto& p : cluster.peers()) {
