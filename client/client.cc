@@ -348,6 +348,7 @@ struct Client::Impl {
     request.set_namespace_(std::string(ns));
     for (const auto& k : keys) request.add_keys(k);
     request.set_format(opts.format);
+    request.set_lease_id(opts.lease_id);
     if (std::shared_ptr<SharedRegion> r = buffers.empty() ? nullptr : Region()) {
       std::vector<std::pair<size_t, uint64_t>> staged;  // key index, region offset
       bool staged_all = true;
@@ -476,11 +477,23 @@ struct Client::Impl {
     const auto deadline = DeadlineAfter(DeadlineMs(opts.deadline_ms));
     const auto ranges = SplitRanges(keys.size(), options.max_streams_per_call);
     std::vector<std::vector<v1::GetBlockInfo>> parts(ranges.size());
+    // One stream ends the lease itself; several end it once all of them are done.
+    GetOptions run_opts = opts;
+    if (ranges.size() > 1) run_opts.lease_id = 0;
     RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
       const auto [begin, end] = ranges[r];
-      return GetRun(ns, keys.subspan(begin, end - begin), opts, deadline, make_destination(begin),
+      return GetRun(ns, keys.subspan(begin, end - begin), run_opts, deadline,
+                    make_destination(begin),
                     buffers.empty() ? buffers : buffers.subspan(begin, end - begin), &parts[r]);
     }));
+    if (ranges.size() > 1 && opts.lease_id != 0) {
+      v1::ReleaseLeaseRequest req;
+      req.set_namespace_(std::string(ns));
+      req.set_lease_id(opts.lease_id);
+      v1::ReleaseLeaseResponse resp;
+      RETURN_IF_ERROR(Unary("ReleaseLease", CallOptions{}, true,
+                            &v1::KvCache::Stub::ReleaseLease, req, &resp));
+    }
     infos->clear();
     infos->reserve(keys.size());
     for (auto& p : parts) {
@@ -748,11 +761,32 @@ absl::StatusOr<std::vector<FetchedBlock>> Client::GetBlocks(std::string_view ns,
 absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
                                                   std::span<const std::string> keys,
                                                   bool local_only, const CallOptions& call) {
+  LookupOptions options;
+  options.local_only = local_only;
+  return Lookup(ns, keys, options, call);
+}
+
+absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
+                                                  std::span<const std::string> keys,
+                                                  const LookupOptions& options,
+                                                  const CallOptions& call) {
   auto req = KeyedRequest<v1::LookupRequest>(ns, keys);
-  req.set_local_only(local_only);
+  req.set_local_only(options.local_only);
+  req.set_lease_ms(options.lease_ms);
   v1::LookupResponse resp;
   RETURN_IF_ERROR(impl_->Unary("Lookup", call, true, &v1::KvCache::Stub::Lookup, req, &resp));
   return resp;
+}
+
+absl::StatusOr<uint64_t> Client::ReleaseLease(std::string_view ns, uint64_t lease_id,
+                                              const CallOptions& call) {
+  v1::ReleaseLeaseRequest req;
+  req.set_namespace_(std::string(ns));
+  req.set_lease_id(lease_id);
+  v1::ReleaseLeaseResponse resp;
+  RETURN_IF_ERROR(
+      impl_->Unary("ReleaseLease", call, true, &v1::KvCache::Stub::ReleaseLease, req, &resp));
+  return resp.blocks();
 }
 
 absl::StatusOr<uint64_t> Client::Pin(std::string_view ns, std::span<const std::string> keys,

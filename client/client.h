@@ -155,6 +155,15 @@ struct PutResult {
 struct GetOptions {
   kvtier::v1::PayloadFormat format = kvtier::v1::PAYLOAD_FORMAT_ENCODED;
   int64_t deadline_ms = 0;
+  // A lease of this server (LookupResponse.blocks[i].lease_id) that the Get ends once it
+  // has read the blocks. 0 = none.
+  uint64_t lease_id = 0;
+};
+
+struct LookupOptions {
+  bool local_only = false;  // do not fan out to cluster peers
+  // > 0: lease the reported resident prefix for this long (LookupRequest.lease_ms).
+  uint64_t lease_ms = 0;
 };
 
 // One block returned by GetBlocks.
@@ -264,6 +273,18 @@ class Client {
                                                     std::span<const std::string> keys,
                                                     bool local_only = false,
                                                     const CallOptions& call = {});
+  // As above with options; with options.lease_ms the answer's leading leased_blocks are
+  // kept loadable by their owners (blocks[i].lease_id) until the lease ends, ReleaseLease,
+  // or a Get naming the lease (GetOptions.lease_id). INVALID_ARGUMENT when lease_ms
+  // exceeds the server's max_lease_ms.
+  absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
+                                                    std::span<const std::string> keys,
+                                                    const LookupOptions& options,
+                                                    const CallOptions& call = {});
+  // Ends lease `lease_id` of this server; returns the blocks it held (0 = it had ended
+  // already). NOT_FOUND unknown namespace.
+  absl::StatusOr<uint64_t> ReleaseLease(std::string_view ns, uint64_t lease_id,
+                                        const CallOptions& call = {});
 
   // Pins `keys` for ttl_ms (0 = until Unpin); returns the number of blocks pinned.
   absl::StatusOr<uint64_t> Pin(std::string_view ns, std::span<const std::string> keys,

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -444,12 +445,41 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> ClusterClient::GetBlocksInto(
 absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
                                                          std::span<const std::string> keys,
                                                          const CallOptions& call) {
+  return Lookup(ns, keys, LookupOptions{}, call);
+}
+
+absl::StatusOr<uint64_t> ClusterClient::ReleaseLeases(std::string_view ns,
+                                                      const v1::LookupResponse& lookup,
+                                                      const CallOptions& call) {
+  std::set<std::pair<std::string, uint64_t>> leases;
+  for (const v1::BlockLocation& b : lookup.blocks()) {
+    if (b.lease_id() != 0) leases.emplace(b.owner(), b.lease_id());
+  }
+  const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
+  uint64_t blocks = 0;
+  for (const auto& [owner, id] : leases) {
+    for (const Impl::Node& n : v->nodes) {
+      if (n.id != owner || n.client == nullptr) continue;
+      auto r = n.client->ReleaseLease(ns, id, call);
+      if (r.ok()) blocks += *r;
+      break;
+    }
+  }
+  return blocks;
+}
+
+absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
+                                                         std::span<const std::string> keys,
+                                                         const LookupOptions& options,
+                                                         const CallOptions& call) {
+  LookupOptions fanned = options;
+  fanned.local_only = false;  // the member answers for the whole cluster
   const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
   absl::Status last = absl::UnavailableError("no cluster member is connected");
   for (size_t i : impl_->PreferenceOrder(*v)) {
     const Impl::Node& n = v->nodes[i];
     if (n.client == nullptr) continue;
-    auto r = n.client->Lookup(ns, keys, /*local_only=*/false, call);
+    auto r = n.client->Lookup(ns, keys, fanned, call);
     if (r.ok()) {
       impl_->MarkUp(n);
       return r;

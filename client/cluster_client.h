@@ -143,6 +143,18 @@ class ClusterClient {
   absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
                                                     std::span<const std::string> keys,
                                                     const CallOptions& call = {});
+  // As above with options. With options.lease_ms each owner leases its part of the
+  // reported prefix (blocks[i].owner, blocks[i].lease_id); end them with ReleaseLeases.
+  absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
+                                                    std::span<const std::string> keys,
+                                                    const LookupOptions& options,
+                                                    const CallOptions& call = {});
+  // Ends every lease `lookup` holds: one ReleaseLease per (owner, lease_id), sent to that
+  // owner. Returns the blocks they held. An owner that is not a member or does not answer
+  // is skipped (its lease expires); the other owners' leases are still released.
+  absl::StatusOr<uint64_t> ReleaseLeases(std::string_view ns,
+                                         const kvtier::v1::LookupResponse& lookup,
+                                         const CallOptions& call = {});
 
   // ClusterStatus of one reachable member (first that answers, seed first).
   absl::StatusOr<kvtier::v1::ClusterStatusResponse> ClusterStatus(const CallOptions& call = {});

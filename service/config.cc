@@ -133,6 +133,11 @@ void ApplyDefaults(v1::ServerConfig& c) {
   if (c.max_puts_per_connection() == 0) {
     c.set_max_puts_per_connection(limits.max_puts_per_connection);
   }
+  if (c.max_leased_bytes() == 0) c.set_max_leased_bytes(store.max_leased_bytes);
+  if (c.max_leased_bytes_per_tenant() == 0) {
+    c.set_max_leased_bytes_per_tenant(store.max_leased_bytes_per_tenant);
+  }
+  if (c.max_lease_ms() == 0) c.set_max_lease_ms(limits.max_lease_ms);
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
   if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);
@@ -252,6 +257,7 @@ constexpr FlagSpec kFlags[] = {
     {"--tls-client-ca", "FILE", "tls.client_ca_file: verify client and peer certificates"},
     {"--tls-require-client-cert", nullptr, "tls.require_client_cert (mutual TLS)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
+    {"--max-leased-bytes", "SIZE", "max_leased_bytes (Lookup leases, node-wide)"},
     {"--help", nullptr, "print this text"},
 };
 
@@ -306,6 +312,9 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
     c.mutable_tls()->set_require_client_cert(true);
   } else if (flag == "--warm-from-cold") {
     c.set_warm_from_cold(true);
+  } else if (flag == "--max-leased-bytes") {
+    ASSIGN_OR_RETURN(uint64_t v, common::ParseByteSize(value, flag));
+    c.set_max_leased_bytes(v);
   } else {
     return absl::InternalError(absl::StrCat("flag ", flag, " has no handler"));
   }
@@ -411,6 +420,8 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   o.hot_allocator = c.hot_allocator();
   o.cold_sync = c.cold_sync();
   o.warm_from_cold = c.warm_from_cold();
+  o.max_leased_bytes = c.max_leased_bytes();
+  o.max_leased_bytes_per_tenant = c.max_leased_bytes_per_tenant();
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include "service/config.h"
 #include "service/get_reactor.h"
 #include "service/kv_cache_service.h"
+#include "service/peer_fanout.h"
 #include "service/put_reactor.h"
 #include "service/request_checks.h"
 
@@ -65,16 +66,32 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
                      FindNamespace(*ctx, store, request->namespace_(), caller));
     ns_name = ns.name;
     ASSIGN_OR_RETURN(keys, CheckKeys(request->keys(), ctx->limits, false));
-    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys));
+    if (request->lease_ms() > ctx->limits.max_lease_ms) {
+      return absl::InvalidArgumentError(absl::StrCat("lease_ms ", request->lease_ms(),
+                                                     " exceeds max_lease_ms ",
+                                                     ctx->limits.max_lease_ms));
+    }
+    storage::LeaseOptions lease;
+    lease.lease_ms = request->lease_ms();
+    // In a cluster this node may hold keys after another owner's: those are in the
+    // cluster-wide prefix too (PeerFanout), so lease every resident key.
+    lease.every_resident_key = ctx->fanout != nullptr;
+    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys, lease));
     return absl::OkStatus();
   }();
   if (!s.ok()) return finish(s);
-  std::vector<v1::Tier> tiers;
+  PeerFanout::LocalAnswer local;
+  local.lease_limit = static_cast<v1::LeaseLimit>(r.lease_limit);
+  uint32_t leased = 0;  // the lease holds the first r.leased_blocks resident keys
   for (size_t i = 0; i < keys.size(); ++i) {
-    tiers.push_back(TierToProto(i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone));
+    const storage::Tier t = i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone;
+    local.tiers.push_back(TierToProto(t));
+    const bool held = t != storage::Tier::kNone && leased < r.leased_blocks;
+    leased += held ? 1 : 0;
+    local.lease_ids.push_back(held ? r.lease_id : 0);
   }
   if (ctx->fanout != nullptr && !request->local_only()) {
-    ctx->fanout->LookupAsync(ns_name, keys, tiers,
+    ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(),
                              [response, finish](v1::LookupResponse merged) {
                                *response = std::move(merged);
                                finish(absl::OkStatus());
@@ -82,10 +99,15 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
     return;
   }
   response->set_prefix_blocks(r.prefix_blocks);
-  for (const v1::Tier t : tiers) {
+  uint32_t leased_prefix = 0;
+  while (leased_prefix < r.prefix_blocks && local.lease_ids[leased_prefix] != 0) ++leased_prefix;
+  response->set_leased_blocks(leased_prefix);
+  if (leased_prefix < r.prefix_blocks) response->set_lease_limit(local.lease_limit);
+  for (size_t i = 0; i < local.tiers.size(); ++i) {
     v1::BlockLocation* loc = response->add_blocks();
-    loc->set_tier(t);
-    if (t != v1::TIER_NONE) loc->set_owner(ctx->node_id);
+    loc->set_tier(local.tiers[i]);
+    if (local.tiers[i] != v1::TIER_NONE) loc->set_owner(ctx->node_id);
+    loc->set_lease_id(local.lease_ids[i]);
   }
   finish(absl::OkStatus());
 }
@@ -155,6 +177,18 @@ UnaryWork CompactWork(ServiceContext* ctx, const v1::CompactRequest* request,
   });
 }
 
+UnaryWork ReleaseLeaseWork(ServiceContext* ctx, const v1::ReleaseLeaseRequest* request,
+                           v1::ReleaseLeaseResponse* response) {
+  return Synchronous([ctx, request, response](storage::TieredStore& store,
+                                              const Caller& caller) -> absl::Status {
+    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                     FindNamespace(*ctx, store, request->namespace_(), caller));
+    ASSIGN_OR_RETURN(uint64_t blocks, store.ReleaseLease(ns.name, request->lease_id()));
+    response->set_blocks(blocks);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
@@ -209,6 +243,13 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Compact(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
   return RunParsed(ctx_, context, Op::kCompact, "Compact", request, response, &CompactWork);
+}
+
+grpc::ServerUnaryReactor* KvCacheServiceImpl::ReleaseLease(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return RunParsed(ctx_, context, Op::kReleaseLease, "ReleaseLease", request, response,
+                   &ReleaseLeaseWork);
 }
 
 }  // namespace kvtier::service

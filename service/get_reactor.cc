@@ -97,6 +97,8 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       info->set_key(keys[i]);
       RETURN_IF_ERROR(LoadOne(ns.name, keys[i], static_cast<int>(i), info));
     }
+    // The lease Lookup granted for these blocks has done its job once they are read.
+    if (req_.lease_id() != 0) (void)store_->ReleaseLease(ns.name, req_.lease_id());
     bool own = false;
     if (!grpc::SerializationTraits<v1::GetResponse>::Serialize(header_msg, &frame_, &own).ok()) {
       return absl::InternalError("cannot serialize GetResponse header");

@@ -119,7 +119,9 @@ using KvCacheBase = v1::KvCache::WithRawCallbackMethod_RegisterNamespace<
         v1::KvCache::WithRawCallbackMethod_Lookup<v1::KvCache::WithRawCallbackMethod_Pin<
             v1::KvCache::WithRawCallbackMethod_Unpin<v1::KvCache::WithRawCallbackMethod_ReportScores<
                 v1::KvCache::WithRawCallbackMethod_Delete<
-                    v1::KvCache::WithRawCallbackMethod_Compact<v1::KvCache::Service>>>>>>>>>;
+                    v1::KvCache::WithRawCallbackMethod_Compact<
+                        v1::KvCache::WithRawCallbackMethod_ReleaseLease<
+                            v1::KvCache::Service>>>>>>>>>>;
 
 using KvCacheAdminBase = v1::KvCacheAdmin::WithRawCallbackMethod_Stats<
     v1::KvCacheAdmin::WithRawCallbackMethod_ListNamespaces<
@@ -156,6 +158,9 @@ class KvCacheServiceImpl final : public KvCacheBase {
   grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
   ServiceContext* ctx_;

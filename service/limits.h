@@ -31,6 +31,9 @@ struct ServiceLimits {
   // Put streams one client connection may have open at once; one more is refused with
   // RESOURCE_EXHAUSTED naming max_puts_per_connection. Default: 128.
   uint32_t max_puts_per_connection = 128;
+  // Longest lease a Lookup may ask (LookupRequest.lease_ms); longer is INVALID_ARGUMENT
+  // naming lease_ms. Default: 60 s.
+  uint32_t max_lease_ms = 60000;
 
   // The limits of a defaulted, validated config.
   static ServiceLimits FromConfig(const v1::ServerConfig& config);

@@ -40,6 +40,8 @@ const char* OpName(Op op) {
       return "evict";
     case Op::kFlush:
       return "flush";
+    case Op::kReleaseLease:
+      return "release_lease";
     case Op::kCount:
       break;
   }
@@ -123,7 +125,14 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
     o->set_evictions_cold_capacity(n.evictions_cold_capacity);
     o->set_evictions_admin(n.evictions_admin);
     o->set_checksum_failures(n.checksum_failures);
+    o->set_distinct_blocks(n.distinct_blocks);
   }
+  v1::LeaseStats* l = out->mutable_leases();
+  l->set_granted(stats.leases.granted);
+  l->set_released(stats.leases.released);
+  l->set_expired_unused(stats.leases.expired_unused);
+  l->set_active(stats.leases.active);
+  l->set_leased_bytes(stats.leases.leased_bytes);
 }
 
 namespace {
@@ -225,7 +234,15 @@ void AddNamespaceGauges(const storage::StoreStats& s, FamilyBuilder& b) {
   auto& bb =
       b.Family("kvtier_namespace_bytes", "Encoded bytes resident, by tier.", MetricType::Gauge);
   auto& bl = b.Family("kvtier_namespace_blocks", "Blocks resident, by tier.", MetricType::Gauge);
+  auto& db = b.Family("kvtier_namespace_distinct_blocks",
+                      "Blocks resident in some tier (a block in both tiers counts once).",
+                      MetricType::Gauge);
+  auto& gh = b.Family("kvtier_get_hits_total", "Get hits, by the tier that served them.",
+                      MetricType::Counter);
   for (const auto& n : s.namespaces) {
+    b.Add(db, {{"namespace", n.name}}, static_cast<double>(n.distinct_blocks));
+    b.Add(gh, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.hits));
+    b.Add(gh, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.hits));
     double denom = n.lookup_blocks ? static_cast<double>(n.lookup_blocks) : 1.0;
     b.Add(hr, {{"namespace", n.name}}, n.lookup_hit_blocks / denom);
     b.Add(pr, {{"namespace", n.name}}, n.lookup_prefix_hit_blocks / denom);
@@ -234,6 +251,23 @@ void AddNamespaceGauges(const storage::StoreStats& s, FamilyBuilder& b) {
     b.Add(bl, {{"namespace", n.name}, {"tier", "hot"}}, static_cast<double>(n.hot.blocks));
     b.Add(bl, {{"namespace", n.name}, {"tier", "cold"}}, static_cast<double>(n.cold.blocks));
   }
+}
+
+void AddLeaseFamilies(const storage::StoreStats& s, FamilyBuilder& b) {
+  const storage::LeaseStats& l = s.leases;
+  b.Add(b.Family("kvtier_leases_granted_total", "Leases granted by Lookup.", MetricType::Counter),
+        {}, static_cast<double>(l.granted));
+  b.Add(b.Family("kvtier_leases_released_total",
+                 "Leases ended by ReleaseLease or by the Get naming them.", MetricType::Counter),
+        {}, static_cast<double>(l.released));
+  b.Add(b.Family("kvtier_leases_expired_unused_total", "Leases ended by their deadline.",
+                 MetricType::Counter),
+        {}, static_cast<double>(l.expired_unused));
+  b.Add(b.Family("kvtier_leases_active", "Leases in force.", MetricType::Gauge), {},
+        static_cast<double>(l.active));
+  b.Add(b.Family("kvtier_leased_bytes", "Payload bytes the active leases hold.",
+                 MetricType::Gauge),
+        {}, static_cast<double>(l.leased_bytes));
 }
 
 void AddRequestFamilies(const ServiceMetrics& metrics, FamilyBuilder& b) {
@@ -272,6 +306,7 @@ class KvtierCollectable : public prometheus::Collectable {
     AddTierFamilies(s, b);
     AddNamespaceCounters(s, b);
     AddNamespaceGauges(s, b);
+    AddLeaseFamilies(s, b);
     AddRequestFamilies(*metrics_, b);
     return b.Take();
   }

@@ -36,6 +36,7 @@ enum class Op : int {
   kStats,
   kEvict,
   kFlush,
+  kReleaseLease,
   kCount,  // number of ops
 };
 const char* OpName(Op op);  // "register_namespace", "put", "get", ...

@@ -216,8 +216,9 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
       : fanout_(fanout), done_(std::move(done)) {}
 
   void Run(const std::string& ns, const std::vector<std::string>& keys,
-           const std::vector<v1::Tier>& local_tiers) {
-    Plan(ns, keys, local_tiers);
+           const LocalAnswer& local, uint64_t lease_ms) {
+    lease_ms_ = lease_ms;
+    Plan(ns, keys, local);
     if (batches_.empty()) {
       v1::LookupResponse out;
       {
@@ -236,6 +237,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     v1::Tier tier = v1::TIER_NONE;
     std::string owner;
     size_t rank = SIZE_MAX;  // ring rank of `owner` among the key's owners
+    uint64_t lease_id = 0;   // `owner`'s lease on it
   };
   // One peer call: request key j is key index[j] of the chain, owned at ring rank[j].
   struct Batch {
@@ -252,30 +254,32 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   using Wanted = std::map<std::string, std::vector<std::pair<size_t, size_t>>>;
 
   void Plan(const std::string& ns, const std::vector<std::string>& keys,
-            const std::vector<v1::Tier>& local_tiers) {
+            const LocalAnswer& local) {
     Membership& membership = *fanout_->membership_;
     const std::vector<Peer> members = membership.peers();
     fanout_->SyncMembership(members);
-    const Wanted wanted =
-        TakeLocalHits(ns, keys, local_tiers, *membership.ring(), membership.self_id());
+    const Wanted wanted = TakeLocalHits(ns, keys, local, *membership.ring(), membership.self_id());
     MakeBatches(ns, keys, members, wanted);
   }
 
   // Records this node's own copies as answers and returns what to ask the other owners.
   Wanted TakeLocalHits(const std::string& ns, const std::vector<std::string>& keys,
-                       const std::vector<v1::Tier>& local_tiers, const protocol::RendezvousRing& ring,
+                       const LocalAnswer& local_answer, const protocol::RendezvousRing& ring,
                        const std::string& self_id) {
+    const std::vector<v1::Tier>& local_tiers = local_answer.tiers;
     Wanted wanted;
     primary_.assign(keys.size(), "");
     absl::MutexLock lock(&mu_);
     answers_.assign(keys.size(), Answer{});
+    lease_limit_ = local_answer.lease_limit;
     for (size_t i = 0; i < keys.size(); ++i) {
       const std::vector<size_t> owners =
           ring.Owners(ns, keys[i], fanout_->options_.replication_factor);
       if (!owners.empty()) primary_[i] = ring.nodes()[owners[0]];
       const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
       if (local != v1::TIER_NONE) {
-        answers_[i] = Answer{local, self_id, 0};
+        answers_[i] = Answer{local, self_id, 0,
+                             i < local_answer.lease_ids.size() ? local_answer.lease_ids[i] : 0};
         continue;
       }
       for (size_t r = 0; r < owners.size(); ++r) {
@@ -307,6 +311,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
         batch->stubs = stubs;
         batch->request.set_namespace_(ns);
         batch->request.set_local_only(true);
+        batch->request.set_lease_ms(lease_ms_);
         for (size_t j = start; j < std::min(entries.size(), start + per_call); ++j) {
           batch->request.add_keys(keys[entries[j].first]);
           batch->index.push_back(entries[j].first);
@@ -365,13 +370,14 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   void Merge(const Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const auto& blocks = batch.response.blocks();
     const size_t n = std::min(batch.index.size(), static_cast<size_t>(blocks.size()));
+    if (lease_limit_ == v1::LEASE_LIMIT_NONE) lease_limit_ = batch.response.lease_limit();
     for (size_t j = 0; j < n; ++j) {
       const v1::Tier t = blocks[static_cast<int>(j)].tier();
       if (t == v1::TIER_NONE) continue;
       Answer& a = answers_[batch.index[j]];
       if (a.tier == v1::TIER_NONE || batch.rank[j] < a.rank ||
           (batch.rank[j] == a.rank && TierRank(t) > TierRank(a.tier))) {
-        a = Answer{t, batch.peer_id, batch.rank[j]};
+        a = Answer{t, batch.peer_id, batch.rank[j], blocks[static_cast<int>(j)].lease_id()};
       }
     }
   }
@@ -379,16 +385,23 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   v1::LookupResponse Result() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     v1::LookupResponse out;
     uint32_t prefix = 0;
+    uint32_t leased = 0;
     bool contiguous = true;
+    bool leased_so_far = true;
     for (size_t i = 0; i < answers_.size(); ++i) {
       v1::BlockLocation* loc = out.add_blocks();
       const bool found = answers_[i].tier != v1::TIER_NONE;
       loc->set_tier(answers_[i].tier);
       loc->set_owner(found ? answers_[i].owner : primary_[i]);
+      loc->set_lease_id(answers_[i].lease_id);
       contiguous &= found;
       prefix += contiguous ? 1 : 0;
+      leased_so_far &= contiguous && answers_[i].lease_id != 0;
+      leased += leased_so_far ? 1 : 0;
     }
     out.set_prefix_blocks(prefix);
+    out.set_leased_blocks(leased);
+    if (leased < prefix) out.set_lease_limit(lease_limit_);
     return out;
   }
 
@@ -398,13 +411,23 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   std::vector<std::unique_ptr<Batch>> batches_;   // Plan() to Send() only
   absl::Mutex mu_;
   std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
+  v1::LeaseLimit lease_limit_ ABSL_GUARDED_BY(mu_) = v1::LEASE_LIMIT_NONE;
+  uint64_t lease_ms_ = 0;  // set by Run() before any batch is sent
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
                              const std::vector<v1::Tier>& local_tiers,
                              std::function<void(v1::LookupResponse)> done) {
-  std::make_shared<LookupCall>(this, std::move(done))->Run(ns, keys, local_tiers);
+  LocalAnswer local;
+  local.tiers = local_tiers;
+  LookupAsync(ns, keys, local, 0, std::move(done));
+}
+
+void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
+                             const LocalAnswer& local, uint64_t lease_ms,
+                             std::function<void(v1::LookupResponse)> done) {
+  std::make_shared<LookupCall>(this, std::move(done))->Run(ns, keys, local, lease_ms);
 }
 
 v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<std::string>& keys,

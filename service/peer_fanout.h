@@ -80,6 +80,23 @@ class PeerFanout {
                    const std::vector<v1::Tier>& local_tiers,
                    std::function<void(v1::LookupResponse)> done);
 
+  // This node's own answer to a leasing Lookup: its tiers (as local_tiers above), per key
+  // the lease holding it here (0 = none; missing entries count as 0) and the bound that
+  // stopped its lease short, if one did.
+  struct LocalAnswer {
+    std::vector<v1::Tier> tiers;
+    std::vector<uint64_t> lease_ids;
+    v1::LeaseLimit lease_limit = v1::LEASE_LIMIT_NONE;
+  };
+  // As above, and with lease_ms > 0 each peer asked also leases the keys it holds of
+  // those it is asked for (LookupRequest.lease_ms): blocks[i].lease_id is the
+  // owner's lease holding keys[i] (0 = none), leased_blocks the leading keys leased and
+  // lease_limit the first bound an owner reported. A peer's copy that loses the merge to
+  // another replica keeps its lease until it expires.
+  void LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
+                   const LocalAnswer& local, uint64_t lease_ms,
+                   std::function<void(v1::LookupResponse)> done);
+
   // Blocking form of LookupAsync (returns within about peer_deadline_ms). Do not call
   // from a gRPC reaction; use LookupAsync there.
   v1::LookupResponse Lookup(const std::string& ns, const std::vector<std::string>& keys,

@@ -25,6 +25,7 @@
 #include "storage/eviction_policy.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
+#include "storage/lease_table.h"
 
 namespace kvtier::storage {
 
@@ -92,7 +93,13 @@ struct StoreOptions {
   // Keep cold values in RocksDB blob files (BlobDB); see rocksdb_cold_tier.h for why it
   // is off. Default: false.
   bool cold_blob_files = false;
-  // Time source for pin expiry; not owned, must outlive the store. Default: null, which
+  // Payload bytes all leases (Lookup with lease_ms) may hold at once; a Lookup beyond it
+  // leases a shorter prefix (LeaseLimit::kNodeBytes). Default: 64 MiB.
+  uint64_t max_leased_bytes = 64ull << 20;
+  // ... and the leases of one tenant's namespaces (LeaseLimit::kTenantBytes).
+  // Default: 32 MiB.
+  uint64_t max_leased_bytes_per_tenant = 32ull << 20;
+  // Time source for pin and lease expiry; not owned, must outlive the store. Default: null, which
   // means common::RealClock().
   common::Clock* clock = nullptr;
 };
@@ -147,9 +154,24 @@ class BlockRef {
   uint32_t block_index_ = 0;
 };
 
+// What a Lookup leases (TieredStore::Lookup).
+struct LeaseOptions {
+  uint64_t lease_ms = 0;  // 0 = no lease
+  // false: the leading resident prefix. true: every resident key, in order (a cluster
+  // node holds parts of a chain: its keys after another owner's are still in the
+  // cluster-wide prefix).
+  bool every_resident_key = false;
+};
+
 struct LookupResult {
   uint32_t prefix_blocks = 0;  // leading keys resident in some tier
   std::vector<Tier> tiers;     // per requested key; kNone when absent
+  // With a lease: how many blocks it holds: the first leased_blocks resident keys (with
+  // LeaseOptions::every_resident_key) or leading keys (otherwise); its id (0 when nothing
+  // was leased); and which bound stopped it short, if one did.
+  uint32_t leased_blocks = 0;
+  uint64_t lease_id = 0;
+  LeaseLimit lease_limit = LeaseLimit::kNone;
 };
 
 struct TierStats {
@@ -173,6 +195,8 @@ struct NamespaceStats {
   uint64_t encoded_bytes_put = 0;        // encoded bytes stored for them
   TierStats hot;
   TierStats cold;
+  uint64_t distinct_blocks = 0;          // blocks resident in some tier (a block held in
+                                         // both tiers counts once)
   uint64_t demotions = 0;                // hot -> cold by watermark
   uint64_t promotions = 0;               // cold -> hot on Get
   uint64_t evictions_hot_capacity = 0;   // dropped from hot under pressure (any policy)
@@ -190,6 +214,7 @@ struct StoreStats {
   uint64_t index_entries = 0;        // keys in the prefix index (resident blocks + ghosts)
   uint64_t index_memory_bytes = 0;   // heap bytes of the index (entries + hash table)
   uint64_t policy_memory_bytes = 0;  // heap bytes of the hot policy's state
+  LeaseStats leases;                 // leases granted by Lookup (node-wide)
   std::vector<NamespaceStats> namespaces;  // sorted by name
 };
 
@@ -269,8 +294,23 @@ class TieredStore {
 
   // Returns how many leading `keys` are resident and each key's tier. Never changes
   // recency, never takes a lease. NOT_FOUND unknown namespace.
+  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys) {
+    return Lookup(ns, keys, LeaseOptions{});
+  }
+  // As above; with lease.lease_ms > 0 also leases the reported resident prefix (or every
+  // resident key, LeaseOptions) for lease_ms (store clock) or until ReleaseLease: a block
+  // reported hot stays hot, a block reported cold stays resident (it may be promoted and
+  // demoted, never deleted by capacity). Explicit Delete / Evict still remove leased
+  // blocks (they end those holds). The lease stops short where the node's or the
+  // tenant's leased-bytes bound (StoreOptions) would be exceeded; lease_limit says which.
+  // Still never changes recency. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
-                                              std::span<const std::string> keys) = 0;
+                                              std::span<const std::string> keys,
+                                              const LeaseOptions& lease) = 0;
+  // Ends lease `lease_id` of namespace `ns` (granted by Lookup). Returns the number of
+  // blocks it held; 0 when it already ended (expired or released). NOT_FOUND unknown
+  // namespace.
+  virtual absl::StatusOr<uint64_t> ReleaseLease(std::string_view ns, uint64_t lease_id) = 0;
 
   // Removes blocks from every tier; absent keys are ignored. Returns how many existed.
   // Descendants are not removed (use Evict with drop=true for that); a removed block with

@@ -50,6 +50,7 @@ void TieredStoreImpl::ExpirePinsLocked() {
 
 BlockId TieredStoreImpl::PickVictimLocked() {
   ExpirePinsLocked();
+  ExpireLeasesLocked();
   BlockId id = policy_->PickVictim();
   if (id != kInvalidBlock) return id;
   // No eligible block: the hot tier holds only pinned blocks, interior blocks and sinks
@@ -61,7 +62,10 @@ BlockId TieredStoreImpl::PickVictimLocked() {
   bool best_leaf = false;
   hot_->ForEachOwned([&](BlockId i) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // mu_ is held
     const Entry& e = index_.at(i);
-    if (!(e.flags & Entry::kHot) || (e.flags & (Entry::kPinned | Entry::kBusy))) return;
+    if (!(e.flags & Entry::kHot) || (e.flags & (Entry::kPinned | Entry::kBusy)) ||
+        leases_.KeepsHot(i)) {
+      return;
+    }
     const bool leaf = e.hot_children == 0;
     const uint32_t age = static_cast<uint32_t>(tick_) - e.recency;
     if (best == kNoEntry || (leaf && !best_leaf) || (leaf == best_leaf && age > best_age)) {
@@ -154,6 +158,7 @@ void TieredStoreImpl::FinishDemotionLocked(BlockId id, DemoteMode mode, bool wro
       // a miss from now on, never a partial block.
       LeaveHotLocked(id);
       ns.stats.evictions_hot_capacity++;
+      if (!e.resident()) leases_.Forget(id);
       index_.MaybeFree(id);
     } else {
       UpdateEligibilityLocked(id);
@@ -215,8 +220,13 @@ void TieredStoreImpl::EnforceColdCapacity() {
     {
       absl::MutexLock lock(&mu_);
       if (cold_used_ <= options_.cold_capacity_bytes) return;
+      ExpireLeasesLocked();
       BlockId id = index_.cold_head();
-      while (id != kNoEntry && (index_.at(id).flags & Entry::kBusy)) id = index_.at(id).cold_next;
+      // A leased block that is cold only must stay resident.
+      while (id != kNoEntry && ((index_.at(id).flags & Entry::kBusy) ||
+                                (!(index_.at(id).flags & Entry::kHot) && leases_.KeepsResident(id)))) {
+        id = index_.at(id).cold_next;
+      }
       if (id == kNoEntry) return;
       ns_id = index_.at(id).ns;
       key.assign(index_.at(id).key_view());
@@ -229,6 +239,7 @@ void TieredStoreImpl::EnforceColdCapacity() {
       if (id == kNoEntry) continue;
       Entry& e = index_.at(id);
       if (!(e.flags & Entry::kInColdList) || (e.flags & Entry::kBusy)) continue;
+      if (!(e.flags & Entry::kHot) && leases_.KeepsResident(id)) continue;
       NsState& ns = *namespaces_[e.ns];
       delete_record = true;
       if (e.flags & Entry::kHot) {

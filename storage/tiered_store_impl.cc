@@ -29,7 +29,8 @@ TieredStoreImpl::TieredStoreImpl(const StoreOptions& options, std::unique_ptr<Ho
         mu_.AssertHeld();  // PrefixIndex calls back only from within index_ methods
         UpdateEligibilityLocked(id);
       }),
-      policy_(NewEvictionPolicy(options.policy, options.policy_options)) {}
+      policy_(NewEvictionPolicy(options.policy, options.policy_options)),
+      leases_(options.max_leased_bytes, options.max_leased_bytes_per_tenant) {}
 
 TieredStoreImpl::~TieredStoreImpl() {
   {
@@ -204,7 +205,8 @@ void TieredStoreImpl::TouchLocked(BlockId id) {
 
 void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
   Entry& e = index_.at(id);
-  bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy));
+  bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy)) &&
+                  !leases_.KeepsHot(id);
   if (eligible) {
     // The sink rule holds per tier: a sink block (index < sink_blocks) is not demoted
     // while a descendant is hot, and cold eviction never deletes a block with a descendant.
@@ -231,6 +233,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot) {
   e.slot = slot;
   hot_->Own(slot, id);
   NsState& ns = *namespaces_[e.ns];
+  if (!e.resident()) ns.stats.distinct_blocks++;
   ns.stats.hot.blocks++;
   ns.stats.hot.bytes += hot_->View(slot).payload_bytes;
   policy_->OnInsert(id, InfoLocked(e));
@@ -253,6 +256,7 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
     pins_.erase(id);
   }
   index_.SetHot(id, false);  // re-evaluates the parent
+  if (!e.resident()) ns.stats.distinct_blocks--;
 }
 
 void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
@@ -262,6 +266,7 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
     ns.stats.cold.bytes -= e.cold_bytes;
     cold_used_ -= e.cold_bytes;
   } else {
+    if (!e.resident()) ns.stats.distinct_blocks++;
     ns.stats.cold.blocks++;
   }
   e.flags |= Entry::kCold;
@@ -280,6 +285,7 @@ void TieredStoreImpl::LeaveColdLocked(BlockId id) {
   cold_used_ -= e.cold_bytes;
   e.cold_bytes = 0;
   e.flags &= ~Entry::kCold;
+  if (!e.resident()) ns.stats.distinct_blocks--;
   index_.UpdateColdList(id, false);
 }
 
@@ -288,6 +294,7 @@ bool TieredStoreImpl::RemoveLocked(BlockId id) {
   const bool had_cold = e.flags & Entry::kCold;
   LeaveHotLocked(id);
   LeaveColdLocked(id);
+  leases_.Forget(id);  // the id may be reused once freed
   index_.MaybeFree(id);
   return had_cold;
 }
@@ -301,37 +308,7 @@ void TieredStoreImpl::PinLocked(BlockId id, int64_t until_ms) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Lookups and admin calls
-
-absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
-                                                     std::span<const std::string> keys) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
-  LookupResult out;
-  out.tiers.reserve(keys.size());
-  bool prefix = true;
-  uint64_t hits = 0;
-  for (const std::string& key : keys) {
-    const BlockId id = index_.Find(ns->id, key);
-    Tier tier = Tier::kNone;
-    if (id != kNoEntry) {
-      const uint8_t f = index_.at(id).flags;
-      tier = (f & Entry::kHot) ? Tier::kHot : (f & Entry::kCold) ? Tier::kCold : Tier::kNone;
-    }
-    out.tiers.push_back(tier);
-    if (tier != Tier::kNone) {
-      ++hits;
-      if (prefix) ++out.prefix_blocks;
-    } else {
-      prefix = false;
-    }
-  }
-  ns->stats.lookups++;
-  ns->stats.lookup_blocks += keys.size();
-  ns->stats.lookup_hit_blocks += hits;
-  ns->stats.lookup_prefix_hit_blocks += out.prefix_blocks;
-  return out;
-}
+// Admin calls
 
 bool TieredStoreImpl::DeleteOne(NsState* ns, std::string_view key,
                                 uint64_t NamespaceStats::*counter) {
@@ -494,6 +471,7 @@ StoreStats TieredStoreImpl::Stats() const {
   out.index_entries = index_.size();
   out.index_memory_bytes = index_.MemoryBytes();
   out.policy_memory_bytes = policy_->MemoryBytes();
+  out.leases = leases_.stats();
   for (const auto& ns : namespaces_) {
     if (ns != nullptr) out.namespaces.push_back(ns->stats);
   }

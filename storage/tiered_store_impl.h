@@ -5,7 +5,7 @@
 //   EvictionPolicy (eviction_policy.h)  which eligible hot block to demote next
 //   ColdTier (cold_tier.h)          persistent records; RocksDbColdTier in production
 // and keeps what crosses them: namespaces, residency transitions (which keep child
-// counts, policy eligibility and the cold list in step), pins, statistics, demotion and
+// counts, policy eligibility and the cold list in step), pins, leases (lease_table.h), statistics, demotion and
 // cold-capacity enforcement.
 //
 // Locking: mu_ guards the index, the policy, pins and counters. Payload copies,
@@ -16,9 +16,10 @@
 // takes it itself.
 //
 // The member functions are defined in tiered_store_impl.cc (setup, namespaces,
-// residency, admin calls, stats), tiered_store_put.cc (Put), tiered_store_get.cc (Get,
-// promotion, Pin) and tiered_store_demotion.cc (room in the hot tier, demotion,
-// cold-capacity eviction, the background demoter).
+// residency, admin calls, stats), tiered_store_lookup.cc (Lookup, leases),
+// tiered_store_put.cc (Put), tiered_store_get.cc (Get, promotion, Pin) and
+// tiered_store_demotion.cc (room in the hot tier, demotion, cold-capacity eviction, the
+// background demoter).
 //
 // Thread-safe (see TieredStore).
 #ifndef KVTIER_STORAGE_TIERED_STORE_IMPL_H_
@@ -86,8 +87,11 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<LookupResult> Lookup(std::string_view ns,
-                                      std::span<const std::string> keys) override
+  using TieredStore::Lookup;
+  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys,
+                                      const LeaseOptions& lease) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> ReleaseLease(std::string_view ns, uint64_t lease_id) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> Delete(std::string_view ns, std::span<const std::string> keys) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -204,6 +208,15 @@ class TieredStoreImpl final : public TieredStore {
   void DemoteIfSynchronous() ABSL_LOCKS_EXCLUDED(mu_);
   void EnforceColdCapacity() ABSL_LOCKS_EXCLUDED(mu_);
   void ExpirePinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the leases that are due and re-evaluates their blocks (tiered_store_lookup.cc).
+  void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grants the lease of Lookup over the entries `ids` (one per key) that `out->tiers`
+  // reports resident (LeaseOptions).
+  void LeaseLocked(const NsState& ns, std::span<const BlockId> ids, const LeaseOptions& lease,
+                   LookupResult* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-evaluates the blocks whose holds ended (eligibility, the demoter).
+  void OnHoldsEndedLocked(const std::vector<LeaseTable::Hold>& holds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeWakeDemoterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -228,6 +241,7 @@ class TieredStoreImpl final : public TieredStore {
   const std::unique_ptr<EvictionPolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockId, int64_t> pins_ ABSL_GUARDED_BY(mu_);  // id -> until ms
   int64_t next_pin_expiry_ms_ ABSL_GUARDED_BY(mu_) = kPinForever;
+  LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   uint64_t cold_used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
 };

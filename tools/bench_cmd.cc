@@ -25,6 +25,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +60,8 @@ constexpr char kBenchUsage[] =
     "  --channels N        TCP connections to kvtierd (default = threads)\n"
     "  --chunk SIZE        Put chunk message size (default 1MiB)\n"
     "  --lookup-keys N     keys per Lookup (default 8)\n"
+    "  --lease-ms MS       lookups lease what they report for MS (kvtier only; the lease is\n"
+    "                      released after each timed lookup, untimed; default 0 = no lease)\n"
     "  --namespace NS      kvtier namespace (default bench-<block KiB>k)\n"
     "  --server-pid PID    also report the CPU time of this (local) server process\n"
     "  --grpc-window SIZE, --grpc-frame SIZE, --grpc-read-chunk SIZE\n"
@@ -80,6 +83,8 @@ class Backend {
   virtual ~Backend() = default;
   // Performs `op` on keys[first, first+count) (wrapping); returns payload bytes moved.
   virtual absl::StatusOr<uint64_t> Do(Op op, const std::vector<size_t>& key_indexes) = 0;
+  // Untimed cleanup after each Do (e.g. releasing a lease the op took).
+  virtual absl::Status AfterOp() { return absl::OkStatus(); }
 };
 
 struct Workload {
@@ -88,6 +93,7 @@ struct Workload {
   uint64_t block_bytes = 0;
   std::string ns;
   int lookup_keys = 8;
+  uint64_t lease_ms = 0;  // Lookup leases (kvtier only)
 };
 
 class KvtierBackend : public Backend {
@@ -149,8 +155,17 @@ class KvtierBackend : public Backend {
         return bytes;
       }
       case Op::kLookup: {
-        ASSIGN_OR_RETURN(auto r, client_->Lookup(w_->ns, keys_));
-        (void)r;
+        client::LookupOptions options;
+        options.lease_ms = w_->lease_ms;
+        ASSIGN_OR_RETURN(auto r, client_->Lookup(w_->ns, keys_, options));
+        if (w_->lease_ms > 0) {
+          if (r.leased_blocks() != keys_.size()) {
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "lookup leased ", r.leased_blocks(), " of ", keys_.size(), " blocks (limit ",
+                v1::LeaseLimit_Name(r.lease_limit()), "; raise the server's max_leased_bytes)"));
+          }
+          lease_id_ = r.blocks(0).lease_id();
+        }
         return 0;
       }
     }
@@ -160,6 +175,12 @@ class KvtierBackend : public Backend {
  private:
   KvtierBackend(client::Client* client, const Workload* w) : client_(client), w_(w) {}
 
+  absl::Status AfterOp() override {
+    if (lease_id_ == 0) return absl::OkStatus();
+    const uint64_t id = std::exchange(lease_id_, 0);
+    return client_->ReleaseLease(w_->ns, id).status();
+  }
+
   client::Client* client_;
   const Workload* w_;
   std::span<const uint8_t> payload_;              // what every put sends
@@ -167,6 +188,7 @@ class KvtierBackend : public Backend {
   std::vector<client::SharedBuffer> shared_;      // with --shared-buffers
   std::vector<std::string> private_;              // without
   std::vector<std::string> keys_;
+  uint64_t lease_id_ = 0;  // taken by the last lookup, released by AfterOp
 };
 
 class RedisBackend : public Backend {
@@ -413,6 +435,10 @@ absl::StatusOr<PhaseResult> RunPhase(const std::string& name,
           errors[t] = bytes.status();
           break;
         }
+        if (absl::Status after = backends[t]->AfterOp(); !after.ok()) {
+          errors[t] = after;
+          break;
+        }
         per[t].latencies_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         per[t].ops += 1;
         per[t].bytes += *bytes;
@@ -499,6 +525,9 @@ absl::Status Bench(const cli::Flags& flags) {
   ASSIGN_OR_RETURN(int64_t channels, flags.GetInt("channels", threads));
   ASSIGN_OR_RETURN(uint64_t chunk, flags.GetBytes("chunk", 1ull << 20));
   ASSIGN_OR_RETURN(int64_t lookup_keys, flags.GetInt("lookup-keys", 8));
+  ASSIGN_OR_RETURN(int64_t lease_ms, flags.GetInt("lease-ms", 0));
+  if (lease_ms < 0) return absl::InvalidArgumentError("--lease-ms must be >= 0");
+  if (redis && lease_ms > 0) return absl::InvalidArgumentError("--lease-ms is kvtier-only");
   ASSIGN_OR_RETURN(int64_t server_pid, flags.GetInt("server-pid", 0));
   const bool json = flags.Has("json");
   if (threads < 1 || threads > 256) return absl::InvalidArgumentError("--threads must be 1..256");
@@ -517,6 +546,7 @@ absl::Status Bench(const cli::Flags& flags) {
   // One namespace per block size: a namespace has one layout.
   w.ns = flags.GetString("namespace", absl::StrCat("bench-", block_size / 1024, "k"));
   w.lookup_keys = static_cast<int>(lookup_keys);
+  w.lease_ms = static_cast<uint64_t>(lease_ms);
   w.block_bytes = block_size;
   for (int64_t i = 0; i < num_keys; ++i) {
     w.keys.push_back(absl::StrFormat("kvtier-bench-%03d", static_cast<int>(i % 1000)) +
@@ -654,7 +684,7 @@ int RunBench(int argc, char** argv) {
   }
   absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
-                                         "lookup-keys", "namespace", "server-pid", "redis-raw-get",
+                                         "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "json", "help"});

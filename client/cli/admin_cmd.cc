@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/admin_common.h"
 #include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "client/client.h"
@@ -37,8 +38,8 @@ constexpr char kAdminUsage[] =
     "       (client certificate), --tls-server-name NAME (name the server's cert must carry)\n"
     "\n"
     "  stats [--namespace NS] [--watch] [--interval S] [--cluster]\n"
-    "        hits, misses, hit rate, prefix hit rate, bytes, blocks, evictions per\n"
-    "        namespace and tier\n"
+    "        blocks, bytes, lookup and get hit rates, evictions per namespace and tier,\n"
+    "        leases; `kvtier stats --help` explains each column\n"
     "  namespaces                     registered namespaces and their layouts\n"
     "  lookup --namespace NS (--keys HEX,HEX.. | --tokens FILE | --generate N [--seed S]\n"
     "         [--shared-prefix P])    how much of a prefix chain is cached, and where\n"
@@ -52,18 +53,6 @@ constexpr char kAdminUsage[] =
     "        [--out PATH] [--raw]     fetches blocks; --out writes the first one\n"
     "  evict --namespace NS [--keys HEX,..] [--drop]   demote (or drop) blocks\n"
     "  flush [--namespace NS]         make hot blocks durable in the cold tier\n";
-
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrFormat("%.0f%s", b, units[u]) : absl::StrFormat("%.1f%s", b, units[u]);
-}
-
-std::string Pct(double x) { return absl::StrFormat("%.1f%%", 100.0 * x); }
 
 std::string JsonEscape(std::string_view s) {
   std::string out;
@@ -80,177 +69,11 @@ std::string JsonEscape(std::string_view s) {
   return out;
 }
 
-std::string ProtoJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.always_print_primitive_fields = true;
-  opts.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
-  return out;
-}
-
 const char* TierName(v1::Tier t) {
   switch (t) {
     case v1::TIER_HOT: return "hot";
     case v1::TIER_COLD: return "cold";
     default: return "none";
-  }
-}
-
-std::string CodecLabel(v1::Codec c) {
-  if (c == v1::CODEC_UNSPECIFIED) return "source";
-  return kv::CodecName(static_cast<kv::CodecId>(c));
-}
-
-// Prints a table with left-aligned columns.
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& r : rows) {
-    if (width.size() < r.size()) width.resize(r.size(), 0);
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  }
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i];
-      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
-
-void PrintStatsTable(const v1::StatsResponse& s) {
-  std::printf("node %s  hot %s / %s (%s)  cold %s / %s", s.node_id().c_str(),
-              HumanBytes(s.hot_used_bytes()).c_str(), HumanBytes(s.hot_capacity_bytes()).c_str(),
-              s.hot_allocator().c_str(), HumanBytes(s.cold_used_bytes()).c_str(),
-              HumanBytes(s.cold_capacity_bytes()).c_str());
-  if (!s.shared_memory().socket_path().empty()) {
-    std::printf("  shm %s (%u sessions)", s.shared_memory().socket_path().c_str(),
-                s.shm_sessions());
-  }
-  std::printf("\n");
-  std::vector<std::vector<std::string>> rows = {
-      {"NAMESPACE", "TIER", "BLOCKS", "BYTES", "HITS", "MISSES", "HIT_RATE", "PREFIX_HIT_RATE",
-       "EVICTIONS", "CODEC", "RATIO"}};
-  for (const auto& ns : s.namespaces()) {
-    const uint64_t evictions =
-        ns.evictions_hot_capacity() + ns.evictions_cold_capacity() + ns.evictions_admin();
-    rows.push_back({ns.name(), "all", absl::StrCat(ns.hot().blocks() + ns.cold().blocks()),
-                    HumanBytes(ns.hot().bytes() + ns.cold().bytes()),
-                    absl::StrCat(ns.hot().hits() + ns.cold().hits()),
-                    absl::StrCat(ns.get_misses()), Pct(ns.hit_rate()),
-                    Pct(ns.prefix_hit_rate()), absl::StrCat(evictions), CodecLabel(ns.codec()),
-                    absl::StrFormat("%.2fx", ns.compression_ratio())});
-    rows.push_back({"", "hot", absl::StrCat(ns.hot().blocks()), HumanBytes(ns.hot().bytes()),
-                    absl::StrCat(ns.hot().hits()), "", "", "",
-                    absl::StrCat(ns.evictions_hot_capacity()), "", ""});
-    rows.push_back({"", "cold", absl::StrCat(ns.cold().blocks()), HumanBytes(ns.cold().bytes()),
-                    absl::StrCat(ns.cold().hits()), "", "", "",
-                    absl::StrCat(ns.evictions_cold_capacity()), "", ""});
-  }
-  PrintTable(rows);
-  if (s.namespaces_size() == 0) std::printf("(no namespaces)\n");
-  for (const auto& ns : s.namespaces()) {
-    std::printf("%s: lookups %llu, gets %llu, puts %llu; evictions: hot capacity %llu, cold "
-                "capacity %llu, admin %llu; demotions %llu, promotions %llu; checksum "
-                "failures %llu\n",
-                ns.name().c_str(), static_cast<unsigned long long>(ns.lookups()),
-                static_cast<unsigned long long>(ns.gets()),
-                static_cast<unsigned long long>(ns.puts()),
-                static_cast<unsigned long long>(ns.evictions_hot_capacity()),
-                static_cast<unsigned long long>(ns.evictions_cold_capacity()),
-                static_cast<unsigned long long>(ns.evictions_admin()),
-                static_cast<unsigned long long>(ns.demotions()),
-                static_cast<unsigned long long>(ns.promotions()),
-                static_cast<unsigned long long>(ns.checksum_failures()));
-  }
-  if (s.latencies_size() > 0) {
-    std::vector<std::vector<std::string>> lat = {{"OPERATION", "COUNT", "MEAN_US"}};
-    for (const auto& h : s.latencies()) {
-      lat.push_back({h.operation(), absl::StrCat(h.count()),
-                     h.count() ? absl::StrFormat("%.0f", h.sum_us() / h.count()) : "-"});
-    }
-    std::printf("\n");
-    PrintTable(lat);
-  }
-}
-
-absl::StatusOr<std::unique_ptr<Client>> ConnectFromFlags(const Flags& flags) {
-  ClientOptions options;
-  options.server = flags.GetString("server", "127.0.0.1:50051");
-  options.auth_token = AuthTokenFromFlags(flags);
-  ApplyTlsFlags(flags, &options);
-  options.num_channels = 1;
-  // One-shot commands move a few blocks at most: not worth mapping a shared region.
-  options.shared_memory = false;
-  ASSIGN_OR_RETURN(options.connect_deadline_ms, flags.GetInt("timeout-ms", 5000));
-  options.default_deadline_ms = options.connect_deadline_ms;
-  return Client::Connect(options);
-}
-
-absl::Status RunStats(const Flags& flags) {
-  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
-  const std::string ns = flags.GetString("namespace", "");
-  const bool json = flags.Has("json");
-  const bool watch = flags.Has("watch");
-  ASSIGN_OR_RETURN(const double interval_s, flags.GetDouble("interval", 2.0));
-  const bool tty = isatty(STDOUT_FILENO);
-  if (flags.Has("cluster")) {
-    ASSIGN_OR_RETURN(auto cluster, client->ClusterStatus());
-    if (json) {
-      std::printf("%s\n", ProtoJson(cluster).c_str());
-      return absl::OkStatus();
-    }
-    std::printf("cluster seen from %s, replication factor %u\n", cluster.node_id().c_str(),
-                cluster.replication_factor());
-    std::vector<std::vector<std::string>> rows = {
-        {"NODE", "ADDRESS", "HEALTHY", "SHARE", "LAST_SEEN", "HOT_USED", "COLD_USED", "BLOCKS",
-         "LOOKUP_BLOCKS", "HIT_RATE", "PREFIX_HIT_RATE"}};
-    // Cluster totals sum the counts before dividing (never an average of ratios).
-    uint64_t total_blocks = 0, total_asked = 0, total_hit = 0, total_prefix = 0;
-    auto rate = [](uint64_t part, uint64_t whole) {
-      return whole == 0 ? std::string("-") : Pct(static_cast<double>(part) / whole);
-    };
-    for (const auto& p : cluster.peers()) {
-      uint64_t blocks = 0, asked = 0, hit = 0, prefix = 0;
-      for (const auto& ns : p.stats().namespaces()) {
-        blocks += ns.hot().blocks() + ns.cold().blocks();
-        asked += ns.lookup_blocks();
-        hit += ns.lookup_hit_blocks();
-        prefix += ns.lookup_prefix_hit_blocks();
-      }
-      total_blocks += blocks;
-      total_asked += asked;
-      total_hit += hit;
-      total_prefix += prefix;
-      const bool has = p.has_stats();
-      rows.push_back({p.node_id(), p.address(), p.healthy() ? "yes" : "NO",
-                      Pct(p.ownership_share()), absl::StrCat(p.last_seen_ms_ago(), "ms"),
-                      has ? HumanBytes(p.stats().hot_used_bytes()) : "-",
-                      has ? HumanBytes(p.stats().cold_used_bytes()) : "-",
-                      has ? absl::StrCat(blocks) : "-", has ? absl::StrCat(asked) : "-",
-                      has ? rate(hit, asked) : "-", has ? rate(prefix, asked) : "-"});
-    }
-    rows.push_back({"cluster", "", "", "", "", "", "", absl::StrCat(total_blocks),
-                    absl::StrCat(total_asked), rate(total_hit, total_asked),
-                    rate(total_prefix, total_asked)});
-    PrintTable(rows);
-    std::printf("(a cluster-wide Lookup also counts on each peer it fans out to: compare the\n"
-                " answering node's rates with what workers see, per-node rates per key range)\n");
-    PrintTable(rows);
-    return absl::OkStatus();
-  }
-  while (true) {
-    ASSIGN_OR_RETURN(auto stats, client->Stats(ns));
-    if (json) {
-      std::printf("%s\n", ProtoJson(stats).c_str());
-    } else {
-      if (watch && tty) std::printf("\033[H\033[2J");
-      PrintStatsTable(stats);
-    }
-    std::fflush(stdout);
-    if (!watch) return absl::OkStatus();
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1e3)));
   }
 }
 
@@ -591,7 +414,7 @@ int RunAdmin(int argc, char** argv) {
   Flags flags = Flags::Parse(argc, argv, 1,
                               {"json", "watch", "raw", "drop", "local-only", "cluster", "tls",
                                "help"});
-  if (flags.Has("help")) {
+  if (flags.Has("help") && command != "stats") {  // stats explains its own columns
     std::fputs(kAdminUsage, stdout);
     return 0;
   }

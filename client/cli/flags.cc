@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/strings.h"
 
 namespace kvtier::cli {
@@ -77,37 +78,7 @@ absl::StatusOr<double> Flags::GetDouble(std::string_view name, double def) const
 absl::StatusOr<uint64_t> Flags::GetBytes(std::string_view name, uint64_t def) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;
-  auto v = ParseBytes(it->second);
-  if (!v.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--", Sv(name), ": ", v.status().message()));
-  }
-  return v;
-}
-
-absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
-    ++i;
-  }
-  double number;
-  if (i == 0 || !absl::SimpleAtod(Sv(text.substr(0, i)), &number) || number < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", Sv(text), "'"));
-  }
-  std::string unit(text.substr(i));
-  std::transform(unit.begin(), unit.end(), unit.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  double mult;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "kib" || unit == "k") mult = 1024.0;
-  else if (unit == "mib" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "gib" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "tib" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "gb") mult = 1e9;
-  else if (unit == "tb") mult = 1e12;
-  else return absl::InvalidArgumentError(absl::StrCat("unknown size unit in '", Sv(text), "'"));
-  return static_cast<uint64_t>(std::llround(number * mult));
+  return common::ParseByteSize(it->second, absl::StrCat("--", Sv(name)));
 }
 
 std::string AuthTokenFromFlags(const Flags& flags) {

@@ -33,7 +33,8 @@ class Flags {
   // INVALID_ARGUMENT naming the flag if the value does not parse.
   absl::StatusOr<int64_t> GetInt(std::string_view name, int64_t def) const;
   absl::StatusOr<double> GetDouble(std::string_view name, double def) const;
-  // Accepts sizes like 512, 64KiB, 2MiB, 8GiB, 1.5GB.
+  // Parses common::ParseByteSize forms (512, 64K, 64KiB, 2MiB, 8GiB); INVALID_ARGUMENT
+  // naming the flag otherwise (decimal units such as 4MB are refused).
   absl::StatusOr<uint64_t> GetBytes(std::string_view name, uint64_t def) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
@@ -41,9 +42,6 @@ class Flags {
   std::map<std::string, std::string, std::less<>> values_;
   std::vector<std::string> positional_;
 };
-
-// Parses a byte size ("2MiB", "1.5GB", "4096"). INVALID_ARGUMENT on junk.
-absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
 
 // The bearer token for servers with tenants: --auth-token, else $KVTIER_AUTH_TOKEN, else "".
 std::string AuthTokenFromFlags(const Flags& flags);

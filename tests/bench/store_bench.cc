@@ -8,7 +8,7 @@
 // also copies the bytes out (what a gRPC response costs at least). BM_GetCold reads from
 // RocksDB (warm page cache), verifies XXH3 and promotes into the arena; arg blob:1 uses
 // BlobDB instead of plain SSTs. BM_PutWriteThrough acknowledges after the RocksDB write.
-// BM_Lookup measures a 2,048-key prefix lookup. BM_IndexMemory reports index bytes per
+// BM_Lookup measures a 2,048-key prefix lookup, without and with a lease of it. BM_IndexMemory reports index bytes per
 // block at 10^6 blocks as counters.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -245,8 +245,10 @@ kv::Layout TinyLayout(uint32_t head_dim, uint32_t tokens) {
   return l;
 }
 
+// range(1) = 1: every lookup also leases the prefix (and the lease is released, untimed).
 void BM_Lookup(benchmark::State& state) {
   const size_t n = static_cast<size_t>(state.range(0));
+  const bool lease = state.range(1) != 0;
   ScratchDir dir;
   StoreOptions o;
   o.data_dir = dir.Sub("db");
@@ -265,14 +267,27 @@ void BM_Lookup(benchmark::State& state) {
                  static_cast<uint32_t>(i), payload};
     if (!store->Put("bench", {&put, 1}).ok()) abort();
   }
+  LeaseOptions lease_options;
+  lease_options.lease_ms = lease ? 1000 : 0;
   for (auto _ : state) {
-    auto r = store->Lookup("bench", keys);
-    if (!r.ok() || r->prefix_blocks != n) state.SkipWithError("lookup");
+    auto r = store->Lookup("bench", keys, lease_options);
+    if (!r.ok() || r->prefix_blocks != n || (lease && r->leased_blocks != n)) {
+      state.SkipWithError("lookup");
+    }
     benchmark::DoNotOptimize(r);
+    if (lease) {
+      state.PauseTiming();
+      (void)store->ReleaseLease("bench", r->lease_id);
+      state.ResumeTiming();
+    }
   }
   state.SetItemsProcessed(state.iterations() * n);
 }
-BENCHMARK(BM_Lookup)->ArgName("blocks")->Arg(2048)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Lookup)
+    ->ArgNames({"blocks", "lease"})
+    ->Args({2048, 0})
+    ->Args({2048, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_IndexMemory(benchmark::State& state) {
   const size_t n = static_cast<size_t>(state.range(0));

@@ -537,6 +537,8 @@ CommandResult RenderSpec(const std::string& spec) {
 
 constexpr char kProdWithShm[] = "overlays/prod+components/same-node-shm";
 constexpr char kProdWithTls[] = "overlays/prod+components/tls";
+// The Grafana dashboard component adds a ConfigMap and must leave the deployment as is.
+constexpr char kProdWithDashboard[] = "overlays/prod+components/grafana-dashboard";
 
 class KustomizeTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -560,10 +562,18 @@ TEST_P(KustomizeTest, RendersConsistently) {
     EXPECT_EQ(rendering.replicas, 1);
   }
   if (GetParam() == "overlays/prod" || GetParam() == kProdWithShm ||
-      GetParam() == kProdWithTls) {
+      GetParam() == kProdWithTls || GetParam() == kProdWithDashboard) {
     EXPECT_EQ(rendering.replicas, 3);
     // Three nodes with R=2 survive losing any one of them without misses.
     EXPECT_GE(rendering.config.cluster().replication_factor(), 2u);
+  }
+  if (GetParam() == kProdWithDashboard) {
+    // The dashboard JSON reaches Grafana's sidecar as a labelled ConfigMap.
+    const std::string out = Render();
+    EXPECT_THAT(out, HasSubstr("name: kvtier-grafana-dashboard"));
+    EXPECT_THAT(out, HasSubstr("grafana_dashboard: \"1\""));
+    EXPECT_THAT(out, HasSubstr("kvtier-dashboard.json: |"));
+    EXPECT_THAT(out, HasSubstr("kvtier_leases_granted_total"));
   }
   if (GetParam() == kProdWithShm) {
     // The component's contract, spelled out (CheckDeployment enforces it too).
@@ -650,7 +660,7 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
 
 INSTANTIATE_TEST_SUITE_P(Deploy, KustomizeTest,
                          ::testing::Values("base", "overlays/dev", "overlays/prod", kProdWithShm,
-                                           kProdWithTls),
+                                           kProdWithTls, kProdWithDashboard),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/cluster_client.h"
 #include "protocol/rendezvous.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -404,6 +405,65 @@ TEST_F(ClusterTest, WithTwoReplicasNoBlockIsLostAndARestartedNodeServesItsBlocks
   for (size_t b = 0; b < chains[0].keys.size(); ++b) {
     EXPECT_EQ((*g)[b].info.found(), ring_.IsOwner(ids_[2], kNs, chains[0].keys[b], 2)) << b;
   }
+}
+
+TEST_F(ClusterTest, EachOwnerLeasesItsPartAndAGetOrReleaseEndsIt) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  const std::vector<Chain> chains = MakeChains(2, 30, 11);
+  ASSERT_NO_FATAL_FAILURE(PutChains(chains));
+  const std::vector<std::string>& keys = chains[0].keys;
+  client::LookupOptions lease;
+  lease.lease_ms = 60'000;
+  auto r = clients_[0]->Lookup(kNs, keys, lease);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prefix_blocks(), keys.size());
+  EXPECT_EQ(r->leased_blocks(), keys.size());
+  EXPECT_EQ(r->lease_limit(), v1::LEASE_LIMIT_NONE);
+  // One lease per owner, on exactly the blocks it owns.
+  std::map<std::string, uint64_t> lease_of;
+  std::map<std::string, std::vector<std::string>> keys_of;
+  for (size_t b = 0; b < keys.size(); ++b) {
+    const v1::BlockLocation& loc = r->blocks(static_cast<int>(b));
+    ASSERT_EQ(loc.owner(), ring_.OwnerIds(kNs, keys[b], 1)[0]);
+    ASSERT_NE(loc.lease_id(), 0u) << b;
+    auto [it, fresh] = lease_of.emplace(loc.owner(), loc.lease_id());
+    EXPECT_EQ(it->second, loc.lease_id()) << "two leases on " << loc.owner();
+    keys_of[loc.owner()].push_back(keys[b]);
+  }
+  ASSERT_EQ(lease_of.size(), static_cast<size_t>(kNodes));  // 30 keys: every node owns some
+  for (int n = 0; n < kNodes; ++n) {
+    auto st = clients_[n]->Stats();
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->leases().active(), 1u) << ids_[n];
+    EXPECT_EQ(st->leases().granted(), 1u) << ids_[n];
+    EXPECT_GT(st->leases().leased_bytes(), 0u) << ids_[n];
+  }
+  // The Get that loads an owner's blocks ends that owner's lease.
+  for (int n = 0; n < kNodes; ++n) {
+    client::GetOptions get;
+    get.lease_id = lease_of[ids_[n]];
+    auto got = clients_[n]->GetBlocks(kNs, keys_of[ids_[n]], get);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (const client::FetchedBlock& f : *got) EXPECT_TRUE(f.info.found());
+    auto st = clients_[n]->Stats();
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->leases().active(), 0u) << ids_[n];
+    EXPECT_EQ(st->leases().released(), 1u) << ids_[n];
+    EXPECT_EQ(st->leases().leased_bytes(), 0u) << ids_[n];
+  }
+  // ReleaseLeases ends every owner's part of another lookup.
+  client::ClusterClientOptions co;
+  co.node.server = ids_[1];
+  co.node.default_deadline_ms = 5000;
+  auto cluster = client::ClusterClient::Connect(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto again = (*cluster)->Lookup(kNs, chains[1].keys, lease);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->leased_blocks(), chains[1].keys.size());
+  auto released = (*cluster)->ReleaseLeases(kNs, *again);
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(*released, chains[1].keys.size());
+  for (int n = 0; n < kNodes; ++n) EXPECT_EQ(clients_[n]->Stats()->leases().active(), 0u);
 }
 
 }  // namespace

@@ -1,8 +1,5 @@
 // End-to-end tests of kvtierd: real server processes on 127.0.0.1 port 0, real RocksDB in
 // temp dirs, talking gRPC through the generated stubs.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +26,7 @@
 #include "storage/kv/half.h"
 #include "storage/kv/layout.h"
 #include "storage/kv/prefix_key.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
@@ -772,30 +770,6 @@ TEST_F(KvtierdTest, ConcurrentStreamsStayIsolated) {
   EXPECT_EQ(s.namespaces(0).puts(), static_cast<uint64_t>(kThreads * 5 * 3));
 }
 
-// GET http://127.0.0.1:port/metrics; returns the whole response ("" on failure).
-std::string HttpGetMetrics(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return "";
-  }
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
 TEST_F(KvtierdTest, PrometheusMetricsReflectTheTraffic) {
   const int metrics_port = testing::PickFreePort();
   auto code = server_->Terminate();
@@ -813,7 +787,7 @@ TEST_F(KvtierdTest, PrometheusMetricsReflectTheTraffic) {
   ASSERT_TRUE(Put("prom", v1::PAYLOAD_FORMAT_RAW, seqs[0]).ok());
   Lookup("prom", {seqs[0][0].key, "nope"});
 
-  const std::string page = HttpGetMetrics(metrics_port);
+  const std::string page = testing::HttpGet(metrics_port);
   EXPECT_THAT(page, HasSubstr("200 OK"));
   const std::string labels =
       absl::StrCat("{namespace=\"prom\",tenant=\"default\",node=\"", server_->address(), "\"}");

@@ -107,6 +107,24 @@ def test_lookup_pin_unpin_delete_scores_and_stats(server):
         assert not got[0].info.found and got[0].data is None
 
 
+def test_lookup_lease_and_release(server):
+    lay = blocks.layout()
+    spec = kvtier.make_namespace("leases", lay)
+    with _client(server, spec) as c:
+        keys, puts, _ = blocks.sequence("leases", lay, 4, seed=5)
+        c.put_blocks("leases", puts[:3], format=kvtier.RAW)
+        lk = c.lookup("leases", keys, lease_ms=5000)
+        assert lk.prefix_blocks == 3 and lk.leased_blocks == 3
+        assert lk.lease_limit == kvtier.pb.LEASE_LIMIT_NONE
+        ids = {b.lease_id for b in lk.blocks[:3]}
+        assert len(ids) == 1 and 0 not in ids and lk.blocks[3].lease_id == 0
+        assert c.stats("leases").leases.active >= 1
+        assert c.release_lease("leases", ids.pop()) == 3
+        assert c.lookup("leases", keys).leased_blocks == 0  # no lease asked
+        with pytest.raises(kvtier.InvalidArgumentError):
+            c.lookup("leases", keys, lease_ms=10**9)  # over max_lease_ms
+
+
 def _raw_error(server, method, request):
     """The server's own status for a request, sent through the generated stub."""
     with grpc.insecure_channel(server.address) as ch:

@@ -58,6 +58,12 @@ def test_three_nodes_r2_with_one_killed(cluster):
         finally:
             for c in clients.values():
                 c.close()
+        # A leasing lookup: every owner leases its part (with R = 2 the replica whose copy
+        # loses the merge holds a lease too); release_leases ends them all.
+        lk = cc.lookup(NS, keys, lease_ms=5000)
+        assert lk.prefix_blocks == 12 and lk.leased_blocks == 12
+        assert all(b.lease_id for b in lk.blocks)
+        assert cc.release_leases(NS, lk) >= 12
         victim = cluster[1]
         victim.kill()
         got = cc.get_blocks(NS, keys, format=kvtier.RAW, numpy=True)

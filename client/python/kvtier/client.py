@@ -607,12 +607,21 @@ class Client:
 
     # -- keyed unary calls ------------------------------------------------------------
 
-    def lookup(self, ns, keys, local_only=False, timeout=None):
+    def lookup(self, ns, keys, local_only=False, timeout=None, lease_ms=0):
         """How much of the prefix chain `keys` (block 0 first) is resident, and where:
-        a LookupResponse (prefix_blocks; blocks[i].tier, blocks[i].owner)."""
+        a LookupResponse (prefix_blocks; blocks[i].tier, blocks[i].owner). With lease_ms
+        > 0 the owners also keep the first leased_blocks loadable for that long
+        (blocks[i].lease_id; lease_limit says why fewer than prefix_blocks were leased)
+        until release_lease."""
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],
-                               local_only=local_only)
+                               local_only=local_only, lease_ms=lease_ms)
         return self._unary("Lookup", False, req, True, timeout)
+
+    def release_lease(self, ns, lease_id, timeout=None):
+        """Ends lease `lease_id` (a blocks[i].lease_id of this server's Lookup); returns the
+        number of blocks it held (0 when it had ended already)."""
+        req = pb.ReleaseLeaseRequest(namespace=ns, lease_id=lease_id)
+        return self._unary("ReleaseLease", False, req, True, timeout).blocks
 
     def pin(self, ns, keys, ttl_ms=0, timeout=None):
         """Pins `keys` for ttl_ms (0 = until unpin); returns the number pinned."""

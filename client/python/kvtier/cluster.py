@@ -354,8 +354,26 @@ class ClusterClient:
         return [i if i is not None else pb.GetBlockInfo()
                 for i in self._route_gets(ns, keys, timeout, owner_get)]
 
-    def lookup(self, ns, keys, timeout=None):
-        """Client.lookup on one reachable member; the next one on unreachable errors."""
+    def release_leases(self, ns, lookup, timeout=None):
+        """Ends every lease a lookup(lease_ms=...) answer holds: one release_lease per
+        (owner, lease_id), sent to that owner. Returns the blocks they held; an owner that
+        is not connected or fails is skipped (its lease expires)."""
+        nodes = {n.id: n for n in self._view[0]}
+        total = 0
+        for owner, lease_id in sorted({(b.owner, b.lease_id) for b in lookup.blocks
+                                       if b.lease_id}):
+            n = nodes.get(owner)
+            if n is None or n.client is None:
+                continue
+            try:
+                total += n.client.release_lease(ns, lease_id, timeout)
+            except errors.KvtierError:
+                pass
+        return total
+
+    def lookup(self, ns, keys, timeout=None, lease_ms=0):
+        """Client.lookup on one reachable member; the next one on unreachable errors. With
+        lease_ms each owner leases its part (release_leases ends them)."""
         nodes = self._view[0]
         last = errors.UnavailableError("no cluster member is connected")
         for i in self._preference(nodes):
@@ -363,7 +381,7 @@ class ClusterClient:
             if n.client is None:
                 continue
             try:
-                r = n.client.lookup(ns, keys, False, timeout)
+                r = n.client.lookup(ns, keys, False, timeout, lease_ms=lease_ms)
                 self._mark_up(n)
                 return r
             except errors.KvtierError as e:
