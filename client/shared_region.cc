@@ -1,6 +1,7 @@
 #include "client/shared_region.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -58,6 +59,10 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
   }
   if (s.ok() && reply.region_bytes != bytes) {
     s = absl::InternalError("shared memory: the server granted another size than asked");
+  }
+  struct stat fd_stat{};
+  if (s.ok() && (fstat(fd, &fd_stat) != 0 || static_cast<uint64_t>(fd_stat.st_size) < bytes)) {
+    s = absl::InternalError("shared memory: the server's region is smaller than it granted");
   }
   void* p = MAP_FAILED;
   if (s.ok()) {
