@@ -36,7 +36,8 @@ std::vector<Seed> ValueSeeds() {
         s.payload[i] = compressible ? static_cast<char>(i / 512) : static_cast<char>(rng());
       }
       for (bool compress : {false, true}) {
-        s.record = EncodeColdRecord(AsSpan(s.payload), PayloadChecksum(AsSpan(s.payload)), compress);
+        const uint64_t checksum = PayloadChecksum(AsSpan(s.payload));
+        s.record = EncodeColdRecord(AsSpan(s.payload), checksum, compress);
         seeds.push_back(s);
       }
     }

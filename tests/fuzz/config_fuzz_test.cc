@@ -37,8 +37,9 @@ std::vector<std::string> Seeds() {
   std::vector<std::string> seeds = {kFullConfig};
   const char* src = std::getenv("KVTIER_SOURCE_DIR");
   if (src != nullptr) {
-    for (const char* rel : {"deploy/base/kvtierd.textproto", "deploy/overlays/dev/kvtierd.textproto",
-                            "deploy/overlays/prod/kvtierd.textproto"}) {
+    for (const char* rel :
+         {"deploy/base/kvtierd.textproto", "deploy/overlays/dev/kvtierd.textproto",
+          "deploy/overlays/prod/kvtierd.textproto"}) {
       std::ifstream in(absl::StrCat(src, "/", rel));
       std::stringstream ss;
       ss << in.rdbuf();

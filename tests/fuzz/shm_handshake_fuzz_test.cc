@@ -64,7 +64,9 @@ std::string ReceiveWithin10s(int sock, int* fd) {
   msg.msg_controllen = sizeof(control);
   const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      std::memcpy(fd, CMSG_DATA(c), sizeof(int));
+    }
   }
   return n > 0 ? std::string(buf, n) : std::string();
 }

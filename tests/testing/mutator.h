@@ -7,6 +7,7 @@
 #ifndef KVTIER_TESTS_TESTING_MUTATOR_H_
 #define KVTIER_TESTS_TESTING_MUTATOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -26,7 +27,9 @@ class Mutator {
   }
 
   // Uniform in [0, n); 0 when n == 0.
-  uint64_t Below(uint64_t n) { return n == 0 ? 0 : std::uniform_int_distribution<uint64_t>(0, n - 1)(rng_); }
+  uint64_t Below(uint64_t n) {
+    return n == 0 ? 0 : std::uniform_int_distribution<uint64_t>(0, n - 1)(rng_);
+  }
 
   std::mt19937& rng() { return rng_; }
 
@@ -74,7 +77,8 @@ class Mutator {
         const size_t width = Below(2) == 0 ? 4 : 8;
         if (s.size() < width) break;
         const uint64_t max = width == 4 ? 0xffffffffull : ~0ull;
-        const uint64_t values[] = {0, 1, max, max / 2 + 1, std::uniform_int_distribution<uint64_t>(0, max)(rng_)};
+        const uint64_t values[] = {0, 1, max, max / 2 + 1,
+                                   std::uniform_int_distribution<uint64_t>(0, max)(rng_)};
         const uint64_t v = values[Below(5)];
         std::memcpy(s.data() + Below(s.size() - width + 1), &v, width);
         break;
