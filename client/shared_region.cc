@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "protocol/shm_wire.h"
 
 namespace kvtier::client {
@@ -100,7 +101,7 @@ SharedRegion::~SharedRegion() {
 std::optional<uint64_t> SharedRegion::Allocate(uint64_t n) {
   if (n == 0) return std::nullopt;
   n = (n + 4095) & ~uint64_t{4095};
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < n) continue;
     const uint64_t offset = it->first;
@@ -114,7 +115,7 @@ std::optional<uint64_t> SharedRegion::Allocate(uint64_t n) {
 }
 
 void SharedRegion::Free(uint64_t offset) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto u = used_.find(offset);
   if (u == used_.end()) return;
   uint64_t start = offset, len = u->second;

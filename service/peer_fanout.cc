@@ -6,6 +6,7 @@
 #include <iterator>
 #include <set>
 #include <utility>
+#include "common/mutex.h"
 
 namespace kvtier::service {
 namespace {
@@ -69,13 +70,13 @@ PeerFanout::PeerFanout(Membership* membership, FanoutOptions options, common::Cl
 PeerFanout::~PeerFanout() { AwaitIdle(); }
 
 void PeerFanout::AwaitIdle() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
+  common::MutexLock lock(&mu_);
+  mu_.Await(common::Condition(
       +[](int* n) { return *n == 0; }, &in_flight_));
 }
 
 std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   std::shared_ptr<PeerStubs>& c = channels_[address];
   if (c == nullptr) {
     auto stubs = std::make_shared<PeerStubs>();
@@ -102,7 +103,7 @@ std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
 void PeerFanout::SyncMembership(const std::vector<Peer>& peers) {
   const uint64_t version = membership_->version();
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     // Drop retired stubs no call holds any more (only this list references them).
     retired_.erase(
         std::remove_if(retired_.begin(), retired_.end(),
@@ -131,12 +132,12 @@ void PeerFanout::PrepareContext(grpc::ClientContext* ctx) const {
 }
 
 void PeerFanout::CallsStarted(int n) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   in_flight_ += n;
 }
 
 void PeerFanout::CallFinished() {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   --in_flight_;
 }
 
@@ -191,7 +192,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     if (batches_.empty()) {
       v1::LookupResponse out;
       {
-        absl::MutexLock lock(&mu_);
+        common::MutexLock lock(&mu_);
         out = Result();
       }
       done_(std::move(out));
@@ -237,7 +238,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
                        const std::string& self_id) {
     Wanted wanted;
     primary_.assign(keys.size(), "");
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     answers_.assign(keys.size(), Answer{});
     for (size_t i = 0; i < keys.size(); ++i) {
       const std::vector<size_t> owners =
@@ -290,7 +291,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   void Send() {
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       remaining_ = static_cast<int>(batches_.size());
     }
     fanout_->CallsStarted(static_cast<int>(batches_.size()));
@@ -316,7 +317,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     std::function<void(v1::LookupResponse)> done;
     v1::LookupResponse out;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       if (status.ok()) Merge(*batch);
       if (--remaining_ == 0) {
         out = Result();
@@ -366,7 +367,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   std::function<void(v1::LookupResponse)> done_;  // moved out by the last answer
   std::vector<std::string> primary_;              // primary owner per key; set by Plan()
   std::vector<std::unique_ptr<Batch>> batches_;   // Plan() to Send() only
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -379,16 +380,16 @@ void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::strin
 
 v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<std::string>& keys,
                                       const std::vector<v1::Tier>& local_tiers) {
-  absl::Mutex mu;
+  common::Mutex mu;
   bool finished = false;
   v1::LookupResponse result;
   LookupAsync(ns, keys, local_tiers, [&](v1::LookupResponse r) {
-    absl::MutexLock lock(&mu);
+    common::MutexLock lock(&mu);
     result = std::move(r);
     finished = true;
   });
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(&finished));
+  common::MutexLock lock(&mu);
+  mu.Await(common::Condition(&finished));
   return result;
 }
 
@@ -422,7 +423,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
   void Run(v1::StatsResponse self_stats) {
     std::vector<std::unique_ptr<Stats>> calls;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       fanout_->FillClusterStatus(&response_);
       for (int i = 0; i < response_.peers_size(); ++i) {
         v1::PeerStatus* p = response_.mutable_peers(i);
@@ -442,7 +443,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
     if (calls.empty()) {
       v1::ClusterStatusResponse out;
       {
-        absl::MutexLock lock(&mu_);
+        common::MutexLock lock(&mu_);
         out = std::move(response_);
       }
       done_(std::move(out));
@@ -479,7 +480,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
     std::function<void(v1::ClusterStatusResponse)> done;
     v1::ClusterStatusResponse out;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       v1::PeerStatus* p = response_.mutable_peers(call->row);
       if (status.ok()) {
         *p->mutable_stats() = std::move(call->response);
@@ -500,7 +501,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
 
   PeerFanout* const fanout_;
   std::function<void(v1::ClusterStatusResponse)> done_;
-  absl::Mutex mu_;
+  common::Mutex mu_;
   v1::ClusterStatusResponse response_ ABSL_GUARDED_BY(mu_);
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
 };
