@@ -14,11 +14,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/prefix_keys.h"
 #include "client/shared_region.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
@@ -96,31 +96,31 @@ struct Client::Impl {
   std::atomic<uint64_t> next_channel{0};
 
   // Layouts of the namespaces registered through this client, sent with every Put.
-  absl::Mutex mu;
+  common::Mutex mu;
   std::map<std::string, v1::Layout, std::less<>> layouts ABSL_GUARDED_BY(mu);
 
   void RememberLayout(const v1::NamespaceSpec& spec) {
-    absl::MutexLock lock(&mu);
+    common::MutexLock lock(&mu);
     layouts[spec.name()] = spec.layout();
   }
   std::optional<v1::Layout> KnownLayout(std::string_view ns) {
-    absl::MutexLock lock(&mu);
+    common::MutexLock lock(&mu);
     auto it = layouts.find(ns);
     if (it == layouts.end()) return std::nullopt;
     return it->second;
   }
 
   // The shared region while the shared-memory path is in use, else null.
-  absl::Mutex region_mu;
+  common::Mutex region_mu;
   std::shared_ptr<SharedRegion> region ABSL_GUARDED_BY(region_mu);
 
   std::shared_ptr<SharedRegion> Region() {
-    absl::MutexLock lock(&region_mu);
+    common::MutexLock lock(&region_mu);
     return region;
   }
   // The server no longer knows `r`'s session (it restarted): use TCP from now on.
   void DropRegion(const std::shared_ptr<SharedRegion>& r) {
-    absl::MutexLock lock(&region_mu);
+    common::MutexLock lock(&region_mu);
     if (region == r) region.reset();
   }
   static bool IsLostSession(const absl::Status& s) {
@@ -140,7 +140,7 @@ struct Client::Impl {
       return;
     }
     info.shared_memory_cuda_registered = (*r)->cuda_registered();
-    absl::MutexLock lock(&region_mu);
+    common::MutexLock lock(&region_mu);
     region = *std::move(r);
   }
 
@@ -210,11 +210,11 @@ struct Client::Impl {
   // Counts the gRPC slices that still reference caller memory, so PutRun returns only
   // after gRPC has let go of all of them (even when a stream fails half-way).
   struct SliceRefs {
-    absl::Mutex mu;
+    common::Mutex mu;
     int live ABSL_GUARDED_BY(mu) = 0;
     static void Release(void* self) {
       auto* refs = static_cast<SliceRefs*>(self);
-      absl::MutexLock lock(&refs->mu);
+      common::MutexLock lock(&refs->mu);
       --refs->live;
     }
   };
@@ -255,8 +255,8 @@ struct Client::Impl {
     }
     SliceRefs refs;
     absl::Status status = PutStream(ns, blocks, format, deadline, &refs, result);
-    absl::MutexLock lock(&refs.mu);
-    refs.mu.Await(absl::Condition(
+    common::MutexLock lock(&refs.mu);
+    refs.mu.Await(common::Condition(
         +[](int* live) { return *live == 0; }, &refs.live));
     return status;
   }
@@ -313,7 +313,7 @@ struct Client::Impl {
         for (const auto& piece : chunk) {
           // Points at the caller's memory (no copy); PutRun waits for its release.
           {
-            absl::MutexLock lock(&refs->mu);
+            common::MutexLock lock(&refs->mu);
             ++refs->live;
           }
           slices.emplace_back(

@@ -13,7 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 
@@ -80,12 +80,12 @@ struct ClusterClient::Impl {
   };
 
   ClusterClientOptions options;
-  absl::Mutex refresh_mu;  // serializes Refresh
-  mutable absl::Mutex mu;
+  common::Mutex refresh_mu;  // serializes Refresh
+  mutable common::Mutex mu;
   std::shared_ptr<const View> view ABSL_GUARDED_BY(mu);
 
   std::shared_ptr<const View> Snapshot() const {
-    absl::MutexLock lock(&mu);
+    common::MutexLock lock(&mu);
     return view;
   }
 
@@ -307,20 +307,20 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
   ASSIGN_OR_RETURN(std::shared_ptr<const Impl::View> view,
                    impl->BuildView(*status, nullptr, seed, options.node.server));
   {
-    absl::MutexLock lock(&impl->mu);
+    common::MutexLock lock(&impl->mu);
     impl->view = std::move(view);
   }
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
 }
 
 absl::Status ClusterClient::Refresh() {
-  absl::MutexLock refresh(&impl_->refresh_mu);
+  common::MutexLock refresh(&impl_->refresh_mu);
   const std::shared_ptr<const Impl::View> old = impl_->Snapshot();
   ASSIGN_OR_RETURN(v1::ClusterStatusResponse status,
                    impl_->StatusFromAny(*old, CallOptions{}, impl_->options.node.server));
   ASSIGN_OR_RETURN(std::shared_ptr<const Impl::View> view,
                    impl_->BuildView(status, old.get(), nullptr, ""));
-  absl::MutexLock lock(&impl_->mu);
+  common::MutexLock lock(&impl_->mu);
   impl_->view = std::move(view);
   return absl::OkStatus();
 }

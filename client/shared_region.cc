@@ -1,6 +1,7 @@
 #include "client/shared_region.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "protocol/shm_wire.h"
 
 namespace kvtier::client {
@@ -59,6 +61,10 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
   if (s.ok() && reply.region_bytes != bytes) {
     s = absl::InternalError("shared memory: the server granted another size than asked");
   }
+  struct stat fd_stat{};
+  if (s.ok() && (fstat(fd, &fd_stat) != 0 || static_cast<uint64_t>(fd_stat.st_size) < bytes)) {
+    s = absl::InternalError("shared memory: the server's region is smaller than it granted");
+  }
   void* p = MAP_FAILED;
   if (s.ok()) {
     // Populated here, so the pages are faulted in (and charged to this process's memory
@@ -95,7 +101,7 @@ SharedRegion::~SharedRegion() {
 std::optional<uint64_t> SharedRegion::Allocate(uint64_t n) {
   if (n == 0) return std::nullopt;
   n = (n + 4095) & ~uint64_t{4095};
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < n) continue;
     const uint64_t offset = it->first;
@@ -109,7 +115,7 @@ std::optional<uint64_t> SharedRegion::Allocate(uint64_t n) {
 }
 
 void SharedRegion::Free(uint64_t offset) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto u = used_.find(offset);
   if (u == used_.end()) return;
   uint64_t start = offset, len = u->second;

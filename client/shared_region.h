@@ -18,8 +18,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "common/cuda_runtime.h"
+#include "common/mutex.h"
 
 namespace kvtier::client {
 
@@ -63,7 +63,7 @@ class SharedRegion {
   const uint64_t size_;
   const std::string session_;
   const common::CudaRuntime* const cuda_;  // set when the region is cudaHostRegister'ed
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
   std::map<uint64_t, uint64_t> used_ ABSL_GUARDED_BY(mu_);  // offset -> length
 };

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace kvtier::common {
 
@@ -14,22 +15,22 @@ ThreadPool::ThreadPool(size_t num_threads, size_t max_queued) : max_queued_(max_
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     stopping_ = true;
   }
   for (auto& t : threads_) t.join();
 }
 
 bool ThreadPool::TrySchedule(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   if (stopping_ || queue_.size() >= max_queued_) return false;
   queue_.push_back(std::move(task));
   return true;
 }
 
 void ThreadPool::Schedule(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
+  common::MutexLock lock(&mu_);
+  mu_.Await(common::Condition(
       +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
         return p->queue_.size() < p->max_queued_;
       },
@@ -38,7 +39,7 @@ void ThreadPool::Schedule(std::function<void()> task) {
 }
 
 size_t ThreadPool::queued() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return queue_.size();
 }
 
@@ -46,8 +47,8 @@ void ThreadPool::WorkerLoop() {
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
+      common::MutexLock lock(&mu_);
+      mu_.Await(common::Condition(
           +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
             return p->stopping_ || !p->queue_.empty();
           },

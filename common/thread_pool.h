@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace kvtier::common {
 
@@ -39,7 +39,7 @@ class ThreadPool {
   void WorkerLoop();
 
   const size_t max_queued_;
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "events/encoding.h"
 
@@ -26,7 +27,7 @@ struct ZmqEventPublisher::Sockets {
   zmq::socket_t monitor;  // PAIR receiving pub's connection events
   // Wakes the thread from zmq_poll: Flush and a full batch send on wake_in (under
   // wake_mu, the only socket touched outside the thread), the thread reads wake_out.
-  absl::Mutex wake_mu;
+  common::Mutex wake_mu;
   zmq::socket_t wake_in ABSL_GUARDED_BY(wake_mu);
   zmq::socket_t wake_out;
 };
@@ -208,7 +209,7 @@ ZmqEventPublisher::ZmqEventPublisher(EventsConfig config, std::unique_ptr<Socket
 
 ZmqEventPublisher::~ZmqEventPublisher() {
   {
-    absl::MutexLock l(&mu_);
+    common::MutexLock l(&mu_);
     stop_ = true;
   }
   Wake();
@@ -217,7 +218,7 @@ ZmqEventPublisher::~ZmqEventPublisher() {
 }
 
 void ZmqEventPublisher::Publish(BlockEvent event) {
-  absl::MutexLock l(&mu_);
+  common::MutexLock l(&mu_);
   if (queue_.size() >= config_.queue_capacity_events) {
     ++stats_.events_dropped;
     queue_dropped_ = true;
@@ -232,26 +233,26 @@ void ZmqEventPublisher::Publish(BlockEvent event) {
 }
 
 void ZmqEventPublisher::Wake() {
-  absl::MutexLock l(&sockets_->wake_mu);
+  common::MutexLock l(&sockets_->wake_mu);
   zmq_send(sockets_->wake_in.handle(), "", 0, ZMQ_DONTWAIT);  // full: a wake-up is pending
 }
 
 void ZmqEventPublisher::Flush() {
-  absl::MutexLock l(&mu_);
+  common::MutexLock l(&mu_);
   struct Target {
     const ZmqEventPublisher* self;
     uint64_t processed;
   } target{this, enqueued_};
   ++flush_waiters_;
   Wake();
-  mu_.Await(absl::Condition(
+  mu_.Await(common::Condition(
       +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS { return t->self->processed_ >= t->processed; },
       &target));
   --flush_waiters_;
 }
 
 EventsStats ZmqEventPublisher::stats() const {
-  absl::MutexLock l(&mu_);
+  common::MutexLock l(&mu_);
   EventsStats s = stats_;
   s.queued_events = queue_.size();
   return s;
@@ -265,7 +266,7 @@ void ZmqEventPublisher::Run() {
   while (true) {
     bool idle;
     {
-      absl::MutexLock l(&mu_);
+      common::MutexLock l(&mu_);
       if (queue_.empty() && stop_) break;
       idle = queue_.empty();
     }
@@ -279,9 +280,9 @@ void ZmqEventPublisher::Run() {
     std::deque<BlockEvent> events;
     bool queue_dropped;
     {
-      absl::MutexLock l(&mu_);
+      common::MutexLock l(&mu_);
       const bool timed_out =
-          !mu_.AwaitWithDeadline(absl::Condition(this, &ZmqEventPublisher::BatchDueLocked),
+          !mu_.AwaitWithDeadline(common::Condition(this, &ZmqEventPublisher::BatchDueLocked),
                                  first_queued_at_ + absl::Milliseconds(config_.batch_ms));
       if (timed_out || stop_ || flush_waiters_ > 0) {
         events.swap(queue_);
@@ -301,7 +302,7 @@ void ZmqEventPublisher::Run() {
     const uint64_t n = events.size();
     SendBatches(std::move(events), queue_dropped);
     {
-      absl::MutexLock l(&mu_);
+      common::MutexLock l(&mu_);
       processed_ += n;
       stats_.next_seq = next_seq_;
       stats_.replay_buffer_batches = replay_buffer_.size();
@@ -331,7 +332,7 @@ void ZmqEventPublisher::SendBatches(std::deque<BlockEvent> events, bool queue_dr
   }
   if (queue_dropped) {
     ++next_seq_;  // the events Publish dropped: a gap no replay fills
-    absl::MutexLock l(&mu_);
+    common::MutexLock l(&mu_);
     ++stats_.sequences_skipped;
   }
 }
@@ -349,7 +350,7 @@ void ZmqEventPublisher::SendBatch(std::vector<BlockEvent> events) {
   const bool sent = SendMultipart(sockets_->pub, frames);
   replay_buffer_.push_back({seq, std::move(payload), std::move(topic)});
   while (replay_buffer_.size() > config_.replay_buffer_batches) replay_buffer_.pop_front();
-  absl::MutexLock l(&mu_);
+  common::MutexLock l(&mu_);
   if (sent) {
     ++stats_.batches_published;
     stats_.events_published += events.size();
@@ -383,7 +384,7 @@ void ZmqEventPublisher::ReadMonitorEvents() {
     if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) ++delta;
     if (event == ZMQ_EVENT_DISCONNECTED) --delta;
   }
-  absl::MutexLock l(&mu_);
+  common::MutexLock l(&mu_);
   stats_.subscribers = std::max<int64_t>(0, stats_.subscribers + delta);
 }
 
@@ -400,7 +401,7 @@ void ZmqEventPublisher::ServeReplayRequests() {
       continue;
     }
     {
-      absl::MutexLock l(&mu_);  // counted before answering: the client may read stats next
+      common::MutexLock l(&mu_);  // counted before answering: the client may read stats next
       ++stats_.replay_requests;
     }
     const bool with_topic = req.size() == seq_frame + 2;

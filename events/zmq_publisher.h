@@ -44,8 +44,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "events/block_event.h"
 #include "events/config.h"
 
@@ -118,7 +118,7 @@ class ZmqEventPublisher final : public EventSink {
   uint64_t next_seq_ = 0;
   std::deque<SentBatch> replay_buffer_;
 
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   std::deque<BlockEvent> queue_ ABSL_GUARDED_BY(mu_);
   absl::Time first_queued_at_ ABSL_GUARDED_BY(mu_);  // arrival of queue_.front()
   bool queue_dropped_ ABSL_GUARDED_BY(mu_) = false;  // Publish dropped since the last drain

@@ -3,24 +3,25 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include "common/mutex.h"
 
 namespace kvtier::service {
 
 std::shared_ptr<const storage::NamespaceOptions> NamespaceCache::Find(
     const std::string& name) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = map_.find(name);
   return it == map_.end() ? nullptr : it->second;
 }
 
 void NamespaceCache::Insert(const storage::NamespaceOptions& ns) {
   auto entry = std::make_shared<const storage::NamespaceOptions>(ns);
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   map_.try_emplace(ns.name, std::move(entry));
 }
 
 bool ConnectionPuts::Acquire(const std::string& peer, uint32_t max) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   uint32_t& n = open_[peer];
   if (n >= max) {
     if (n == 0) open_.erase(peer);
@@ -31,7 +32,7 @@ bool ConnectionPuts::Acquire(const std::string& peer, uint32_t max) {
 }
 
 void ConnectionPuts::Release(const std::string& peer) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = open_.find(peer);
   if (it == open_.end()) return;
   if (--it->second == 0) open_.erase(it);

@@ -34,7 +34,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
@@ -58,7 +58,7 @@ class NamespaceCache {
   void Insert(const storage::NamespaceOptions& ns);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const storage::NamespaceOptions>> map_
       ABSL_GUARDED_BY(mu_);
 };
@@ -74,7 +74,7 @@ class ConnectionPuts {
   void Release(const std::string& peer);
 
  private:
-  absl::Mutex mu_;
+  common::Mutex mu_;
   absl::flat_hash_map<std::string, uint32_t> open_ ABSL_GUARDED_BY(mu_);
 };
 

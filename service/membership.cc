@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace kvtier::service {
 namespace {
@@ -328,7 +329,7 @@ void Membership::Install(std::vector<Peer> peers) {
   peers.erase(std::unique(peers.begin(), peers.end(),
                           [](const Peer& a, const Peer& b) { return a.id == b.id; }),
               peers.end());
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   if (ring_ != nullptr && peers == peers_) return;
   std::vector<std::string> ids;
   for (const Peer& p : peers) ids.push_back(p.id);
@@ -338,17 +339,17 @@ void Membership::Install(std::vector<Peer> peers) {
 }
 
 std::vector<Peer> Membership::peers() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return peers_;
 }
 
 std::shared_ptr<const protocol::RendezvousRing> Membership::ring() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return ring_;
 }
 
 uint64_t Membership::version() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return version_;
 }
 

@@ -25,8 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "common/mutex.h"
 #include "protocol/rendezvous.h"
 #include "kvtier/v1/kvtier.pb.h"
 
@@ -129,10 +128,10 @@ class Membership {
   MembershipOptions options_;
   std::unique_ptr<Resolver> owned_resolver_;
   Resolver* resolver_ = nullptr;
-  absl::Notification stop_;
+  common::Notification stop_;
   std::thread refresher_;
 
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const protocol::RendezvousRing> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <set>
 #include <utility>
+#include "common/mutex.h"
 
 namespace kvtier::service {
 namespace {
@@ -76,8 +77,8 @@ PeerFanout::PeerFanout(Membership* membership, FanoutOptions options, common::Cl
 PeerFanout::~PeerFanout() { AwaitIdle(); }
 
 void PeerFanout::AwaitIdle() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
+  common::MutexLock lock(&mu_);
+  mu_.Await(common::Condition(
       +[](int* n) { return *n == 0; }, &in_flight_));
 }
 
@@ -94,14 +95,14 @@ std::string PeerFanout::TlsNameFor(const std::string& address) const {
 
 std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (auto it = channels_.find(address); it != channels_.end() && it->second != nullptr) {
       return it->second;
     }
   }
   // A new channel. Asked without mu_ held: Membership has a lock of its own.
   const std::string tls_name = options_.credentials != nullptr ? TlsNameFor(address) : "";
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   std::shared_ptr<PeerStubs>& c = channels_[address];
   if (c == nullptr) {
     auto stubs = std::make_shared<PeerStubs>();
@@ -132,7 +133,7 @@ std::shared_ptr<PeerStubs> PeerFanout::StubsFor(const std::string& address) {
 void PeerFanout::SyncMembership(const std::vector<Peer>& peers) {
   const uint64_t version = membership_->version();
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     // Drop retired stubs no call holds any more (only this list references them).
     retired_.erase(
         std::remove_if(retired_.begin(), retired_.end(),
@@ -161,12 +162,12 @@ void PeerFanout::PrepareContext(grpc::ClientContext* ctx) const {
 }
 
 void PeerFanout::CallsStarted(int n) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   in_flight_ += n;
 }
 
 void PeerFanout::CallFinished() {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   --in_flight_;
 }
 
@@ -222,7 +223,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     if (batches_.empty()) {
       v1::LookupResponse out;
       {
-        absl::MutexLock lock(&mu_);
+        common::MutexLock lock(&mu_);
         out = Result();
       }
       done_(std::move(out));
@@ -269,7 +270,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     const std::vector<v1::Tier>& local_tiers = local_answer.tiers;
     Wanted wanted;
     primary_.assign(keys.size(), "");
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     answers_.assign(keys.size(), Answer{});
     lease_limit_ = local_answer.lease_limit;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -325,7 +326,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   void Send() {
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       remaining_ = static_cast<int>(batches_.size());
     }
     fanout_->CallsStarted(static_cast<int>(batches_.size()));
@@ -351,7 +352,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     std::function<void(v1::LookupResponse)> done;
     v1::LookupResponse out;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       if (status.ok()) Merge(*batch);
       if (--remaining_ == 0) {
         out = Result();
@@ -409,7 +410,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   std::function<void(v1::LookupResponse)> done_;  // moved out by the last answer
   std::vector<std::string> primary_;              // primary owner per key; set by Plan()
   std::vector<std::unique_ptr<Batch>> batches_;   // Plan() to Send() only
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
   v1::LeaseLimit lease_limit_ ABSL_GUARDED_BY(mu_) = v1::LEASE_LIMIT_NONE;
   uint64_t lease_ms_ = 0;  // set by Run() before any batch is sent
@@ -432,16 +433,16 @@ void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::strin
 
 v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<std::string>& keys,
                                       const std::vector<v1::Tier>& local_tiers) {
-  absl::Mutex mu;
+  common::Mutex mu;
   bool finished = false;
   v1::LookupResponse result;
   LookupAsync(ns, keys, local_tiers, [&](v1::LookupResponse r) {
-    absl::MutexLock lock(&mu);
+    common::MutexLock lock(&mu);
     result = std::move(r);
     finished = true;
   });
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(&finished));
+  common::MutexLock lock(&mu);
+  mu.Await(common::Condition(&finished));
   return result;
 }
 
@@ -475,7 +476,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
   void Run(v1::StatsResponse self_stats) {
     std::vector<std::unique_ptr<Stats>> calls;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       fanout_->FillClusterStatus(&response_);
       for (int i = 0; i < response_.peers_size(); ++i) {
         v1::PeerStatus* p = response_.mutable_peers(i);
@@ -495,7 +496,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
     if (calls.empty()) {
       v1::ClusterStatusResponse out;
       {
-        absl::MutexLock lock(&mu_);
+        common::MutexLock lock(&mu_);
         out = std::move(response_);
       }
       done_(std::move(out));
@@ -532,7 +533,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
     std::function<void(v1::ClusterStatusResponse)> done;
     v1::ClusterStatusResponse out;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       v1::PeerStatus* p = response_.mutable_peers(call->row);
       if (status.ok()) {
         *p->mutable_stats() = std::move(call->response);
@@ -553,7 +554,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
 
   PeerFanout* const fanout_;
   std::function<void(v1::ClusterStatusResponse)> done_;
-  absl::Mutex mu_;
+  common::Mutex mu_;
   v1::ClusterStatusResponse response_ ABSL_GUARDED_BY(mu_);
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
 };

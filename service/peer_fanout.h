@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "common/mutex.h"
 #include "service/membership.h"
 #include "service/peer_health.h"
 
@@ -149,7 +149,7 @@ class PeerFanout {
   const FanoutOptions options_;
   PeerHealth health_;
 
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::map<std::string, std::shared_ptr<PeerStubs>> channels_ ABSL_GUARDED_BY(mu_);
   // Departed peers' stubs still held by calls in flight. Released here, never by a
   // call's completion, because the last reference to a grpc::Channel must not be

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <set>
+#include "common/mutex.h"
 
 namespace kvtier::service {
 
@@ -17,12 +18,12 @@ void PeerHealth::MarkAnswered(State& s) {
 }
 
 void PeerHealth::RecordSuccess(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   MarkAnswered(peers_[id]);
 }
 
 void PeerHealth::RecordFailure(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   State& s = peers_[id];
   const bool was_down = IsDown(s);
   ++s.consecutive_failures;
@@ -30,13 +31,13 @@ void PeerHealth::RecordFailure(const std::string& id) {
 }
 
 bool PeerHealth::IsHealthy(const std::string& id) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = peers_.find(id);
   return it == peers_.end() || !IsDown(it->second);
 }
 
 bool PeerHealth::TakeProbe(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = peers_.find(id);
   if (it == peers_.end() || !IsDown(it->second) || it->second.probe_in_flight) return false;
   if (clock_->NowMillis() < it->second.next_probe_ms) return false;
@@ -45,7 +46,7 @@ bool PeerHealth::TakeProbe(const std::string& id) {
 }
 
 void PeerHealth::FinishProbe(const std::string& id, bool answered) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = peers_.find(id);
   if (it == peers_.end()) return;
   State& s = it->second;
@@ -58,7 +59,7 @@ void PeerHealth::FinishProbe(const std::string& id, bool answered) {
 }
 
 int64_t PeerHealth::LastSeenMsAgo(const std::string& id) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = peers_.find(id);
   if (it == peers_.end() || it->second.last_success_ms < 0) return -1;
   return clock_->NowMillis() - it->second.last_success_ms;
@@ -67,7 +68,7 @@ int64_t PeerHealth::LastSeenMsAgo(const std::string& id) const {
 void PeerHealth::Retain(const std::vector<Peer>& members) {
   std::set<std::string> ids;
   for (const Peer& p : members) ids.insert(p.id);
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   for (auto it = peers_.begin(); it != peers_.end();) {
     it = ids.count(it->first) != 0 ? std::next(it) : peers_.erase(it);
   }

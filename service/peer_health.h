@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "service/membership.h"
 
 namespace kvtier::service {
@@ -73,7 +73,7 @@ class PeerHealth {
   common::Clock* const clock_;
   const int failures_to_unhealthy_;
   const int64_t probe_interval_ms_;
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   std::map<std::string, State> peers_ ABSL_GUARDED_BY(mu_);
 };
 

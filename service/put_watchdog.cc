@@ -5,32 +5,33 @@
 
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace kvtier::service {
 
 void PutWatch::StartWaiting(int64_t now_ms) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   waiting_since_ms_ = now_ms;
 }
 
 void PutWatch::StopWaiting() {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   waiting_since_ms_ = -1;
 }
 
 void PutWatch::Close() {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   closed_ = true;
   // Called from inside the callback (it finished the call, and OnDone ran inline): the
   // callback returns without touching the stream again.
   if (in_callback_ && callback_thread_ == std::this_thread::get_id()) return;
-  mu_.Await(absl::Condition(
+  mu_.Await(common::Condition(
       +[](bool* in_callback) { return !*in_callback; }, &in_callback_));
 }
 
 bool PutWatch::Check(int64_t deadline_ms) {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (closed_) return false;
     if (fired_ || waiting_since_ms_ < 0 || waiting_since_ms_ > deadline_ms) return true;
     fired_ = true;
@@ -40,7 +41,7 @@ bool PutWatch::Check(int64_t deadline_ms) {
   // Outside mu_: the callback finishes the call, which may run the reactor's OnDone (and
   // so Close) on this thread.
   stalled_();
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   in_callback_ = false;
   return !closed_;
 }
@@ -52,7 +53,7 @@ PutWatchdog::PutWatchdog(int64_t timeout_ms)
 
 PutWatchdog::~PutWatchdog() {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     stop_ = true;
   }
   thread_.join();
@@ -60,7 +61,7 @@ PutWatchdog::~PutWatchdog() {
 
 std::shared_ptr<PutWatch> PutWatchdog::Watch(std::function<void()> stalled) {
   auto watch = std::make_shared<PutWatch>(std::move(stalled));
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   watches_.push_back(watch);
   return watch;
 }
@@ -71,8 +72,8 @@ void PutWatchdog::Run() {
   for (;;) {
     std::vector<std::shared_ptr<PutWatch>> watches;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stop_), tick);
+      common::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(common::Condition(&stop_), tick);
       if (stop_) return;
       watches = watches_;
     }
@@ -82,7 +83,7 @@ void PutWatchdog::Run() {
       if (!w->Check(deadline)) closed.push_back(w.get());
     }
     if (closed.empty()) continue;
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
                                   [&closed](const std::shared_ptr<PutWatch>& w) {
                                     return std::find(closed.begin(), closed.end(), w.get()) !=

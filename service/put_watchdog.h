@@ -13,8 +13,8 @@
 #include <memory>
 #include <thread>
 #include <vector>
+#include "common/mutex.h"
 
-#include "absl/synchronization/mutex.h"
 
 namespace kvtier::service {
 
@@ -39,7 +39,7 @@ class PutWatch {
   bool Check(int64_t deadline_ms) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::function<void()> stalled_;
-  absl::Mutex mu_;
+  common::Mutex mu_;
   int64_t waiting_since_ms_ ABSL_GUARDED_BY(mu_) = -1;  // -1: not waiting
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool fired_ ABSL_GUARDED_BY(mu_) = false;
@@ -68,7 +68,7 @@ class PutWatchdog {
   void Run();
 
   const int64_t timeout_ms_;
-  absl::Mutex mu_;
+  common::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<PutWatch>> watches_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "protocol/shm_wire.h"
 #include "common/logging.h"
 #include "common/strings.h"
@@ -107,13 +108,13 @@ ShmServer::~ShmServer() {
 }
 
 std::shared_ptr<ShmRegion> ShmServer::Find(std::string_view session) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = sessions_.find(Sv(session));
   return it == sessions_.end() ? nullptr : it->second;
 }
 
 size_t ShmServer::session_count() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return sessions_.size();
 }
 
@@ -151,13 +152,13 @@ std::string ShmServer::Serve(int conn) {
   std::memcpy(reply.session, session.data(), shm::kSessionBytes);
   {
     // Registered before the reply goes out: the client may use it at once.
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     sessions_[session] = std::move(region);
   }
   const absl::Status sent = shm::SendMessage(conn, &reply, sizeof(reply), fd);
   close(fd);  // the mapping keeps the memory; the client has its own descriptor
   if (!sent.ok()) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     sessions_.erase(session);
     return "";
   }
@@ -200,7 +201,7 @@ void ShmServer::Loop() {
       }
       // Anything after the handshake (EOF, errors, stray bytes) ends the session.
       if (!c.session.empty()) {
-        absl::MutexLock lock(&mu_);
+        common::MutexLock lock(&mu_);
         sessions_.erase(c.session);
       }
       close(c.fd);
@@ -219,7 +220,7 @@ void ShmServer::Loop() {
     }
   }
   for (const Conn& c : conns) close(c.fd);
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   sessions_.clear();
 }
 

@@ -24,7 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace kvtier::service {
 
@@ -82,7 +82,7 @@ class ShmServer {
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: ends Loop()
   std::thread thread_;
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<ShmRegion>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 

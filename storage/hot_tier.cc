@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace kvtier::storage {
 
@@ -20,12 +21,12 @@ HotTier::HotTier(std::unique_ptr<HotArena> arena)
       arena_(std::move(arena)) {}
 
 uint64_t HotTier::used_bytes() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return arena_->used_bytes();
 }
 
 std::optional<SlotId> HotTier::Allocate(uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   std::optional<uint64_t> offset = arena_->Allocate(bytes);
   if (!offset) return std::nullopt;
   SlotId slot;
@@ -55,13 +56,13 @@ HotTier::SlotView HotTier::ViewLocked(SlotId slot) const {
 }
 
 HotTier::SlotView HotTier::Acquire(SlotId slot) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   ++slots_[slot].refs;
   return ViewLocked(slot);
 }
 
 HotTier::SlotView HotTier::View(SlotId slot) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return ViewLocked(slot);
 }
 
@@ -74,7 +75,7 @@ void HotTier::MaybeFreeLocked(SlotId slot) {
 }
 
 void HotTier::Release(SlotId slot) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   KVTIER_CHECK(slots_[slot].refs > 0) << "hot slot reference underflow";
   --slots_[slot].refs;
   MaybeFreeLocked(slot);
@@ -89,7 +90,7 @@ BlockRef HotTier::NewRef(SlotId slot, Tier tier, uint32_t block_index) {
 }
 
 void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes, std::optional<uint64_t> checksum) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   Slot& s = slots_[slot];
   s.payload_bytes = payload_bytes;
   s.has_checksum = checksum.has_value();
@@ -97,26 +98,26 @@ void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes, std::optional<uint
 }
 
 void HotTier::SetChecksum(SlotId slot, uint64_t checksum) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   slots_[slot].checksum = checksum;
   slots_[slot].has_checksum = true;
 }
 
 void HotTier::Own(SlotId slot, BlockId entry) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   slots_[slot].owned = true;
   slots_[slot].entry = entry;
 }
 
 void HotTier::Disown(SlotId slot) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   slots_[slot].owned = false;
   slots_[slot].entry = kInvalidBlock;
   MaybeFreeLocked(slot);
 }
 
 void HotTier::ForEachOwned(const std::function<void(BlockId entry)>& fn) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   for (const Slot& s : slots_) {
     if (s.owned) fn(s.entry);
   }

@@ -23,7 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "storage/eviction_policy.h"
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
@@ -102,7 +102,7 @@ class HotTier {
   uint8_t* const base_;
 
   // State below is protected by mu_.
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   const std::unique_ptr<HotArena> arena_ ABSL_PT_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<SlotId> free_slots_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "storage/kv/layout.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace kvtier::storage {
 
 std::string SerializeNamespace(const NamespaceOptions& ns) {
@@ -66,14 +68,27 @@ absl::StatusOr<NamespaceOptions> ParseNamespace(std::string_view in) {
   ns.layout.num_kv_heads = get_u32();
   ns.layout.head_dim = get_u32();
   ns.layout.tokens_per_block = get_u32();
-  ns.layout.dtype = static_cast<kv::Dtype>(get_u32());
+  // Enum and flag fields are range-checked before the cast, so a damaged 0x101 is never
+  // read back as 0x01.
+  const uint32_t dtype = get_u32();
   ns.layout.sink_tokens = get_u32();
-  ns.codec = static_cast<kv::CodecId>(get_u32());
-  ns.keep_sinks = get_u32() != 0;
-  ns.write_through = get_u32() != 0;
-  ns.cold_zstd = get_u32() != 0;
+  const uint32_t codec = get_u32();
+  const uint32_t keep_sinks = get_u32();
+  const uint32_t write_through = get_u32();
+  const uint32_t cold_zstd = get_u32();
   ns.sink_blocks = get_u32();
   if (!ok || !in.empty()) return absl::DataLossError("namespace record is malformed");
+  if (dtype > 0xff || codec > 0xff || keep_sinks > 1 || write_through > 1 || cold_zstd > 1) {
+    return absl::DataLossError("namespace record has an out-of-range enum or flag field");
+  }
+  ns.layout.dtype = static_cast<kv::Dtype>(dtype);
+  ns.codec = static_cast<kv::CodecId>(codec);
+  ns.keep_sinks = keep_sinks != 0;
+  ns.write_through = write_through != 0;
+  ns.cold_zstd = cold_zstd != 0;
+  if (absl::Status valid = ns.Validate(); !valid.ok()) {
+    return absl::DataLossError(absl::StrCat("namespace record is invalid: ", valid.message()));
+  }
   return ns;
 }
 

@@ -21,7 +21,9 @@ inline constexpr uint32_t kNamespaceRecordVersion = 1;
 
 // Returns the record of `ns` (not validated: call ns.Validate() first).
 std::string SerializeNamespace(const NamespaceOptions& ns);
-// Parses a record. DATA_LOSS for an unknown version or a truncated / overlong record.
+// Parses a record. DATA_LOSS for an unknown version, a truncated / overlong record, an
+// enum or flag field out of range, or a spec that fails NamespaceOptions::Validate (the
+// message says which).
 absl::StatusOr<NamespaceOptions> ParseNamespace(std::string_view record);
 // Returns the name of the first persisted field (other than `name`) in which a and b
 // differ, e.g. "layout.head_dim", or "" when they are the same spec.

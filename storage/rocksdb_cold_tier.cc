@@ -5,7 +5,6 @@
 #include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-#include <zstd.h>
 
 #include <atomic>
 #include <cstdarg>
@@ -19,32 +18,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/strings.h"
-#include "storage/checksum.h"
+#include "storage/cold_record.h"
 
 namespace kvtier::storage {
 namespace {
 
-constexpr uint32_t kRecordMagic = 0x4254564b;  // "KVTB"
-constexpr uint8_t kRecordVersion = 1;
-constexpr uint8_t kFlagZstd = 1;
-// magic u32, version u8, flags u8, reserved u16, checksum u64, payload_bytes u32.
-constexpr size_t kRecordHeaderBytes = 20;
-
 constexpr char kBlockIndexPrefix = 'i';
 constexpr char kNamespacePrefix = 'n';
-
-void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); }
-void PutU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<char*>(&v), 8); }
-uint32_t GetU32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 
 // Big-endian namespace id so a namespace's keys are contiguous.
 std::string BlockKey(uint32_t ns_id, std::string_view key, char prefix = 0) {
@@ -228,42 +208,11 @@ RocksDbColdTier::~RocksDbColdTier() {
 absl::StatusOr<uint32_t> RocksDbColdTier::PutBlock(ColdIndexRecord record,
                                                    std::span<const uint8_t> payload,
                                                    uint64_t checksum, bool compress) {
-  std::string packed;
-  uint8_t flags = 0;
-  if (compress) {
-    packed.resize(ZSTD_compressBound(payload.size()));
-    size_t n = ZSTD_compress(packed.data(), packed.size(), payload.data(), payload.size(), 1);
-    // Keep zstd only when it saves at least 1/8; otherwise reads would pay for nothing.
-    if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 8) {
-      packed.resize(n);
-      flags |= kFlagZstd;
-    }
-  }
-  const std::string_view body =
-      (flags & kFlagZstd)
-          ? std::string_view(packed)
-          : std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size());
-  std::string value;
-  value.reserve(kRecordHeaderBytes + body.size());
-  PutU32(&value, kRecordMagic);
-  value.push_back(static_cast<char>(kRecordVersion));
-  value.push_back(static_cast<char>(flags));
-  value.append(2, '\0');
-  PutU64(&value, checksum);
-  PutU32(&value, static_cast<uint32_t>(payload.size()));
-  value.append(body);
+  const std::string value = EncodeColdRecord(payload, checksum, compress);
   record.payload_bytes = static_cast<uint32_t>(payload.size());
   record.stored_bytes = static_cast<uint32_t>(value.size());
   record.checksum = checksum;
-
-  std::string index;
-  PutU32(&index, record.block_index);
-  PutU32(&index, record.payload_bytes);
-  PutU32(&index, record.stored_bytes);
-  PutU64(&index, record.checksum);
-  index.push_back(record.standalone ? 1 : 0);
-  index.push_back(static_cast<char>(record.parent_key.size()));
-  index.append(record.parent_key);
+  const std::string index = EncodeColdIndexValue(record);
 
   rocksdb::WriteBatch batch;
   const std::string block_key = BlockKey(record.ns_id, record.key);
@@ -280,36 +229,19 @@ absl::Status RocksDbColdTier::GetBlock(uint32_t ns_id, std::string_view key,
                                        const PayloadSink& sink) {
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions ro;
-  // Our XXH3 over the payload (below) covers what RocksDB's block checksum would; paying
+  // Our XXH3 over the payload (ParseColdRecord) covers what RocksDB's block checksum would; paying
   // for both costs a full extra pass over every cold read.
   ro.verify_checksums = false;
   rocksdb::Status s = db_->Get(ro, blocks_cf_, BlockKey(ns_id, key), &value);
   if (s.IsNotFound()) return absl::NotFoundError("block not in cold tier");
   if (!s.ok()) return FromRocks(s, "get block");
-  if (value.size() < kRecordHeaderBytes || GetU32(value.data()) != kRecordMagic ||
-      static_cast<uint8_t>(value.data()[4]) != kRecordVersion) {
-    return absl::DataLossError("cold record header is malformed");
-  }
-  const uint8_t flags = static_cast<uint8_t>(value.data()[5]);
-  const uint64_t checksum = GetU64(value.data() + 8);
-  const uint32_t payload_bytes = GetU32(value.data() + 16);
-  std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>(value.data()) + kRecordHeaderBytes,
-                                value.size() - kRecordHeaderBytes);
   std::string unpacked;
-  if (flags & kFlagZstd) {
-    unpacked.resize(payload_bytes);
-    size_t n = ZSTD_decompress(unpacked.data(), unpacked.size(), body.data(), body.size());
-    if (ZSTD_isError(n) || n != payload_bytes) {
-      return absl::DataLossError("cold record does not decompress");
-    }
-    body = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(unpacked.data()), n);
-  } else if (body.size() != payload_bytes) {
-    return absl::DataLossError("cold record payload size mismatch");
-  }
-  if (PayloadChecksum(body) != checksum) {
-    return absl::DataLossError("cold record checksum mismatch");
-  }
-  sink(body, checksum);
+  uint64_t checksum = 0;
+  auto body = ParseColdRecord(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()),
+      &unpacked, &checksum);
+  if (!body.ok()) return body.status();
+  sink(*body, checksum);
   return absl::OkStatus();
 }
 
@@ -347,17 +279,11 @@ absl::Status RocksDbColdTier::ForEachBlock(const std::function<void(const ColdIn
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     const rocksdb::Slice k = it->key();
     const rocksdb::Slice v = it->value();
-    if (k.size() < 6 || v.size() < 22 || v.size() != 22u + static_cast<uint8_t>(v.data()[21])) {
-      return absl::DataLossError("malformed block index record");
-    }
+    if (k.size() < 6) return absl::DataLossError("malformed block index record");
+    absl::Status parsed = ParseColdIndexValue(std::string_view(v.data(), v.size()), &rec);
+    if (!parsed.ok()) return parsed;
     rec.ns_id = DecodeNsId(k.data() + 1);
     rec.key.assign(k.data() + 5, k.size() - 5);
-    rec.block_index = GetU32(v.data());
-    rec.payload_bytes = GetU32(v.data() + 4);
-    rec.stored_bytes = GetU32(v.data() + 8);
-    rec.checksum = GetU64(v.data() + 12);
-    rec.standalone = v.data()[20] != 0;
-    rec.parent_key.assign(v.data() + 22, static_cast<uint8_t>(v.data()[21]));
     fn(rec);
   }
   return FromRocks(it->status(), "scan block index");

@@ -1,9 +1,9 @@
 // RocksDbColdTier: the production ColdTier (cold_tier.h). One database directory with
 // two column families: "blocks" (key -> record header + payload) and "meta" (namespace
-// specs and the per-block index records); a block's payload and its index record go in
-// one WriteBatch. Values are plain SST records without RocksDB compression or read-side
-// RocksDB checksums (our XXH3 covers every value); see README "Storage choices" for the
-// measurements behind that.
+// specs and the per-block index records; both block formats: cold_record.h); a block's
+// payload and its index record go in one WriteBatch. Values are plain SST records without
+// RocksDB compression or read-side RocksDB checksums (our XXH3 covers every value); see
+// README "Storage choices" for the measurements behind that.
 //
 // This is the only place rocksdb::Status is translated to absl::Status (cold_tier.h
 // lists the codes).

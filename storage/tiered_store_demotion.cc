@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "storage/checksum.h"
 #include "storage/tiered_store_impl.h"
 
@@ -15,7 +16,7 @@ std::optional<SlotId> TieredStoreImpl::AllocSlot(uint64_t bytes) {
   if (HotArena::RoundUp(bytes) > hot_->capacity_bytes()) return std::nullopt;
   while (true) {
     if (std::optional<SlotId> slot = hot_->Allocate(bytes)) {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       MaybeWakeDemoterLocked();
       return slot;
     }
@@ -80,7 +81,7 @@ BlockId TieredStoreImpl::PickVictimLocked() {
 bool TieredStoreImpl::DemoteOne() {
   BlockId id;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     id = PickVictimLocked();
     if (id == kNoEntry) return false;
     index_.at(id).flags |= Entry::kBusy;
@@ -102,18 +103,18 @@ TieredStoreImpl::DemoteResult TieredStoreImpl::DemoteMarkedOnly(BlockId id, Demo
   uint16_t ns_id;
   std::string key;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     ns_id = index_.at(id).ns;
     key.assign(index_.at(id).key_view());
   }
-  absl::MutexLock stripe(&Stripe(ns_id, key));
+  common::MutexLock stripe(&Stripe(ns_id, key));
   SlotId slot;
   HotTier::SlotView view;
   ColdIndexRecord rec;
   bool compress;
   bool need_write;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     Entry& e = index_.at(id);
     // The busy mark keeps the entry alive; a Delete or re-Put that ran before we took the
     // stripe may have changed its residency, so look again.
@@ -141,7 +142,7 @@ TieredStoreImpl::DemoteResult TieredStoreImpl::DemoteMarkedOnly(BlockId id, Demo
     stored = cold_->PutBlock(rec, bytes, checksum, compress);
   }
   hot_->Release(slot);
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   FinishDemotionLocked(id, mode, need_write, stored);
   return stored.ok() ? DemoteResult::kMoved : DemoteResult::kFailed;
 }
@@ -181,7 +182,7 @@ void TieredStoreImpl::FinishDemotionLocked(BlockId id, DemoteMode mode, bool wro
 void TieredStoreImpl::DemoteUntilBelow(uint64_t target_bytes) {
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       if (hot_->used_bytes() <= target_bytes || stopping_) return;
     }
     if (!DemoteOne()) return;
@@ -204,7 +205,7 @@ void TieredStoreImpl::BackgroundLoop() {
   uint64_t seen = 0;
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       while (!stopping_ && demote_requests_ == seen) demote_cv_.Wait(&mu_);
       if (stopping_) return;
       seen = demote_requests_;
@@ -218,7 +219,7 @@ void TieredStoreImpl::EnforceColdCapacity() {
     uint16_t ns_id;
     std::string key;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       if (cold_used_ <= options_.cold_capacity_bytes) return;
       ExpireLeasesLocked();
       BlockId id = index_.cold_head();
@@ -231,10 +232,10 @@ void TieredStoreImpl::EnforceColdCapacity() {
       ns_id = index_.at(id).ns;
       key.assign(index_.at(id).key_view());
     }
-    absl::MutexLock stripe(&Stripe(ns_id, key));
+    common::MutexLock stripe(&Stripe(ns_id, key));
     bool delete_record = false;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       BlockId id = index_.Find(ns_id, key);
       if (id == kNoEntry) continue;
       Entry& e = index_.at(id);

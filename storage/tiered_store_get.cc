@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "storage/tiered_store_impl.h"
 
@@ -15,7 +16,7 @@ namespace kvtier::storage {
 absl::StatusOr<BlockRef> TieredStoreImpl::Get(std::string_view ns_name, std::string_view key) {
   NsState* ns;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(ns, FindNsLocked(ns_name));
     ns->stats.gets++;
     const BlockId id = index_.Find(ns->id, key);
@@ -40,7 +41,7 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
   uint32_t payload_bytes;
   bool standalone;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     const BlockId id = index_.Find(ns->id, key);
     if (id == kNoEntry || !(index_.at(id).flags & Entry::kCold)) {
       ns->stats.get_misses++;
@@ -73,23 +74,23 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
   if (!st.ok()) {
     if (slot) hot_->Release(*slot);
     if (absl::IsDataLoss(st)) return DropCorruptCold(ns, key, st);
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     ns->stats.get_misses++;
     if (absl::IsNotFound(st)) return absl::NotFoundError("block not found");
     return st;
   }
   if (slot) hot_->SetPayload(*slot, payload_bytes, checksum);
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return PublishPromotedLocked(ns, key, slot, std::move(heap_copy), pin, pin_until_ms);
 }
 
 absl::Status TieredStoreImpl::DropCorruptCold(NsState* ns, std::string_view key,
                                               const absl::Status& cause) {
   // Never served: count, delete and report a miss.
-  absl::MutexLock stripe(&Stripe(ns->id, key));
+  common::MutexLock stripe(&Stripe(ns->id, key));
   bool delete_record = false;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     ns->stats.checksum_failures++;
     ns->stats.get_misses++;
     const BlockId id = index_.Find(ns->id, key);
@@ -155,7 +156,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Pin(std::string_view ns_name,
   uint64_t pinned = 0;
   for (const std::string& key : keys) {
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       const BlockId id = index_.Find(ns->id, key);
       if (id == kNoEntry) continue;
       const Entry& e = index_.at(id);
@@ -167,7 +168,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Pin(std::string_view ns_name,
       if (!(e.flags & Entry::kCold) || (e.flags & Entry::kStandalone)) continue;
     }
     if (!Promote(ns, key, true, until).ok()) continue;
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     const BlockId id = index_.Find(ns->id, key);
     if (id != kNoEntry && (index_.at(id).flags & Entry::kHot)) {
       // A concurrent promotion may have won; make sure the resident copy is pinned.

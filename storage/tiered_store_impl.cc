@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "storage/namespace_record.h"
@@ -34,7 +35,7 @@ TieredStoreImpl::TieredStoreImpl(const StoreOptions& options, std::unique_ptr<Ho
 
 TieredStoreImpl::~TieredStoreImpl() {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     stopping_ = true;
     demote_cv_.SignalAll();
   }
@@ -63,7 +64,7 @@ absl::Status TieredStoreImpl::Init() {
 void TieredStoreImpl::WarmFromCold() {
   std::vector<std::pair<NsState*, std::string>> warm;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     uint64_t planned = 0;
     // Most recently used cold leaves first is unknown after restart: take index order.
     for (BlockId id = 0; id < index_.id_limit() && planned < low_bytes_; ++id) {
@@ -84,7 +85,7 @@ absl::Status TieredStoreImpl::Recover() {
   std::vector<std::pair<uint32_t, std::string>> specs;
   RETURN_IF_ERROR(cold_->ForEachNamespace(
       [&](BlockId id, std::string_view spec) { specs.emplace_back(id, std::string(spec)); }));
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   for (auto& [id, spec] : specs) {
     ASSIGN_OR_RETURN(NamespaceOptions opts, ParseNamespace(spec));
     if (id > 0xffff) return absl::DataLossError("namespace id out of range");
@@ -135,7 +136,7 @@ absl::Status TieredStoreImpl::AddNamespaceLocked(BlockId id, const NamespaceOpti
 
 absl::StatusOr<NamespaceOptions> TieredStoreImpl::RegisterNamespace(const NamespaceOptions& ns) {
   RETURN_IF_ERROR(ns.Validate());
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = ns_by_name_.find(ns.name);
   if (it != ns_by_name_.end()) {
     const NamespaceOptions& have = namespaces_[it->second]->opts;
@@ -163,18 +164,18 @@ absl::StatusOr<NsState*> TieredStoreImpl::FindNsLocked(std::string_view name) co
 }
 
 absl::StatusOr<NsState*> TieredStoreImpl::FindNs(std::string_view name) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return FindNsLocked(name);
 }
 
 absl::StatusOr<NamespaceOptions> TieredStoreImpl::GetNamespace(std::string_view name) const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(name));
   return ns->opts;
 }
 
 std::vector<NamespaceOptions> TieredStoreImpl::ListNamespaces() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   std::vector<NamespaceOptions> out;
   for (const auto& ns : namespaces_) {
     if (ns != nullptr) out.push_back(ns->opts);
@@ -312,11 +313,11 @@ void TieredStoreImpl::PinLocked(BlockId id, int64_t until_ms) {
 
 bool TieredStoreImpl::DeleteOne(NsState* ns, std::string_view key,
                                 uint64_t NamespaceStats::*counter) {
-  absl::MutexLock stripe(&Stripe(ns->id, key));
+  common::MutexLock stripe(&Stripe(ns->id, key));
   bool existed = false;
   bool had_cold = false;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     const BlockId id = index_.Find(ns->id, key);
     if (id != kNoEntry && (index_.at(id).flags & (Entry::kHot | Entry::kCold))) {
       existed = true;
@@ -343,7 +344,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Delete(std::string_view ns_name,
 
 absl::StatusOr<uint64_t> TieredStoreImpl::Unpin(std::string_view ns_name,
                                                 std::span<const std::string> keys) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
   uint64_t n = 0;
   for (const std::string& key : keys) {
@@ -364,7 +365,7 @@ absl::Status TieredStoreImpl::ReportScores(std::string_view ns_name,
   if (keys.size() != scores.size()) {
     return absl::InvalidArgumentError("keys and scores must have the same size");
   }
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
   for (size_t i = 0; i < keys.size(); ++i) {
     const BlockId id = index_.Find(ns->id, keys[i]);
@@ -382,7 +383,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
   // Targets, deepest first so a prefix never loses a block before its descendants.
   std::vector<std::pair<uint32_t, std::string>> targets;  // (depth, key)
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     absl::flat_hash_set<uint32_t> chosen;
     for (const std::string& key : keys) {
       const BlockId id = index_.Find(ns->id, key);
@@ -413,7 +414,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
     }
     BlockId id;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       id = index_.Find(ns->id, key);
       if (id == kNoEntry || !(index_.at(id).flags & Entry::kHot) ||
           (index_.at(id).flags & Entry::kBusy))
@@ -434,7 +435,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
 absl::Status TieredStoreImpl::Flush(std::string_view ns_name) {
   std::vector<uint32_t> ids;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     int ns_id = -1;
     if (!ns_name.empty()) {
       ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
@@ -461,7 +462,7 @@ absl::Status TieredStoreImpl::Flush(std::string_view ns_name) {
 }
 
 StoreStats TieredStoreImpl::Stats() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   StoreStats out;
   out.hot_allocator = hot_->allocator_name();
   out.hot_capacity_bytes = hot_->capacity_bytes();

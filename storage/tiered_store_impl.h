@@ -42,8 +42,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "storage/cold_tier.h"
 #include "storage/eviction_policy.h"
 #include "storage/hot_tier.h"
@@ -117,7 +117,7 @@ class TieredStoreImpl final : public TieredStore {
   // A validated Put, ready to store (tiered_store_put.cc).
   struct PreparedPut;
 
-  absl::Mutex& Stripe(uint16_t ns, std::string_view key) {
+  common::Mutex& Stripe(uint16_t ns, std::string_view key) {
     return stripes_[XXH3_64bits_withSeed(key.data(), key.size(), ns) % kNumStripes];
   }
 
@@ -227,12 +227,12 @@ class TieredStoreImpl final : public TieredStore {
   const std::unique_ptr<ColdTier> cold_;          // thread-safe itself
   const uint64_t high_bytes_;                     // demotion starts above this many hot bytes
   const uint64_t low_bytes_;                      // ... and stops at or below this many
-  std::array<absl::Mutex, kNumStripes> stripes_;  // serialize cold writes per key
+  std::array<common::Mutex, kNumStripes> stripes_;  // serialize cold writes per key
   std::thread demoter_;                           // started by Init, joined by the destructor
 
   // State below is protected by mu_.
-  mutable absl::Mutex mu_;
-  absl::CondVar demote_cv_;
+  mutable common::Mutex mu_;
+  common::CondVar demote_cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t demote_requests_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<NsState>> namespaces_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "storage/tiered_store_impl.h"
 
@@ -11,7 +12,7 @@ namespace kvtier::storage {
 absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
                                                      std::span<const std::string> keys,
                                                      const LeaseOptions& lease) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
   LookupResult out;
   out.tiers.reserve(keys.size());
@@ -81,7 +82,7 @@ void TieredStoreImpl::LeaseLocked(const NsState& ns, std::span<const BlockId> id
 
 absl::StatusOr<uint64_t> TieredStoreImpl::ReleaseLease(std::string_view ns_name,
                                                        uint64_t lease_id) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
   ExpireLeasesLocked();
   const std::vector<LeaseTable::Hold> holds = leases_.Release(ns->id, lease_id);

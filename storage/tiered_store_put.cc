@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "storage/checksum.h"
 #include "storage/kv/compaction.h"
@@ -86,17 +87,17 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
   RETURN_IF_ERROR(PreparePut(*ns, block, &prepared));
   {
     // Checked before the hot copy too, so a rejected block demotes nothing.
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckPrefixRulesLocked(*ns, block, position));
   }
   CopyIntoHot(*ns, block, &prepared);
   bool stale_cold_record;
   {
-    absl::MutexLock stripe(&Stripe(ns->id, block.key));
+    common::MutexLock stripe(&Stripe(ns->id, block.key));
     absl::Status rules;
     {
       // Again under the stripe: a concurrent Put of the key may have stored it meanwhile.
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       rules = CheckPrefixRulesLocked(*ns, block, position);
     }
     absl::StatusOr<std::optional<uint32_t>> stored =
@@ -107,7 +108,7 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
       if (prepared.slot) hot_->Release(*prepared.slot);
       return stored.status();
     }
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     stale_cold_record = PublishLocked(ns, block, prepared, *stored);
   }
   if (stale_cold_record) RETURN_IF_ERROR(DropStaleCold(*ns, block.key));
@@ -275,10 +276,10 @@ bool TieredStoreImpl::PublishLocked(NsState* ns, const BlockPut& block, const Pr
 
 absl::Status TieredStoreImpl::DropStaleCold(const NsState& ns, std::string_view key) {
   // The old cold record holds different bytes; drop it rather than serve them.
-  absl::MutexLock stripe(&Stripe(ns.id, key));
+  common::MutexLock stripe(&Stripe(ns.id, key));
   bool still_stale;
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     const BlockId id = index_.Find(ns.id, key);
     still_stale = id == kNoEntry || !(index_.at(id).flags & Entry::kCold);
   }

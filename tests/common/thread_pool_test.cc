@@ -2,8 +2,8 @@
 
 #include <atomic>
 
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "common/mutex.h"
 
 namespace kvtier::common {
 namespace {
@@ -18,8 +18,8 @@ TEST(ThreadPoolTest, RunsEveryScheduledTaskBeforeDestruction) {
 }
 
 TEST(ThreadPoolTest, TryScheduleRefusesWhenQueueFull) {
-  absl::Notification release;
-  absl::Notification started;
+  common::Notification release;
+  common::Notification started;
   ThreadPool pool(1, 1);
   ASSERT_TRUE(pool.TrySchedule([&] {
     started.Notify();

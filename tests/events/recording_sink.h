@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "events/block_event.h"
 
 namespace kvtier::events::testing {
@@ -15,17 +15,17 @@ namespace kvtier::events::testing {
 class RecordingEventSink final : public EventSink {
  public:
   void Publish(BlockEvent event) override {
-    absl::MutexLock l(&mu_);
+    common::MutexLock l(&mu_);
     events_.push_back(std::move(event));
   }
   // Returns the events reported since the last call, in order.
   std::vector<BlockEvent> Take() {
-    absl::MutexLock l(&mu_);
+    common::MutexLock l(&mu_);
     return std::exchange(events_, {});
   }
 
  private:
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::vector<BlockEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 

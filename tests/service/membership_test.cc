@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "common/mutex.h"
 #include "tests/testing/fake_resolver.h"
 
 namespace kvtier::service {

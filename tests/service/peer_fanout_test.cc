@@ -10,13 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "common/mutex.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_resolver.h"
 
@@ -49,11 +48,11 @@ class LookupServer final : public v1::KvCache::Service {
   grpc::Status Lookup(grpc::ServerContext*, const v1::LookupRequest* req,
                       v1::LookupResponse* resp) override {
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       ++calls_;
       keys_asked_ += req->keys_size();
       EXPECT_TRUE(req->local_only());
-      if (slow_) mu_.Await(absl::Condition(&released_));
+      if (slow_) mu_.Await(common::Condition(&released_));
       if (health_.down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "down");
       if (req->namespace_() != ns_) {
         return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown namespace");
@@ -62,7 +61,7 @@ class LookupServer final : public v1::KvCache::Service {
     uint32_t prefix = 0;
     bool contiguous = true;
     for (const std::string& k : req->keys()) {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       auto it = blocks_.find(k);
       const v1::Tier t = it == blocks_.end() ? v1::TIER_NONE : it->second;
       resp->add_blocks()->set_tier(t);
@@ -96,20 +95,20 @@ class LookupServer final : public v1::KvCache::Service {
       if (ctx->method() != "/grpc.health.v1.Health/Check") {
         return grpc::CallbackGenericService::CreateReactor(ctx);  // UNIMPLEMENTED
       }
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       ++checks_;
       return new Check(down_ ? '\x02' : '\x01');
     }
     bool down() {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       return down_;
     }
     void SetDown(bool down) {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       down_ = down;
     }
     int checks() {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       return checks_;
     }
 
@@ -131,22 +130,22 @@ class LookupServer final : public v1::KvCache::Service {
       grpc::ByteBuffer request_;
       grpc::ByteBuffer response_;
     };
-    absl::Mutex mu_;
+    common::Mutex mu_;
     bool down_ ABSL_GUARDED_BY(mu_) = false;
     int checks_ ABSL_GUARDED_BY(mu_) = 0;
   };
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   void Add(const std::string& key, v1::Tier t) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     blocks_[key] = t;
   }
   void MakeSlow() {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     slow_ = true;
   }
   void Release() {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     released_ = true;
   }
   void SetDown(bool down) { health_.SetDown(down); }
@@ -157,11 +156,11 @@ class LookupServer final : public v1::KvCache::Service {
     }
   }
   int calls() {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     return calls_;
   }
   int keys_asked() {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     return keys_asked_;
   }
   int health_checks() { return health_.checks(); }
@@ -171,7 +170,7 @@ class LookupServer final : public v1::KvCache::Service {
   Admin admin_;
   Health health_;
   std::unique_ptr<grpc::Server> server_;
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::string ns_ = "ns";
   std::map<std::string, v1::Tier> blocks_ ABSL_GUARDED_BY(mu_);
   bool slow_ ABSL_GUARDED_BY(mu_) = false;
@@ -251,7 +250,7 @@ TEST_F(FanoutTest, MergesOwnersAnswersIntoTheClusterWidePrefix) {
   local_tiers_[5] = v1::TIER_NONE;
   std::vector<std::string> with_gap = keys_;
   with_gap[5] = "never-stored";
-  absl::Notification done;
+  common::Notification done;
   v1::LookupResponse async_r;
   fanout.LookupAsync("ns", with_gap, local_tiers_, [&](v1::LookupResponse resp) {
     async_r = std::move(resp);
@@ -361,7 +360,7 @@ TEST_F(FanoutTest, ClusterStatusCarriesEveryMembersStatsAndHealth) {
   b_->Stop();
   v1::StatsResponse self_stats;
   self_stats.set_node_id("self:1");
-  absl::Notification done;
+  common::Notification done;
   v1::ClusterStatusResponse status;
   fanout.ClusterStatusAsync(self_stats, [&](v1::ClusterStatusResponse r) {
     status = std::move(r);

@@ -3,9 +3,9 @@
 #include <atomic>
 #include <memory>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "common/mutex.h"
 
 namespace kvtier::service {
 namespace {
@@ -16,7 +16,7 @@ constexpr absl::Duration kPatience = absl::Seconds(10);
 TEST(PutWatchdogTest, OnlyAStreamThatWaitsPastTheTimeoutIsStalledAndOnlyOnce) {
   PutWatchdog watchdog(kTimeoutMs);
   std::atomic<int> busy_calls{0}, waiting_calls{0};
-  absl::Notification stalled;
+  common::Notification stalled;
   auto busy = watchdog.Watch([&] { ++busy_calls; });  // never waits on its client
   auto waiting = watchdog.Watch([&] {
     ++waiting_calls;
@@ -26,7 +26,7 @@ TEST(PutWatchdogTest, OnlyAStreamThatWaitsPastTheTimeoutIsStalledAndOnlyOnce) {
   ASSERT_TRUE(stalled.WaitForNotificationWithTimeout(kPatience));
 
   // A later stall proves the watchdog made more passes over both watches.
-  absl::Notification second;
+  common::Notification second;
   auto later = watchdog.Watch([&] { second.Notify(); });
   later->StartWaiting(PutWatchdog::NowMs());
   ASSERT_TRUE(second.WaitForNotificationWithTimeout(kPatience));
@@ -46,7 +46,7 @@ TEST(PutWatchdogTest, StopWaitingAndCloseDisarm) {
   auto closed = watchdog.Watch([&] { ++calls; });
   closed->StartWaiting(PutWatchdog::NowMs() - 10 * kTimeoutMs);
   closed->Close();
-  absl::Notification control;
+  common::Notification control;
   auto fires = watchdog.Watch([&] { control.Notify(); });
   fires->StartWaiting(PutWatchdog::NowMs());
   ASSERT_TRUE(control.WaitForNotificationWithTimeout(kPatience));
@@ -59,7 +59,7 @@ TEST(PutWatchdogTest, StopWaitingAndCloseDisarm) {
 // same thread: Close from inside the callback must not wait for itself.
 TEST(PutWatchdogTest, CloseFromInsideTheCallbackReturns) {
   PutWatchdog watchdog(kTimeoutMs);
-  absl::Notification done;
+  common::Notification done;
   std::shared_ptr<PutWatch> watch;
   watch = watchdog.Watch([&] {
     watch->Close();

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/mutex.h"
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
@@ -51,10 +51,10 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
   }
   std::atomic<int> published{0};  // chains fully put by anyone (approximate)
   std::atomic<uint64_t> hits{0}, mismatches{0};
-  absl::Mutex errors_mu;
+  common::Mutex errors_mu;
   std::vector<std::string> errors;  // "op: status" of every failed call
   auto fail = [&](const char* op, const absl::Status& status) {
-    absl::MutexLock lock(&errors_mu);
+    common::MutexLock lock(&errors_mu);
     errors.push_back(absl::StrCat(op, ": ", status.ToString()));
   };
 

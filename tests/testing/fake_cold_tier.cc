@@ -2,17 +2,18 @@
 
 #include <vector>
 
+#include "common/mutex.h"
 #include "storage/checksum.h"
 
 namespace kvtier::testing {
 
 void FakeColdTier::FailWrites(absl::Status status) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   write_failure_ = std::move(status);
 }
 
 bool FakeColdTier::CorruptValue(uint32_t ns_id, std::string_view key) {
-  absl::MutexLock lock(&disk_->mu);
+  common::MutexLock lock(&disk_->mu);
   auto it = disk_->blocks.find({ns_id, std::string(key)});
   if (it == disk_->blocks.end() || it->second.payload.empty()) return false;
   std::string& p = it->second.payload;
@@ -22,38 +23,38 @@ bool FakeColdTier::CorruptValue(uint32_t ns_id, std::string_view key) {
 }
 
 void FakeColdTier::BlockReads(absl::Duration at_most) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   reads_blocked_ = true;
   block_for_ = at_most;
 }
 
 void FakeColdTier::ReleaseReads() {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   reads_blocked_ = false;
 }
 
 void FakeColdTier::WaitForBlockedReads(int n) {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   struct AtLeast {
     const int* count;
     int n;
     bool Done() const { return *count >= n; }
   } arg{&blocked_reads_, n};
-  mu_.Await(absl::Condition(&arg, &AtLeast::Done));
+  mu_.Await(common::Condition(&arg, &AtLeast::Done));
 }
 
 bool FakeColdTier::Contains(uint32_t ns_id, std::string_view key) const {
-  absl::MutexLock lock(&disk_->mu);
+  common::MutexLock lock(&disk_->mu);
   return disk_->blocks.contains({ns_id, std::string(key)});
 }
 
 size_t FakeColdTier::num_blocks() const {
-  absl::MutexLock lock(&disk_->mu);
+  common::MutexLock lock(&disk_->mu);
   return disk_->blocks.size();
 }
 
 int64_t FakeColdTier::failed_writes() const {
-  absl::MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return failed_writes_;
 }
 
@@ -61,7 +62,7 @@ absl::StatusOr<uint32_t> FakeColdTier::PutBlock(storage::ColdIndexRecord record,
                                                 std::span<const uint8_t> payload, uint64_t checksum,
                                                 bool /*compress*/) {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (!write_failure_.ok()) {
       ++failed_writes_;
       return write_failure_;
@@ -70,7 +71,7 @@ absl::StatusOr<uint32_t> FakeColdTier::PutBlock(storage::ColdIndexRecord record,
   record.payload_bytes = static_cast<uint32_t>(payload.size());
   record.stored_bytes = record.payload_bytes;
   record.checksum = checksum;
-  absl::MutexLock lock(&disk_->mu);
+  common::MutexLock lock(&disk_->mu);
   Disk::Block& b = disk_->blocks[{record.ns_id, record.key}];
   b.record = std::move(record);
   b.payload.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
@@ -79,10 +80,10 @@ absl::StatusOr<uint32_t> FakeColdTier::PutBlock(storage::ColdIndexRecord record,
 
 absl::Status FakeColdTier::GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) {
   {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (reads_blocked_) {
       ++blocked_reads_;
-      mu_.AwaitWithTimeout(absl::Condition(
+      mu_.AwaitWithTimeout(common::Condition(
                                +[](bool* blocked) { return !*blocked; }, &reads_blocked_),
                            block_for_);
       --blocked_reads_;
@@ -91,7 +92,7 @@ absl::Status FakeColdTier::GetBlock(uint32_t ns_id, std::string_view key, const 
   std::string payload;
   uint64_t checksum;
   {
-    absl::MutexLock lock(&disk_->mu);
+    common::MutexLock lock(&disk_->mu);
     auto it = disk_->blocks.find({ns_id, std::string(key)});
     if (it == disk_->blocks.end()) return absl::NotFoundError("block not in cold tier");
     payload = it->second.payload;
@@ -107,13 +108,13 @@ absl::Status FakeColdTier::GetBlock(uint32_t ns_id, std::string_view key, const 
 }
 
 absl::Status FakeColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
-  absl::MutexLock lock(&disk_->mu);
+  common::MutexLock lock(&disk_->mu);
   disk_->blocks.erase({ns_id, std::string(key)});
   return absl::OkStatus();
 }
 
 absl::Status FakeColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
-  absl::MutexLock lock(&disk_->mu);
+  common::MutexLock lock(&disk_->mu);
   disk_->namespaces[ns_id] = std::string(spec);
   return absl::OkStatus();
 }
@@ -122,7 +123,7 @@ absl::Status FakeColdTier::ForEachNamespace(
     const std::function<void(uint32_t, std::string_view)>& fn) {
   std::map<uint32_t, std::string> copy;
   {
-    absl::MutexLock lock(&disk_->mu);
+    common::MutexLock lock(&disk_->mu);
     copy = disk_->namespaces;
   }
   for (const auto& [id, spec] : copy) fn(id, spec);
@@ -133,7 +134,7 @@ absl::Status FakeColdTier::ForEachBlock(
     const std::function<void(const storage::ColdIndexRecord&)>& fn) {
   std::vector<storage::ColdIndexRecord> records;
   {
-    absl::MutexLock lock(&disk_->mu);
+    common::MutexLock lock(&disk_->mu);
     for (const auto& [k, b] : disk_->blocks) records.push_back(b.record);
   }
   for (const auto& r : records) fn(r);

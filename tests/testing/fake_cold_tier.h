@@ -30,8 +30,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "storage/cold_tier.h"
 
 namespace kvtier::testing {
@@ -44,7 +44,7 @@ class FakeColdTier final : public storage::ColdTier {
       storage::ColdIndexRecord record;
       std::string payload;
     };
-    absl::Mutex mu;
+    common::Mutex mu;
     std::map<std::pair<uint32_t, std::string>, Block> blocks ABSL_GUARDED_BY(mu);
     std::map<uint32_t, std::string> namespaces ABSL_GUARDED_BY(mu);
   };
@@ -84,7 +84,7 @@ class FakeColdTier final : public storage::ColdTier {
  private:
   const std::shared_ptr<Disk> disk_;
 
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   absl::Status write_failure_ ABSL_GUARDED_BY(mu_);
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
   bool reads_blocked_ ABSL_GUARDED_BY(mu_) = false;

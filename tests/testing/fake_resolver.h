@@ -13,8 +13,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "service/membership.h"
 
 namespace kvtier::testing {
@@ -22,7 +22,7 @@ namespace kvtier::testing {
 class FakeResolver final : public service::Resolver {
  public:
   absl::StatusOr<std::vector<std::string>> Resolve(const std::string& host) override {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     ++resolves_;
     if (!fail_.ok()) return fail_;
     auto it = names_.find(host);
@@ -30,41 +30,41 @@ class FakeResolver final : public service::Resolver {
     return it->second;
   }
   absl::StatusOr<std::string> ReverseLookup(const std::string& ip) override {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     auto it = reverse_.find(ip);
     if (it == reverse_.end()) return absl::NotFoundError(ip);
     return it->second;
   }
   bool IsLocalAddress(const std::string& ip) override {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     return local_.count(ip) != 0;
   }
 
   void Set(const std::string& host, std::vector<std::string> ips) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     names_[host] = std::move(ips);
   }
   void SetReverse(const std::string& ip, const std::string& name) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     reverse_[ip] = name;
   }
   void AddLocal(const std::string& ip) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     local_.insert(ip);
   }
   void Fail(absl::Status s) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     fail_ = std::move(s);
   }
   // Blocks until Resolve() has been called at least n times (or 10 s passed).
   bool AwaitResolves(int n) {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     want_ = n;
-    return mu_.AwaitWithTimeout(absl::Condition(this, &FakeResolver::Reached), absl::Seconds(10));
+    return mu_.AwaitWithTimeout(common::Condition(this, &FakeResolver::Reached), absl::Seconds(10));
   }
 
  private:
-  absl::Mutex mu_;
+  common::Mutex mu_;
   std::map<std::string, std::vector<std::string>> names_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> reverse_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> local_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# README "ThreadSanitizer": builds the build-tsan tree (-DKVTIER_TSAN=ON: -fsanitize=thread,
+# and common/mutex.h over std::mutex so TSAN sees every lock; Debian's Abseil is not
+# TSAN-instrumented) and runs the concurrency tests in it: thread pool, store, service
+# reactors and helpers, shared memory, events, cluster client. Any report fails its test.
+# Not part of scripts/test.sh (CI time); run it after changing concurrent code.
+# JOBS=n limits the build and test parallelism (default: all cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="$PWD"
+jobs="${JOBS:-$(nproc)}"
+# Tests whose threads synchronize only through kvtier's own locks (and RocksDB / zmq):
+# every report is real.
+tests=(thread_pool_test tiered_store_concurrency_test tiered_store_test shm_server_test
+       put_watchdog_test peer_health_test membership_test zmq_publisher_test)
+# Tests whose threads hand off through gRPC callbacks: run with scripts/tsan-grpc.supp too.
+grpc_tests=(kv_cache_service_test peer_fanout_test shared_memory_test cluster_client_test)
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+  -DKVTIER_TSAN=ON -DKVTIER_BUILD_BENCHMARKS=OFF >/dev/null
+ninja -C build-tsan -j "$jobs" kvtierd "${tests[@]}" "${grpc_tests[@]}"
+base="ignore_noninstrumented_modules=1 halt_on_error=0 exitcode=66 second_deadlock_stack=1"
+# TSAN reads one suppression file: the gRPC tests get both lists, concatenated.
+cat scripts/tsan.supp scripts/tsan-grpc.supp > build-tsan/tsan-grpc-all.supp
+run() {  # run <suppression file> <tests...>
+  local supp="$1"
+  shift
+  (cd build-tsan && TSAN_OPTIONS="$base suppressions=$supp ${TSAN_OPTIONS:-}" \
+     ctest --output-on-failure -j "$jobs" -R "^($(IFS='|'; echo "$*"))\$")
+}
+rc=0
+run "$PWD/scripts/tsan.supp" "${tests[@]}" || rc=$?
+run "$PWD/build-tsan/tsan-grpc-all.supp" "${grpc_tests[@]}" || rc=$?
+exit "$rc"
