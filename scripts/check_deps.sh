@@ -9,7 +9,9 @@
 #   4. kvtierd and libkvtier_client.a (and libkvtier_storage.a, libkvtier_kv.a) hold no
 #      symbol of the offline tools (namespace kvtier::tools, the cache simulator, replay,
 #      trace parsing, the synthetic generators, attention metrics) and no hiredis symbol,
-#      and kvtierd does not load libhiredis.
+#      and kvtierd does not load libhiredis;
+#   5. every lock is a common::Mutex / MutexLock / CondVar / Notification (common/mutex.h),
+#      never the absl type directly, so the TSAN build (scripts/tsan.sh) sees it.
 # Every broken rule is reported (file:line or binary: symbol) and the exit status is 1;
 # 0 when all hold. Usage: scripts/check_deps.sh [SOURCE_DIR [BUILD_DIR]] (defaults: the
 # repository root and SOURCE_DIR/build). Rule 4 needs kvtierd and the libraries built
@@ -54,6 +56,17 @@ include_rule 'storage/ includes gRPC or protobuf headers' \
   'grpcpp/|grpc/|grpc\+\+/|kvtier/v1/|google/protobuf/|[^">]*\.pb\.h' storage
 include_rule 'production code includes the offline tools (tools/)' 'tools/' \
   storage client protocol service -- client/cli/
+
+# Every lock is common::Mutex (common/mutex.h), so scripts/tsan.sh sees it; absl::Mutex
+# directly is invisible to TSAN (Debian's Abseil is not instrumented).
+direct_locks=$(grep -rnE --include='*.h' --include='*.cc' \
+                 'absl::(Mutex|MutexLock|ReaderMutexLock|WriterMutexLock|CondVar|Notification)\b' \
+                 "$src"/{common,storage,protocol,client,service,events,tools,tests} 2>/dev/null |
+               sed "s#^$src/##" | grep -v '^common/mutex.h:')
+if [[ -n "$direct_locks" ]]; then
+  fail 'locks must be common::Mutex & co. (common/mutex.h), not absl:: directly:'
+  echo "$direct_locks" | sed 's/^/    /' >&2
+fi
 
 # Symbols of the offline tools and of hiredis, as `nm -C` prints them.
 tool_symbols='kvtier::tools::|CacheSim|ReplayTrace|SyntheticKv|SyntheticRawBlock|SyntheticTokens'
