@@ -1,0 +1,271 @@
+// Client::Impl: the state behind client/client.h's Client and the helpers its two source
+// files share (client.cc: connect and the unary calls; client_streams.cc: the Put and Get
+// streams over gRPC or the shared region). Private to the client library: not an API.
+// Thread-safe, as Client is.
+#ifndef KVTIER_CLIENT_CLIENT_IMPL_H_
+#define KVTIER_CLIENT_CLIENT_IMPL_H_
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/prefix_keys.h"
+#include "client/shared_region.h"
+#include "common/mutex.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+#include "protocol/convert.h"
+#include "protocol/error_detail.h"
+#include "protocol/tls.h"
+#include "protocol/wire.h"
+
+namespace kvtier::client {
+namespace internal {
+
+namespace v1 = ::kvtier::v1;
+
+inline constexpr char kPutMethod[] = "/kvtier.v1.KvCache/Put";
+inline constexpr char kGetMethod[] = "/kvtier.v1.KvCache/Get";
+
+inline absl::Status FromGrpc(const char* rpc, const grpc::Status& status) {
+  return protocol::FromGrpcStatus(rpc, status);
+}
+
+inline std::chrono::system_clock::time_point DeadlineAfter(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// One HTTP/2 connection and the stubs and raw methods bound to it.
+struct Channel {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::KvCache::Stub> data;
+  std::unique_ptr<v1::KvCacheAdmin::Stub> admin;
+  std::unique_ptr<grpc::internal::RpcMethod> put_method;
+  std::unique_ptr<grpc::internal::RpcMethod> get_method;
+};
+
+// Splits [0, n) into at most `parts` contiguous non-empty ranges.
+inline std::vector<std::pair<size_t, size_t>> SplitRanges(size_t n, size_t parts) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  if (n == 0) return ranges;
+  parts = std::max<size_t>(1, std::min(parts, n));
+  size_t begin = 0;
+  for (size_t p = 0; p < parts; ++p) {
+    const size_t end = begin + (n - begin) / (parts - p);
+    ranges.emplace_back(begin, end);
+    begin = end;
+  }
+  return ranges;
+}
+
+// Runs fn(i) for every i in [0, count): i = 0 on the calling thread, the rest on their
+// own threads; returns the first error in index order.
+template <typename Fn>
+absl::Status RunParallel(size_t count, Fn fn) {
+  std::vector<absl::Status> results(count);
+  std::vector<std::thread> threads;
+  threads.reserve(count > 0 ? count - 1 : 0);
+  for (size_t i = 1; i < count; ++i) {
+    threads.emplace_back([&results, &fn, i] { results[i] = fn(i); });
+  }
+  if (count > 0) results[0] = fn(0);
+  for (auto& t : threads) t.join();
+  for (auto& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+struct Client::Impl {
+  using Channel = internal::Channel;
+
+  ClientOptions options;
+  ConnectInfo info;
+  std::vector<Channel> channels;
+  std::atomic<uint64_t> next_channel{0};
+
+  // Layouts of the namespaces registered through this client, sent with every Put.
+  common::Mutex mu;
+  std::map<std::string, v1::Layout, std::less<>> layouts ABSL_GUARDED_BY(mu);
+
+  void RememberLayout(const v1::NamespaceSpec& spec) {
+    common::MutexLock lock(&mu);
+    layouts[spec.name()] = spec.layout();
+  }
+  std::optional<v1::Layout> KnownLayout(std::string_view ns) {
+    common::MutexLock lock(&mu);
+    auto it = layouts.find(ns);
+    if (it == layouts.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // The shared region while the shared-memory path is in use, else null.
+  common::Mutex region_mu;
+  std::shared_ptr<SharedRegion> region ABSL_GUARDED_BY(region_mu);
+
+  std::shared_ptr<SharedRegion> Region() {
+    common::MutexLock lock(&region_mu);
+    return region;
+  }
+  // The server no longer knows `r`'s session (it restarted): use TCP from now on.
+  void DropRegion(const std::shared_ptr<SharedRegion>& r) {
+    common::MutexLock lock(&region_mu);
+    if (region == r) region.reset();
+  }
+  static bool IsLostSession(const absl::Status& s) {
+    return protocol::HasErrorReason(s, v1::SHM_SESSION_UNKNOWN);
+  }
+
+  // Opens the shared region `offer` describes, or records why not.
+  void OpenSharedMemory(const v1::SharedMemoryOffer& offer) {
+    if (!options.shared_memory || offer.socket_path().empty()) return;
+    const std::string& path =
+        options.shared_memory_socket.empty() ? offer.socket_path() : options.shared_memory_socket;
+    auto r =
+        SharedRegion::Open(path, std::min(options.shared_memory_bytes, offer.max_region_bytes()),
+                           offer.instance_id(), options.shared_memory_cuda_register);
+    if (!r.ok()) {
+      info.shared_memory_error = std::string(r.status().message());
+      return;
+    }
+    info.shared_memory_cuda_registered = (*r)->cuda_registered();
+    common::MutexLock lock(&region_mu);
+    region = *std::move(r);
+  }
+
+  Channel& PickChannel() {
+    return channels[next_channel.fetch_add(1, std::memory_order_relaxed) % channels.size()];
+  }
+
+  int64_t DeadlineMs(int64_t ms) const { return ms > 0 ? ms : options.default_deadline_ms; }
+
+  void Authorize(grpc::ClientContext* ctx) const {
+    if (!options.auth_token.empty()) {
+      ctx->AddMetadata("authorization", "Bearer " + options.auth_token);
+    }
+  }
+
+  // Runs `attempt(ctx, channel)` with one overall deadline; retries UNAVAILABLE when
+  // `idempotent`. `wait_for_ready` makes the call wait for a connection instead of failing
+  // fast (used by Connect).
+  // `at`, when set, is the deadline (deadline_ms is then ignored).
+  template <typename Fn>
+  absl::Status Call(const char* rpc, int64_t deadline_ms, bool idempotent, Fn attempt,
+                    bool wait_for_ready = false,
+                    std::optional<std::chrono::system_clock::time_point> at = std::nullopt) {
+    const auto deadline = at.value_or(internal::DeadlineAfter(deadline_ms));
+    int64_t backoff_ms = options.retry_backoff_ms;
+    const int max_attempts = idempotent ? std::max(1, options.max_attempts) : 1;
+    grpc::Status status;
+    for (int a = 0; a < max_attempts; ++a) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      Authorize(&ctx);
+      if (wait_for_ready) ctx.set_wait_for_ready(true);
+      status = attempt(&ctx, PickChannel());
+      if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      if (a + 1 == max_attempts) break;
+      const auto wake = std::chrono::system_clock::now() + std::chrono::milliseconds(backoff_ms);
+      if (wake >= deadline) break;
+      std::this_thread::sleep_until(wake);
+      backoff_ms *= 2;
+    }
+    return internal::FromGrpc(rpc, status);
+  }
+
+  // One unary RPC through a generated stub method, on the data-plane or the admin stub,
+  // with Call's deadline and retry rules.
+  template <typename Req, typename Resp>
+  absl::Status Unary(const char* rpc, const CallOptions& call, bool idempotent,
+                     grpc::Status (v1::KvCache::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                               Resp*),
+                     const Req& req, Resp* resp) {
+    return Call(rpc, DeadlineMs(call.deadline_ms), idempotent,
+                [&](grpc::ClientContext* ctx, Channel& ch) {
+                  return ((*ch.data).*method)(ctx, req, resp);
+                });
+  }
+  template <typename Req, typename Resp>
+  absl::Status Unary(const char* rpc, const CallOptions& call, bool idempotent,
+                     grpc::Status (v1::KvCacheAdmin::Stub::*method)(grpc::ClientContext*,
+                                                                    const Req&, Resp*),
+                     const Req& req, Resp* resp) {
+    return Call(rpc, DeadlineMs(call.deadline_ms), idempotent,
+                [&](grpc::ClientContext* ctx, Channel& ch) {
+                  return ((*ch.admin).*method)(ctx, req, resp);
+                });
+  }
+
+  // Counts the gRPC slices that still reference caller memory, so PutRun returns only
+  // after gRPC has let go of all of them (even when a stream fails half-way).
+  struct SliceRefs {
+    common::Mutex mu;
+    int live ABSL_GUARDED_BY(mu) = 0;
+    static void Release(void* self) {
+      auto* refs = static_cast<SliceRefs*>(self);
+      common::MutexLock lock(&refs->mu);
+      --refs->live;
+    }
+  };
+
+  // Puts `blocks` through the shared region when there is one and it has room for the
+  // payloads that are not in it already; else (or if the server lost the session) over
+  // the stream.
+  absl::Status PutRun(std::string_view ns, std::span<const PutBlock> blocks,
+                      v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
+                      PutResult* result);
+
+  // One Put stream carrying `blocks`: the header message, then chunk messages whose
+  // payload slices point into the callers' buffers; or, with `shm_session`, the header
+  // alone, naming each payload's offset in the shared region.
+  absl::Status PutStream(std::string_view ns, std::span<const PutBlock> blocks,
+                         v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
+                         SliceRefs* refs, PutResult* result, std::string_view shm_session = {},
+                         std::span<const uint64_t> shm_offsets = {});
+
+  // One Get stream for keys[0, n) into buffers / allocated strings. With `buffers` (one
+  // per key) and a shared region with room, the server writes the payloads into the
+  // region (straight into buffers that are SharedBuffers, else into staging copied out
+  // here); otherwise they arrive in the stream.
+  absl::Status GetRun(std::string_view ns, std::span<const std::string> keys,
+                      const GetOptions& opts, std::chrono::system_clock::time_point deadline,
+                      const protocol::GetStreamParser::DestinationFn& destination,
+                      std::span<const std::span<uint8_t>> buffers,
+                      std::vector<v1::GetBlockInfo>* infos);
+
+  // One attempt of a Get whose payloads come in the stream.
+  grpc::Status GetStreamAttempt(grpc::ClientContext* ctx, Channel& ch,
+                                const v1::GetRequest& request,
+                                const protocol::GetStreamParser::DestinationFn& destination,
+                                size_t n, std::vector<v1::GetBlockInfo>* infos);
+
+  // One attempt of a Get whose payloads the server writes into the shared region: the
+  // stream is the header alone.
+  grpc::Status GetShmAttempt(grpc::ClientContext* ctx, Channel& ch, const v1::GetRequest& request,
+                             std::vector<v1::GetBlockInfo>* infos);
+
+  absl::Status GetParallel(
+      std::string_view ns, std::span<const std::string> keys, const GetOptions& opts,
+      const std::function<protocol::GetStreamParser::DestinationFn(size_t base)>& make_destination,
+      std::span<const std::span<uint8_t>> buffers, std::vector<v1::GetBlockInfo>* infos);
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_CLIENT_CLIENT_IMPL_H_
