@@ -54,6 +54,21 @@ absl::StatusOr<uint32_t> ParseU32(std::string_view text, std::string_view flag) 
   return v;
 }
 
+// INVALID_ARGUMENT naming the bad events.<field>.
+absl::Status ValidateEventsConfig(const v1::ServerConfig& c) {
+  const v1::EventsConfig& e = c.events();
+  if (!e.format().empty()) RETURN_IF_ERROR(events::ParseBatchFormat(e.format()).status());
+  if (e.endpoint().empty()) {
+    if (!e.replay_endpoint().empty()) {
+      return absl::InvalidArgumentError(
+          "events.replay_endpoint is set but events.endpoint is empty (events are off)");
+    }
+    return absl::OkStatus();
+  }
+  const std::string node_id = c.cluster().node_id().empty() ? "kvtier" : c.cluster().node_id();
+  return ToEventsConfig(c, node_id).Validate();
+}
+
 }  // namespace
 
 const char* HashSchemeVersion() { return kv::kHashSchemeVersion; }
@@ -179,6 +194,7 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   if (c.cluster().replication_factor() > 16) {
     return absl::InvalidArgumentError("cluster.replication_factor must be at most 16");
   }
+  RETURN_IF_ERROR(ValidateEventsConfig(c));
   for (int i = 0; i < c.namespaces_size(); ++i) {
     const std::string field = absl::StrCat("namespaces[", i, "]");
     auto ns = NamespaceFromProto(c.namespaces(i), field);
@@ -228,6 +244,10 @@ constexpr FlagSpec kFlags[] = {
     {"--executor-threads", "N", "executor_threads"},
     {"--max-message-bytes", "SIZE", "max_message_bytes"},
     {"--shm-socket", "PATH|off", "shm_socket; off disables the shared-memory path"},
+    {"--events-endpoint", "ENDPOINT",
+     "events.endpoint: ZMQ PUB endpoint of KV events (tcp://*:5557); empty = off"},
+    {"--events-replay-endpoint", "ENDPOINT",
+     "events.replay_endpoint: ZMQ ROUTER endpoint for replay (tcp://*:5558)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
     {"--help", nullptr, "print this text"},
 };
@@ -273,6 +293,10 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
     c.set_max_message_bytes(v);
   } else if (flag == "--shm-socket") {
     c.set_shm_socket(value);
+  } else if (flag == "--events-endpoint") {
+    c.mutable_events()->set_endpoint(value);
+  } else if (flag == "--events-replay-endpoint") {
+    c.mutable_events()->set_replay_endpoint(value);
   } else if (flag == "--warm-from-cold") {
     c.set_warm_from_cold(true);
   } else {
@@ -376,6 +400,21 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   o.hot_allocator = c.hot_allocator();
   o.cold_sync = c.cold_sync();
   o.warm_from_cold = c.warm_from_cold();
+  return o;
+}
+
+events::EventsConfig ToEventsConfig(const v1::ServerConfig& c, std::string node_id) {
+  const v1::EventsConfig& e = c.events();
+  events::EventsConfig o;
+  o.endpoint = e.endpoint();
+  o.replay_endpoint = e.replay_endpoint();
+  if (auto f = events::ParseBatchFormat(e.format()); f.ok()) o.format = *f;
+  if (e.batch_ms() != 0) o.batch_ms = e.batch_ms();
+  if (e.max_batch_events() != 0) o.max_batch_events = e.max_batch_events();
+  if (e.queue_capacity_events() != 0) o.queue_capacity_events = e.queue_capacity_events();
+  if (e.replay_buffer_batches() != 0) o.replay_buffer_batches = e.replay_buffer_batches();
+  if (e.send_hwm() != 0) o.send_hwm = e.send_hwm();
+  o.node_id = std::move(node_id);
   return o;
 }
 

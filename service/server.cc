@@ -114,6 +114,17 @@ absl::Status KvtierServer::StartCluster(int selected_port) {
 
 absl::Status KvtierServer::OpenStore() {
   storage::StoreOptions options = ToStoreOptions(config_);
+  if (!config_.events().endpoint().empty()) {
+    // Before the store opens, so the blocks it recovers are announced too.
+    ASSIGN_OR_RETURN(events_,
+                     events::ZmqEventPublisher::Create(ToEventsConfig(config_, ctx_.node_id)));
+    options.events = events_.get();
+    KVTIER_LOG(INFO) << "KV events on " << events_->endpoint() << ", topic kv@" << ctx_.node_id
+                     << "@<model>"
+                     << (events_->replay_endpoint().empty()
+                             ? std::string()
+                             : absl::StrCat(", replay on ", events_->replay_endpoint()));
+  }
   const int64_t t0 = common::RealClock()->NowMicros();
   ASSIGN_OR_RETURN(store_, storage::TieredStore::Open(options));
   for (int i = 0; i < config_.namespaces_size(); ++i) {
@@ -130,6 +141,9 @@ absl::Status KvtierServer::OpenStore() {
     ASSIGN_OR_RETURN(exporter_,
                      MetricsExporter::Start(config_.listen_address(), config_.metrics_port(),
                                             store_.get(), &ctx_.metrics, ctx_.node_id));
+    if (events_ != nullptr) {
+      exporter_->ExportEvents([pub = events_.get()] { return pub->stats(); });
+    }
   }
   RETURN_IF_ERROR(StartShm());
   ctx_.open_micros = common::RealClock()->NowMicros();
@@ -198,6 +212,7 @@ absl::Status KvtierServer::Shutdown() {
     flushed = store_->Flush("");
     const int64_t t1 = common::RealClock()->NowMicros();
     store_.reset();
+    events_.reset();  // sends what the store reported last
     KVTIER_LOG(INFO) << "shutdown: grpc stopped; flush " << (t1 - t0) / 1000 << " ms, close "
                      << (common::RealClock()->NowMicros() - t1) / 1000 << " ms";
   }

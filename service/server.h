@@ -5,7 +5,9 @@
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
-// same-node shared-memory socket (service/shm_server.h) and flips health to SERVING; Shutdown() stops accepting, lets in-flight calls finish until the
+// same-node shared-memory socket (service/shm_server.h) and flips health to SERVING
+// (with ServerConfig.events, a ZmqEventPublisher is created first and the store reports
+// every tier change into it); Shutdown() stops accepting, lets in-flight calls finish until the
 // grace deadline, drains the executor and flushes the store.
 #ifndef KVTIER_SERVICE_SERVER_H_
 #define KVTIER_SERVICE_SERVER_H_
@@ -16,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/thread_pool.h"
+#include "events/zmq_publisher.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "service/kv_cache_service.h"
@@ -66,6 +69,8 @@ class KvtierServer {
   std::unique_ptr<KvCacheServiceImpl> data_service_;
   std::unique_ptr<KvCacheAdminImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  // ServerConfig.events; null when off. Outlives the store, which reports into it.
+  std::unique_ptr<events::ZmqEventPublisher> events_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
   std::unique_ptr<ShmServer> shm_;  // null when shm_socket is "off" (or unusable)
