@@ -18,9 +18,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/thread_pool.h"
+#include "events/event_log.h"
 #include "events/zmq_publisher.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "service/events_service.h"
 #include "service/kv_cache_service.h"
 #include "service/peer_fanout.h"
 #include "service/metrics.h"
@@ -68,9 +70,12 @@ class KvtierServer {
   ServiceContext ctx_;
   std::unique_ptr<KvCacheServiceImpl> data_service_;
   std::unique_ptr<KvCacheAdminImpl> admin_service_;
+  std::unique_ptr<KvEventsServiceImpl> events_service_;  // serves event_log_ (may be null)
   std::unique_ptr<grpc::Server> server_;
-  // ServerConfig.events; null when off. Outlives the store, which reports into it.
+  // ServerConfig.events; null when off. Outlive the store, which reports into them
+  // (into the log when events.grpc is on, which forwards to the publisher).
   std::unique_ptr<events::ZmqEventPublisher> events_;
+  std::unique_ptr<events::EventLog> event_log_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
   std::unique_ptr<ShmServer> shm_;  // null when shm_socket is "off" (or unusable)

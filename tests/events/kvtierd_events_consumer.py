@@ -19,11 +19,13 @@ after a restart (the sequence starts again at 0) it re-syncs from replay. Exit s
 on success.
 """
 import os
+import queue
 import random
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -44,6 +46,7 @@ MODEL = "evmodel"
 NS = "evns"
 TOKENS_PER_BLOCK = 16
 READY = "kvtierd listening on "
+WATCH_BUFFER = 100  # events.grpc_buffer_events of the watch run
 
 
 def fail(msg):
@@ -106,14 +109,17 @@ class Consumer:
         self.sub.setsockopt(zmq.SUBSCRIBE, ("kv@%s@" % NODE).encode())
         # kvtierd connects to an endpoint without "*" (as to llm-d's indexer, which binds).
         self.sub.bind(pub_ep)
+        # Connected only while kvtierd runs: a TCP connect to a local port nobody listens
+        # on can connect to itself, which would hold the port's traffic.
+        self.replay_ep = replay_ep
         self.replay = ctx.socket(zmq.DEALER)
         self.replay.setsockopt(zmq.LINGER, 0)
-        self.replay.connect(replay_ep)
         self.index = {}
         self.next_seq = 0
         self.gaps_healed = 0
         self.dropped_live = 0
         self.token_events = 0
+        self.live_received = 0
 
     def request_replay(self, start):
         self.replay.send_multipart([b"", start.to_bytes(8, "big"), b"topic"])
@@ -173,6 +179,7 @@ class Consumer:
             frames = self.sub.recv_multipart()
             check(len(frames) == 3 and len(frames[1]) == 8, "three frames, 8-byte seq")
             seq = int.from_bytes(frames[1], "big")
+            self.live_received += 1
             if seq >= self.next_seq:
                 return frames[0].decode(), seq, frames[2]
         return None
@@ -192,6 +199,12 @@ class Consumer:
                 return
             self.process(*got)
 
+    def server_started(self):
+        self.replay.connect(self.replay_ep)
+
+    def server_stopping(self):
+        self.replay.disconnect(self.replay_ep)
+
     def discard_live(self):
         """kvtierd stopped: what the old process sent is superseded by the new one."""
         while self.sub.poll(200):
@@ -203,13 +216,129 @@ class Consumer:
         self.next_seq = 0
 
 
+class WatchConsumer:
+    """The same index fed by the gRPC stream (KvEvents.WatchEvents, protobuf events)."""
+
+    def __init__(self, pb, pb_grpc):
+        self.pb, self.pb_grpc = pb, pb_grpc
+        self.index = {}
+        self.next_seq = 0
+        self.gaps_healed = 0   # resyncs from EventsSnapshot after OUT_OF_RANGE
+        self.resumed = 0       # streams resumed from next_seq without loss
+        self.dropped_live = 0
+        self.token_events = 0
+        self.call = None
+
+    def connect(self, channel):
+        self.stub = self.pb_grpc.KvEventsStub(channel)
+
+    def start(self):
+        self.queue = queue.Queue()
+        q = self.queue
+        self.call = self.stub.WatchEvents(
+            self.pb.WatchEventsRequest(namespace=NS, from_seq=self.next_seq))
+        call = self.call
+
+        def run():
+            try:
+                for resp in call:
+                    for ev in resp.events:
+                        q.put(ev)
+            except grpc.RpcError as e:
+                q.put(e)
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        if self.call is not None:
+            self.call.cancel()
+            self.thread.join()
+            self.call = None
+
+    def apply(self, ev):
+        pb = self.pb
+        check(ev.seq == self.next_seq, "watch: seq %d, expected %d" % (ev.seq, self.next_seq))
+        check(ev.namespace == NS and ev.model_id == MODEL, "watch: namespace/model")
+        medium = {pb.TIER_HOT: "CPU_PINNED", pb.TIER_COLD: "DISK"}.get(ev.tier)
+        if ev.kind == pb.BLOCK_STORED:
+            check(ev.block_size == TOKENS_PER_BLOCK, "watch: block_size")
+            if ev.token_ids:
+                check(ev.lora_name == "adapter-1" and len(ev.extra_keys) == 1, "watch: extras")
+                self.token_events += 1
+            for h in ev.keys:
+                media = self.index.setdefault(h, set())
+                check(medium not in media, "watch: stored twice")
+                media.add(medium)
+        elif ev.kind == pb.BLOCK_REMOVED:
+            for h in ev.keys:
+                media = self.index.get(h, set())
+                check(medium in media, "watch: removed from %s, not held" % medium)
+                media.discard(medium)
+                if not media:
+                    del self.index[h]
+        else:
+            check(ev.kind == pb.ALL_BLOCKS_CLEARED, "watch: kind %d" % ev.kind)
+            self.index = {}
+        self.next_seq = ev.seq + 1
+
+    def resync(self):
+        snap = self.stub.EventsSnapshot(self.pb.EventsSnapshotRequest(namespace=NS))
+        self.index = {}
+        for b in snap.blocks:
+            self.index[b.key] = set(m for m, on in (("CPU_PINNED", b.hot), ("DISK", b.cold)) if on)
+        self.next_seq = snap.next_seq
+        self.start()
+
+    def drain(self):
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, grpc.RpcError):
+                check(item.code() == grpc.StatusCode.OUT_OF_RANGE, "watch ended: %s" % item)
+                self.thread.join()
+                self.gaps_healed += 1
+                self.resync()
+                return
+            self.apply(item)
+
+    def heal(self):
+        return False
+
+    def snapshot_matches(self):
+        snap = self.stub.EventsSnapshot(self.pb.EventsSnapshotRequest(namespace=NS))
+        got = {b.key: set(m for m, on in (("CPU_PINNED", b.hot), ("DISK", b.cold)) if on)
+               for b in snap.blocks}
+        if snap.next_seq != self.next_seq:
+            return "snapshot at seq %d, index at %d" % (snap.next_seq, self.next_seq)
+        if got != self.index:
+            return "snapshot differs from the index (%d vs %d blocks)" % (len(got),
+                                                                           len(self.index))
+        return None
+
+    def server_started(self):
+        pass
+
+    def server_stopping(self):
+        pass
+
+    def discard_live(self):
+        self.stop()
+
+    def restart(self):
+        self.index = {}
+        self.next_seq = 0
+
+
 class Kvtierd:
     started = []  # killed at exit, whatever happened
     def __init__(self, binary, data_dir, config, pub_ep, replay_ep):
         self.cmd = [binary, "--config", config, "--port", str(free_port()), "--data-dir",
                     data_dir, "--hot-capacity", "1M", "--cold-capacity", "3M",
-                    "--node-id", NODE, "--shm-socket", "off",
-                    "--events-endpoint", pub_ep, "--events-replay-endpoint", replay_ep]
+                    "--node-id", NODE, "--shm-socket", "off"]
+        if pub_ep:
+            self.cmd += ["--events-endpoint", pub_ep, "--events-replay-endpoint", replay_ep]
         self.proc = None
         self.address = None
 
@@ -239,14 +368,22 @@ def main():
     rng = random.Random(15)
     tmp = tempfile.mkdtemp(prefix="kvtier-events-")
     config = os.path.join(tmp, "kvtierd.textproto")
+    watch = form == "watch"
     with open(config, "w") as f:
-        f.write('events { format: "%s" batch_ms: 2 }\n' % form)
-    pub_ep = "tcp://127.0.0.1:%d" % free_port()
-    replay_ep = "tcp://127.0.0.1:%d" % free_port()
+        if watch:
+            f.write("events { grpc: true grpc_buffer_events: %d }\n" % WATCH_BUFFER)
+        else:
+            f.write('events { format: "%s" batch_ms: 2 }\n' % form)
+    pub_ep = None if watch else "tcp://127.0.0.1:%d" % free_port()
+    replay_ep = None if watch else "tcp://127.0.0.1:%d" % free_port()
     server = Kvtierd(kvtierd, os.path.join(tmp, "data"), config, pub_ep, replay_ep)
+    # The SUB binds before kvtierd starts; kvtierd connects to it (as to llm-d's indexer).
+    if watch:
+        c = WatchConsumer(pb, pb_grpc)
+    else:
+        c = Consumer(zmq.Context(), pub_ep, replay_ep, form)
     server.start()
-    ctx = zmq.Context()
-    c = Consumer(ctx, pub_ep, replay_ep, form)
+    c.server_started()
 
     layout = pb.Layout(num_layers=4, num_kv_heads=2, head_dim=64,
                        tokens_per_block=TOKENS_PER_BLOCK, dtype=pb.DTYPE_FP16, sink_tokens=4)
@@ -254,11 +391,16 @@ def main():
 
     def connect():
         ch = grpc.insecure_channel(server.address)
+        if watch:
+            c.connect(ch)
         return pb_grpc.KvCacheStub(ch), pb_grpc.KvCacheAdminStub(ch)
 
     data, admin = connect()
+    events_stub = c.stub if watch else None
     data.RegisterNamespace(pb.RegisterNamespaceRequest(
         spec=pb.NamespaceSpec(name=NS, model_id=MODEL, layout=layout)))
+    if watch:
+        c.start()
 
     def put_chain(keys, first_index, with_tokens):
         req = pb.PutRequest()
@@ -302,6 +444,8 @@ def main():
         if (st.hot.blocks, st.cold.blocks) != (hot, cold):
             return "Stats hot/cold %d/%d, index %d/%d" % (st.hot.blocks, st.cold.blocks, hot,
                                                             cold)
+        if watch:
+            return c.snapshot_matches()  # the per-tier resident set, exactly
         return None
 
     def quiescent_check(step):
@@ -326,13 +470,37 @@ def main():
         put_chain([k], 0, with_tokens=False)
         chains.append([k])
 
+    def provoke_watch_gap():
+        """Stops watching: a short pause resumes from next_seq without loss; a pause longer
+        than the retained events ends in OUT_OF_RANGE, then a re-sync from EventsSnapshot."""
+        quiescent_check(-1)
+        c.stop()
+        put_one()
+        c.start()
+        quiescent_check(-1)
+        c.resumed += 1
+        c.stop()
+        start = c.next_seq
+        while data_next_seq() - start <= WATCH_BUFFER:
+            put_one()
+        c.dropped_live += 1
+        c.start()
+        quiescent_check(-1)
+        check(c.gaps_healed == 1, "the stream said OUT_OF_RANGE and the index re-synced")
+
+    def data_next_seq():
+        return events_stub.EventsSnapshot(pb.EventsSnapshotRequest(namespace=NS)).next_seq
+
     def provoke_gap():
         """Loses one live batch on purpose; the next live batch reveals the gap, which
         replay heals."""
+        if watch:
+            return provoke_watch_gap()
         quiescent_check(-1)
         put_one()
         lost = c.recv_live(10000)
-        check(lost is not None and lost[1] == c.next_seq, "a live batch after a put: %r, next %d" % (lost and lost[:2], c.next_seq))
+        check(lost is not None and lost[1] == c.next_seq, "a live batch after a put: %r, next %d, %d live so far, %d restarts" % (
+                  lost and lost[:2], c.next_seq, c.live_received, restarts))
         c.dropped_live += 1
         put_one()
         got = c.recv_live(10000)
@@ -385,11 +553,16 @@ def main():
         elif op < 95 and restarts < 2:
             quiescent_check(step)
             add_stats()
+            c.server_stopping()
             server.stop()
             c.discard_live()
             server.start()
-            data, admin = connect()
+            c.server_started()
             c.restart()
+            data, admin = connect()
+            if watch:
+                events_stub = c.stub
+                c.start()
             restarts += 1
         if step == 20:
             provoke_gap()
