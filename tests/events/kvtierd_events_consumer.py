@@ -365,7 +365,8 @@ def main():
     from kvtier.v1 import kvtier_pb2 as pb  # the generated stubs only, to drive kvtierd
     from kvtier.v1 import kvtier_pb2_grpc as pb_grpc
 
-    rng = random.Random(15)
+    rng = random.Random(15)          # the workload
+    payload_rng = random.Random(16)  # payload bytes and tokens (their count varies)
     tmp = tempfile.mkdtemp(prefix="kvtier-events-")
     config = os.path.join(tmp, "kvtierd.textproto")
     watch = form == "watch"
@@ -411,10 +412,10 @@ def main():
             parent = b"" if idx == 0 else (keys[i - 1] if i > 0 else parent_of[k])
             b = req.header.blocks.add(key=k, parent_key=parent, block_index=idx, size=raw_bytes)
             if with_tokens:
-                b.token_ids.extend(rng.randrange(50000) for _ in range(TOKENS_PER_BLOCK))
+                b.token_ids.extend(payload_rng.randrange(50000) for _ in range(TOKENS_PER_BLOCK))
                 b.lora_name = "adapter-1"
                 b.extra_keys.append("salt-" + k[:4].hex())
-        chunks = [bytes(rng.getrandbits(8) for _ in range(64)) * (raw_bytes // 64)
+        chunks = [bytes(payload_rng.getrandbits(8) for _ in range(64)) * (raw_bytes // 64)
                   for _ in keys]
         data.Put(iter([req] + [pb.PutRequest(chunk=ch) for ch in chunks]), timeout=30)
 
@@ -548,9 +549,9 @@ def main():
         elif op < 88:
             admin.Evict(pb.EvictRequest(namespace=NS, keys=[rng.choice(universe)],
                                         drop=rng.random() < 0.5))
-        elif op < 93:
+        else:
             admin.Flush(pb.FlushRequest(namespace=NS))
-        elif op < 95 and restarts < 2:
+        if step in (60, 110):  # restarts at fixed steps
             quiescent_check(step)
             add_stats()
             c.server_stopping()
