@@ -132,9 +132,8 @@ class TieredStoreImpl final : public TieredStore {
   void TouchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Residency transitions (tiered_store_impl.cc). They keep child counts, policy and
-  // cold list
-  // in step, and report each tier change to options_.events (`origin`: the Put that
-  // stored the block, whose token ids / LoRA / extra keys go into the event).
+  // cold list in step, and report each tier change to options_.events (`origin`: the
+  // Put that stored the block, whose token ids / LoRA / extra keys go into the event).
   void EnterHotLocked(BlockId id, SlotId slot, const BlockPut* origin = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveHotLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
