@@ -137,6 +137,11 @@ struct PutBlock {
   std::string parent_key;   // empty for block 0
   uint32_t block_index = 0;
   std::span<const uint8_t> payload;
+  // Optional, for KV-aware routers: sent with the block, carried into the server's
+  // BlockStored events (ServerConfig.events), never stored. Empty: not sent.
+  std::vector<uint32_t> token_ids = {};  // the block's tokens (at most tokens_per_block)
+  std::string lora_name = {};            // its LoRA adapter
+  std::vector<std::string> extra_keys = {};  // its extra hash inputs (multimodal ids, cache_salt)
 };
 
 struct PutOptions {

@@ -92,6 +92,9 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
     auto* pb = header->add_blocks();
     pb->set_key(b.key);
     pb->set_parent_key(b.parent_key);
+    if (!b.token_ids.empty()) pb->mutable_token_ids()->Add(b.token_ids.begin(), b.token_ids.end());
+    if (!b.lora_name.empty()) pb->set_lora_name(b.lora_name);
+    for (const std::string& k : b.extra_keys) pb->add_extra_keys(k);
     pb->set_block_index(b.block_index);
     pb->set_size(b.payload.size());
     if (!shm_session.empty()) pb->set_shm_offset(shm_offsets[i]);

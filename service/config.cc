@@ -78,6 +78,21 @@ absl::Status ValidateTlsConfig(const v1::ServerConfig& c) {
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT naming the bad events.<field>.
+absl::Status ValidateEventsConfig(const v1::ServerConfig& c) {
+  const v1::EventsConfig& e = c.events();
+  if (!e.format().empty()) RETURN_IF_ERROR(events::ParseBatchFormat(e.format()).status());
+  if (e.endpoint().empty()) {
+    if (!e.replay_endpoint().empty()) {
+      return absl::InvalidArgumentError(
+          "events.replay_endpoint is set but events.endpoint is empty (events are off)");
+    }
+    return absl::OkStatus();
+  }
+  const std::string node_id = c.cluster().node_id().empty() ? "kvtier" : c.cluster().node_id();
+  return ToEventsConfig(c, node_id).Validate();
+}
+
 }  // namespace
 
 const char* HashSchemeVersion() { return kv::kHashSchemeVersion; }
@@ -213,6 +228,7 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   if (c.cluster().replication_factor() > 16) {
     return absl::InvalidArgumentError("cluster.replication_factor must be at most 16");
   }
+  RETURN_IF_ERROR(ValidateEventsConfig(c));
   for (int i = 0; i < c.namespaces_size(); ++i) {
     const std::string field = absl::StrCat("namespaces[", i, "]");
     auto ns = NamespaceFromProto(c.namespaces(i), field);
@@ -256,6 +272,10 @@ constexpr FlagSpec kFlags[] = {
     {"--tls-key", "FILE", "tls.key_file (PEM)"},
     {"--tls-client-ca", "FILE", "tls.client_ca_file: verify client and peer certificates"},
     {"--tls-require-client-cert", nullptr, "tls.require_client_cert (mutual TLS)"},
+    {"--events-endpoint", "ENDPOINT",
+     "events.endpoint: ZMQ PUB endpoint of KV events (tcp://*:5557); empty = off"},
+    {"--events-replay-endpoint", "ENDPOINT",
+     "events.replay_endpoint: ZMQ ROUTER endpoint for replay (tcp://*:5558)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
     {"--max-leased-bytes", "SIZE", "max_leased_bytes (Lookup leases, node-wide)"},
     {"--help", nullptr, "print this text"},
@@ -310,6 +330,10 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
     c.mutable_tls()->set_client_ca_file(value);
   } else if (flag == "--tls-require-client-cert") {
     c.mutable_tls()->set_require_client_cert(true);
+  } else if (flag == "--events-endpoint") {
+    c.mutable_events()->set_endpoint(value);
+  } else if (flag == "--events-replay-endpoint") {
+    c.mutable_events()->set_replay_endpoint(value);
   } else if (flag == "--warm-from-cold") {
     c.set_warm_from_cold(true);
   } else if (flag == "--max-leased-bytes") {
@@ -422,6 +446,21 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   o.warm_from_cold = c.warm_from_cold();
   o.max_leased_bytes = c.max_leased_bytes();
   o.max_leased_bytes_per_tenant = c.max_leased_bytes_per_tenant();
+  return o;
+}
+
+events::EventsConfig ToEventsConfig(const v1::ServerConfig& c, std::string node_id) {
+  const v1::EventsConfig& e = c.events();
+  events::EventsConfig o;
+  o.endpoint = e.endpoint();
+  o.replay_endpoint = e.replay_endpoint();
+  if (auto f = events::ParseBatchFormat(e.format()); f.ok()) o.format = *f;
+  if (e.batch_ms() != 0) o.batch_ms = e.batch_ms();
+  if (e.max_batch_events() != 0) o.max_batch_events = e.max_batch_events();
+  if (e.queue_capacity_events() != 0) o.queue_capacity_events = e.queue_capacity_events();
+  if (e.replay_buffer_batches() != 0) o.replay_buffer_batches = e.replay_buffer_batches();
+  if (e.send_hwm() != 0) o.send_hwm = e.send_hwm();
+  o.node_id = std::move(node_id);
   return o;
 }
 

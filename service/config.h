@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "events/config.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
@@ -52,7 +53,8 @@ struct CommandLine {
 // FILE, --port, --listen, --data-dir, --hot-capacity, --cold-capacity (sizes as
 // common/byte_size.h), --policy, --hot-allocator, --metrics-port, --node-id,
 // --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --tls-cert,
-// --tls-key, --tls-client-ca, --tls-require-client-cert, --help (-h).
+// --tls-key, --tls-client-ca, --tls-require-client-cert, --events-endpoint,
+// --events-replay-endpoint, --help (-h).
 // Loads the file, applies defaults, then the flags, then validates. INVALID_ARGUMENT
 // naming the flag ("unknown flag --x", "--port: missing value") or field; NOT_FOUND for
 // an unreadable config file.
@@ -64,6 +66,11 @@ std::string UsageText();
 
 // Store options for a validated config.
 storage::StoreOptions ToStoreOptions(const v1::ServerConfig& config);
+
+// Event publisher options for a config: ServerConfig.events, its zero fields replaced by
+// the events::EventsConfig defaults, with `node_id` as the topic's node id. Unknown
+// format names leave the default (ValidateConfig refuses them).
+events::EventsConfig ToEventsConfig(const v1::ServerConfig& config, std::string node_id);
 
 // Proto <-> storage conversions (layouts and codecs: protocol/convert.h). FromProto
 // returns INVALID_ARGUMENT naming the field (prefixed with `field`, e.g.

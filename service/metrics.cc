@@ -317,7 +317,58 @@ class KvtierCollectable : public prometheus::Collectable {
   std::string node_id_;
 };
 
+// The event publisher's counters at scrape time.
+class EventsCollectable : public prometheus::Collectable {
+ public:
+  EventsCollectable(std::function<events::EventsStats()> stats, std::string node_id)
+      : stats_(std::move(stats)), node_id_(std::move(node_id)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const events::EventsStats s = stats_();
+    FamilyBuilder b(node_id_);
+    struct Def {
+      const char* name;
+      const char* help;
+      MetricType type;
+      double value;
+    };
+    const Def defs[] = {
+        {"kvtier_events_published_total", "KV events in batches the PUB socket accepted.",
+         MetricType::Counter, static_cast<double>(s.events_published)},
+        {"kvtier_events_dropped_total",
+         "KV events dropped (queue full, or in a batch a stuck subscriber refused).",
+         MetricType::Counter, static_cast<double>(s.events_dropped)},
+        {"kvtier_event_batches_published_total", "KV event batches published.",
+         MetricType::Counter, static_cast<double>(s.batches_published)},
+        {"kvtier_event_batches_dropped_total",
+         "KV event batches refused because a subscriber was at send_hwm (kept for replay).",
+         MetricType::Counter, static_cast<double>(s.batches_dropped)},
+        {"kvtier_event_sequences_skipped_total",
+         "Sequence numbers left unused to mark queue drops (consumers must re-sync).",
+         MetricType::Counter, static_cast<double>(s.sequences_skipped)},
+        {"kvtier_event_replay_requests_total", "Replay requests answered.", MetricType::Counter,
+         static_cast<double>(s.replay_requests)},
+        {"kvtier_event_subscribers", "Connections open on the KV event PUB socket.",
+         MetricType::Gauge, static_cast<double>(s.subscribers)},
+        {"kvtier_event_queued_events", "KV events waiting to be sent.", MetricType::Gauge,
+         static_cast<double>(s.queued_events)},
+    };
+    for (const Def& d : defs) b.Add(b.Family(d.name, d.help, d.type), {}, d.value);
+    return b.Take();
+  }
+
+ private:
+  std::function<events::EventsStats()> stats_;
+  std::string node_id_;
+};
+
 }  // namespace
+
+void MetricsExporter::ExportEvents(std::function<events::EventsStats()> stats) {
+  auto c = std::make_shared<EventsCollectable>(std::move(stats), node_id_);
+  events_collectable_ = c;
+  exposer_->RegisterCollectable(c);
+}
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& address, uint32_t port, storage::TieredStore* store,
@@ -330,6 +381,7 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     return absl::UnavailableError(
         absl::StrCat("metrics_port ", port, ": cannot serve /metrics: ", ex.what()));
   }
+  e->node_id_ = node_id;
   auto c = std::make_shared<KvtierCollectable>(store, metrics, std::move(node_id));
   e->collectable_ = c;
   e->exposer_->RegisterCollectable(c);

@@ -7,11 +7,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "events/config.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "storage/tiered_store.h"
 
@@ -90,10 +92,20 @@ class MetricsExporter {
                                                                 std::string node_id);
   ~MetricsExporter();
 
+  // Also exports the KV event publisher's counters, read from `stats` at scrape time:
+  // kvtier_events_published_total, kvtier_events_dropped_total,
+  // kvtier_event_batches_published_total, kvtier_event_batches_dropped_total,
+  // kvtier_event_sequences_skipped_total, kvtier_event_replay_requests_total and the
+  // gauges kvtier_event_subscribers, kvtier_event_queued_events. `stats` must stay
+  // callable while the exporter lives. Call once.
+  void ExportEvents(std::function<events::EventsStats()> stats);
+
  private:
   MetricsExporter() = default;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Collectable> collectable_;
+  std::shared_ptr<prometheus::Collectable> events_collectable_;
+  std::string node_id_;
 };
 
 }  // namespace kvtier::service

@@ -153,6 +153,24 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                                      " is not in 1..", max_encoded,
                                                      " for this layout"));
     }
+    // The router-only fields (token_ids, lora_name, extra_keys) are bounded so an event
+    // stays small.
+    if (static_cast<uint64_t>(b.token_ids_size()) > ns_.layout.tokens_per_block) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.blocks[", i, "].token_ids holds ", b.token_ids_size(),
+          " tokens; a block holds at most ", ns_.layout.tokens_per_block));
+    }
+    if (b.lora_name().size() > 256 || b.extra_keys_size() > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header.blocks[", i,
+                       "].lora_name (at most 256 bytes) or extra_keys (at most 64) too long"));
+    }
+    for (const std::string& k : b.extra_keys()) {
+      if (k.size() > 256) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("header.blocks[", i, "].extra_keys: an entry exceeds 256 bytes"));
+      }
+    }
     if (region_ != nullptr && !region_->Contains(b.shm_offset(), b.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "header.blocks[", i, "].shm_offset ", b.shm_offset(), " + size ", b.size(),
@@ -319,6 +337,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   absl::Status StoreAll() {
     const int n = header_.blocks_size();
     std::vector<storage::BlockPut> puts(n);
+    std::vector<std::vector<std::string>> extra_keys(n);  // viewed by puts[i].extra_keys
     uint64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const v1::PutBlock& b = header_.blocks(i);
@@ -327,6 +346,13 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       puts[i].key = b.key();
       puts[i].parent_key = b.parent_key();
       puts[i].block_index = b.block_index();
+      // Event-only fields: carried into the BlockStored event, never stored.
+      puts[i].token_ids = std::span<const uint32_t>(b.token_ids().data(), b.token_ids_size());
+      if (!b.lora_name().empty()) puts[i].lora_name = b.lora_name();
+      if (b.extra_keys_size() > 0) {
+        extra_keys[i].assign(b.extra_keys().begin(), b.extra_keys().end());
+        puts[i].extra_keys = extra_keys[i];
+      }
       if (!payload.empty()) {
         puts[i].payload = payload;
         bytes += payload.size();

@@ -60,6 +60,14 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
   ctx.put_watchdog = s->put_watchdog_.get();
   s->data_service_ = std::make_unique<KvCacheServiceImpl>(&ctx);
   s->admin_service_ = std::make_unique<KvCacheAdminImpl>(&ctx);
+  if (config.events().grpc()) {
+    const events::EventsConfig defaults;
+    s->event_log_ = std::make_unique<events::EventLog>(
+        config.events().grpc_buffer_events() != 0 ? config.events().grpc_buffer_events()
+                                                  : defaults.queue_capacity_events,
+        nullptr);
+  }
+  s->events_service_ = std::make_unique<KvEventsServiceImpl>(&ctx, s->event_log_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -69,6 +77,7 @@ absl::StatusOr<std::unique_ptr<KvtierServer>> KvtierServer::Start(const v1::Serv
                            ServerCredentialsFor(config), &selected_port);
   builder.RegisterService(s->data_service_.get());
   builder.RegisterService(s->admin_service_.get());
+  builder.RegisterService(s->events_service_.get());
   const int max_msg = static_cast<int>(config.max_message_bytes());
   builder.SetMaxReceiveMessageSize(max_msg);
   builder.SetMaxSendMessageSize(max_msg);
@@ -141,6 +150,21 @@ absl::Status KvtierServer::StartCluster(int selected_port) {
 
 absl::Status KvtierServer::OpenStore() {
   storage::StoreOptions options = ToStoreOptions(config_);
+  if (!config_.events().endpoint().empty()) {
+    // Before the store opens, so the blocks it recovers are announced too.
+    ASSIGN_OR_RETURN(events_,
+                     events::ZmqEventPublisher::Create(ToEventsConfig(config_, ctx_.node_id)));
+    options.events = events_.get();
+    KVTIER_LOG(INFO) << "KV events on " << events_->endpoint() << ", topic kv@" << ctx_.node_id
+                     << "@<model>"
+                     << (events_->replay_endpoint().empty()
+                             ? std::string()
+                             : absl::StrCat(", replay on ", events_->replay_endpoint()));
+  }
+  if (event_log_ != nullptr) {
+    event_log_->set_next(events_.get());  // both streams in the store's order
+    options.events = event_log_.get();
+  }
   const int64_t t0 = common::RealClock()->NowMicros();
   ASSIGN_OR_RETURN(store_, storage::TieredStore::Open(options));
   for (int i = 0; i < config_.namespaces_size(); ++i) {
@@ -157,6 +181,9 @@ absl::Status KvtierServer::OpenStore() {
     ASSIGN_OR_RETURN(exporter_,
                      MetricsExporter::Start(config_.listen_address(), config_.metrics_port(),
                                             store_.get(), &ctx_.metrics, ctx_.node_id));
+    if (events_ != nullptr) {
+      exporter_->ExportEvents([pub = events_.get()] { return pub->stats(); });
+    }
   }
   RETURN_IF_ERROR(StartShm());
   ctx_.open_micros = common::RealClock()->NowMicros();
@@ -212,6 +239,7 @@ absl::Status KvtierServer::Shutdown() {
     if (const int64_t left = ctx_.in_flight.load(); left > 0) {
       KVTIER_LOG(WARNING) << "shutdown: cancelling " << left << " calls after the grace period";
     }
+    if (event_log_ != nullptr) event_log_->Close();  // wakes WatchEvents readers
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
@@ -225,6 +253,8 @@ absl::Status KvtierServer::Shutdown() {
     flushed = store_->Flush("");
     const int64_t t1 = common::RealClock()->NowMicros();
     store_.reset();
+    event_log_.reset();
+    events_.reset();  // sends what the store reported last
     KVTIER_LOG(INFO) << "shutdown: grpc stopped; flush " << (t1 - t0) / 1000 << " ms, close "
                      << (common::RealClock()->NowMicros() - t1) / 1000 << " ms";
   }

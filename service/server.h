@@ -5,7 +5,9 @@
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
-// same-node shared-memory socket (service/shm_server.h) and flips health to SERVING; Shutdown() stops accepting, lets in-flight calls finish until the
+// same-node shared-memory socket (service/shm_server.h) and flips health to SERVING
+// (with ServerConfig.events, a ZmqEventPublisher is created first and the store reports
+// every tier change into it); Shutdown() stops accepting, lets in-flight calls finish until the
 // grace deadline, drains the executor and flushes the store.
 #ifndef KVTIER_SERVICE_SERVER_H_
 #define KVTIER_SERVICE_SERVER_H_
@@ -16,8 +18,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/thread_pool.h"
+#include "events/event_log.h"
+#include "events/zmq_publisher.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "service/events_service.h"
 #include "service/kv_cache_service.h"
 #include "service/peer_fanout.h"
 #include "service/metrics.h"
@@ -65,7 +70,12 @@ class KvtierServer {
   ServiceContext ctx_;
   std::unique_ptr<KvCacheServiceImpl> data_service_;
   std::unique_ptr<KvCacheAdminImpl> admin_service_;
+  std::unique_ptr<KvEventsServiceImpl> events_service_;  // serves event_log_ (may be null)
   std::unique_ptr<grpc::Server> server_;
+  // ServerConfig.events; null when off. Outlive the store, which reports into them
+  // (into the log when events.grpc is on, which forwards to the publisher).
+  std::unique_ptr<events::ZmqEventPublisher> events_;
+  std::unique_ptr<events::EventLog> event_log_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
   std::unique_ptr<ShmServer> shm_;  // null when shm_socket is "off" (or unusable)

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "events/block_event.h"
 #include "storage/eviction_policy.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
@@ -102,6 +104,16 @@ struct StoreOptions {
   // Time source for pin and lease expiry; not owned, must outlive the store. Default: null, which
   // means common::RealClock().
   common::Clock* clock = nullptr;
+  // Where block events go (docs/design.md §4 Tiers and eviction): one event per tier
+  // change of a block, reported under the index mutex that orders the change, so a
+  // consumer applying them in order knows which tiers hold each block: BlockStored
+  // CPU_PINNED when a block enters the hot tier (Put, promotion), BlockStored DISK when
+  // it enters the cold tier (write-through, no hot room, demotion, and for every block
+  // recovered on open), BlockRemoved for the tier it leaves (demotion, eviction by
+  // policy, capacity or admin, Delete, a corrupt cold copy dropped on read). Standalone
+  // (compacted) entries are not reported. Not owned, must outlive the store; Publish must
+  // not block. Default: null (no events).
+  events::EventSink* events = nullptr;
 };
 
 // One block to store.
@@ -119,6 +131,12 @@ struct BlockPut {
   // slot, and concatenates them only when the block must go to the cold tier without a
   // hot copy (standalone, or no hot room).
   std::span<const std::string_view> pieces = {};
+  // Carried into the block's BlockStored events only, never stored (empty: not sent):
+  // the block's tokens, its LoRA adapter, its extra hash inputs (multimodal ids,
+  // cache_salt). The views must stay valid until Put returns.
+  std::span<const uint32_t> token_ids = {};
+  std::optional<std::string_view> lora_name = std::nullopt;
+  std::span<const std::string> extra_keys = {};
 };
 
 // Total bytes of `pieces`.

@@ -228,7 +228,34 @@ void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
   policy_->OnEligible(id, eligible);
 }
 
-void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot) {
+void TieredStoreImpl::ReportLocked(BlockId id, bool stored, events::Medium medium,
+                                   const BlockPut* origin) {
+  if (options_.events == nullptr) return;
+  const Entry& e = index_.at(id);
+  if (e.flags & Entry::kStandalone) return;
+  const NsState& ns = *namespaces_[e.ns];
+  std::vector<std::string> keys{std::string(e.key_view())};
+  if (!stored) {
+    options_.events->Publish(
+        events::BlockEvent::Removed(ns.opts.name, ns.opts.model_id, std::move(keys), medium));
+    return;
+  }
+  std::optional<std::string> parent;
+  if (e.parent != kNoEntry) parent.emplace(index_.at(e.parent).key_view());
+  events::BlockEvent event =
+      events::BlockEvent::Stored(ns.opts.name, ns.opts.model_id, std::move(keys),
+                                 std::move(parent), ns.opts.layout.tokens_per_block, medium);
+  if (origin != nullptr) {
+    event.token_ids.assign(origin->token_ids.begin(), origin->token_ids.end());
+    if (origin->lora_name) event.lora_name.emplace(*origin->lora_name);
+    if (!origin->extra_keys.empty()) {
+      event.extra_keys.emplace_back(origin->extra_keys.begin(), origin->extra_keys.end());
+    }
+  }
+  options_.events->Publish(std::move(event));
+}
+
+void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* origin) {
   Entry& e = index_.at(id);
   KVTIER_CHECK(!(e.flags & Entry::kHot)) << "block already hot";
   e.slot = slot;
@@ -240,6 +267,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot) {
   policy_->OnInsert(id, InfoLocked(e));
   index_.SetHot(id, true);  // re-evaluates the parent
   UpdateEligibilityLocked(id);
+  ReportLocked(id, true, events::Medium::kCpuPinned, origin);
 }
 
 void TieredStoreImpl::LeaveHotLocked(BlockId id) {
@@ -258,12 +286,14 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
   }
   index_.SetHot(id, false);  // re-evaluates the parent
   if (!e.resident()) ns.stats.distinct_blocks--;
+  ReportLocked(id, false, events::Medium::kCpuPinned, nullptr);
 }
 
-void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
+void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const BlockPut* origin) {
   Entry& e = index_.at(id);
   NsState& ns = *namespaces_[e.ns];
-  if (e.flags & Entry::kCold) {
+  const bool was_cold = e.flags & Entry::kCold;
+  if (was_cold) {
     ns.stats.cold.bytes -= e.cold_bytes;
     cold_used_ -= e.cold_bytes;
   } else {
@@ -275,6 +305,7 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes) {
   ns.stats.cold.bytes += stored_bytes;
   cold_used_ += stored_bytes;
   index_.UpdateColdList(id, false);
+  if (!was_cold) ReportLocked(id, true, events::Medium::kDisk, origin);
 }
 
 void TieredStoreImpl::LeaveColdLocked(BlockId id) {
@@ -288,6 +319,7 @@ void TieredStoreImpl::LeaveColdLocked(BlockId id) {
   e.flags &= ~Entry::kCold;
   if (!e.resident()) ns.stats.distinct_blocks--;
   index_.UpdateColdList(id, false);
+  ReportLocked(id, false, events::Medium::kDisk, nullptr);
 }
 
 bool TieredStoreImpl::RemoveLocked(BlockId id) {

@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "events/block_event.h"
 #include "storage/cold_tier.h"
 #include "storage/eviction_policy.h"
 #include "storage/hot_tier.h"
@@ -135,11 +136,18 @@ class TieredStoreImpl final : public TieredStore {
   void TouchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Residency transitions (tiered_store_impl.cc). They keep child counts, policy and
-  // cold list in step.
-  void EnterHotLocked(BlockId id, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cold list in step, and report each tier change to options_.events (`origin`: the
+  // Put that stored the block, whose token ids / LoRA / extra keys go into the event).
+  void EnterHotLocked(BlockId id, SlotId slot, const BlockPut* origin = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveHotLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnterColdLocked(BlockId id, uint32_t stored_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnterColdLocked(BlockId id, uint32_t stored_bytes, const BlockPut* origin = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveColdLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports that block `id` entered (stored) or left `medium`; nothing when events are
+  // off or the block is standalone.
+  void ReportLocked(BlockId id, bool stored, events::Medium medium, const BlockPut* origin)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateEligibilityLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PinLocked(BlockId id, int64_t until_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes every tier copy of `id` from the index (cold record deletion is the caller's,

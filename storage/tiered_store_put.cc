@@ -261,10 +261,10 @@ bool TieredStoreImpl::PublishLocked(NsState* ns, const BlockPut& block, const Pr
                              ? kNoEntry
                              : index_.FindOrCreate(ns->id, block.parent_key);
   index_.SetParent(id, parent);
-  if (stored) EnterColdLocked(id, *stored);
+  if (stored) EnterColdLocked(id, *stored, &block);
   TouchLocked(id);
   if (p.slot) {
-    EnterHotLocked(id, *p.slot);
+    EnterHotLocked(id, *p.slot, &block);
     hot_->Release(*p.slot);  // the index owns it now
     if (pinned_until != 0) PinLocked(id, pinned_until);
   }

@@ -253,6 +253,28 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
                          " but config metrics_port=", cfg.metrics_port()));
   }
   const bool tls = std::find(out->args.begin(), out->args.end(), "--tls-cert") != out->args.end();
+  // KV events: a bound endpoint's port (tcp://*:PORT) is the container port of that name.
+  const auto bound_port = [](const std::string& endpoint) {
+    int port = 0;
+    const size_t colon = endpoint.rfind(':');
+    if (endpoint.find('*') == std::string::npos || colon == std::string::npos ||
+        !absl::SimpleAtoi(endpoint.substr(colon + 1), &port)) {
+      return 0;
+    }
+    return port;
+  };
+  for (const auto& [name, endpoint] :
+       {std::pair<std::string, std::string>{"kv-events", cfg.events().endpoint()},
+        std::pair<std::string, std::string>{"kv-replay", cfg.events().replay_endpoint()}}) {
+    const int port = bound_port(endpoint);
+    if (port == 0 && ports.count(name) != 0) {
+      problem(absl::StrCat("the manifests expose ", name, " but the config's events endpoint \"",
+                           endpoint, "\" is not a bound tcp://*:PORT"));
+    } else if (port != 0 && ports[name] != port) {
+      problem(absl::StrCat("container port ", name, "=", ports[name], " but config events ",
+                           "endpoint ", endpoint));
+    }
+  }
   for (const char* probe : {"livenessProbe", "readinessProbe", "startupProbe"}) {
     const YamlNode* p = container->Child(probe);
     if (p == nullptr) {
@@ -715,6 +737,8 @@ TEST(KustomizeCheckerTest, CatchesDeployTimeBreakages) {
       {"- IPC_LOCK", "- NET_BIND_SERVICE", "IPC_LOCK"},
       {"hot_allocator: \"auto\"", "hot_allocator: auto\"", "does not parse"},
       {"targetPort: metrics", "targetPort: metric", "unknown port metric"},
+      {"containerPort: 5557", "containerPort: 5559", "container port kv-events=5559"},
+      {"replay_endpoint: \"tcp://*:5558\"", "replay_endpoint: \"\"", "expose kv-replay"},
       {"terminationGracePeriodSeconds: 180", "terminationGracePeriodSeconds: 25",
        "terminationGracePeriodSeconds (25 s)"},
   };

@@ -135,6 +135,10 @@ TEST(ConfigTest, InvalidConfigsNameTheField) {
       {"tenants { tenant: \"a\" token_sha256: \"" + std::string(64, 'a') +
            "\" } cluster { static_peers: \"127.0.0.1:1\" }",
        "cluster.peer_token_file"},
+      {"events { endpoint: \"tcp://*:5557\" format: \"json\" }", "events.format"},
+      {"events { endpoint: \"tcp://*:5557\" batch_ms: 20000 }", "events.batch_ms"},
+      {"events { replay_endpoint: \"tcp://*:5558\" }", "events.replay_endpoint"},
+      {"events { endpoint: \"localhost:5557\" }", "events.endpoint"},
   };
   for (const BadConfig& c : cases) {
     auto config = ParseConfigText(c.text);
@@ -144,6 +148,29 @@ TEST(ConfigTest, InvalidConfigsNameTheField) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.field)) << c.text;
   }
+}
+
+TEST(ConfigTest, EventsFlagsAndDefaults) {
+  auto off = ParseCommandLine({});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->config.events().endpoint().empty());  // off by default
+  auto on = ParseCommandLine({"--events-endpoint", "tcp://127.0.0.1:*",
+                              "--events-replay-endpoint=tcp://127.0.0.1:*"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  const events::EventsConfig e = ToEventsConfig(on->config, "node-1");
+  EXPECT_EQ(e.endpoint, "tcp://127.0.0.1:*");
+  EXPECT_EQ(e.replay_endpoint, "tcp://127.0.0.1:*");
+  EXPECT_EQ(e.node_id, "node-1");
+  const events::EventsConfig defaults;
+  EXPECT_EQ(e.format, defaults.format);
+  EXPECT_EQ(e.batch_ms, defaults.batch_ms);
+  EXPECT_EQ(e.send_hwm, defaults.send_hwm);
+  EXPECT_TRUE(e.Validate().ok()) << e.Validate();
+  auto array = ParseConfigText("events { endpoint: \"tcp://*:1\" format: \"array\" batch_ms: 7 }");
+  ASSERT_TRUE(array.ok());
+  EXPECT_EQ(ToEventsConfig(*array, "n").format, events::BatchFormat::kArray);
+  EXPECT_EQ(ToEventsConfig(*array, "n").batch_ms, 7u);
+  EXPECT_THAT(UsageText(), HasSubstr("--events-endpoint"));
 }
 
 TEST(ConfigTest, BadFlagsAreRejected) {
