@@ -489,9 +489,16 @@ absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::Namespace
   if (!spec.has_layout()) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".layout is missing"));
   }
-  if (spec.layout().dtype() != v1::DTYPE_UNSPECIFIED && spec.layout().dtype() != v1::DTYPE_FP16 &&
-      spec.layout().dtype() != v1::DTYPE_BF16) {
-    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".layout.dtype is unknown"));
+  // No silent defaults: a namespace states its dtype (the proto default is UNSPECIFIED).
+  if (spec.layout().dtype() != v1::DTYPE_FP16 && spec.layout().dtype() != v1::DTYPE_BF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(field), ".layout.dtype must be DTYPE_FP16 or DTYPE_BF16, got ",
+                     v1::Dtype_Name(spec.layout().dtype())));
+  }
+  if (spec.sink_blocks() > storage::kMaxSinkBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".sink_blocks must be at most ",
+                                                   storage::kMaxSinkBlocks, ", got ",
+                                                   spec.sink_blocks()));
   }
   ns.layout = protocol::LayoutFromProtoUnchecked(spec.layout());
   if (absl::Status s = ns.layout.Validate(); !s.ok()) {

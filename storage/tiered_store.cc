@@ -84,6 +84,10 @@ absl::Status NamespaceOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("model_id longer than ", kMaxModelIdBytes));
   }
   RETURN_IF_ERROR(layout.Validate());
+  if (sink_blocks > kMaxSinkBlocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sink_blocks must be at most ", kMaxSinkBlocks, ", got ", sink_blocks));
+  }
   if (!ValidCodec(codec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("codec id ", static_cast<int>(codec), " is unknown"));

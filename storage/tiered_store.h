@@ -39,6 +39,7 @@ const char* TierName(Tier tier);  // "none", "hot", "cold"
 inline constexpr size_t kMaxKeyBytes = 32;       // keys and parent keys: 1..32 bytes
 inline constexpr size_t kMaxNameBytes = 128;     // namespace and tenant names
 inline constexpr size_t kMaxModelIdBytes = 256;  // NamespaceOptions::model_id
+inline constexpr uint32_t kMaxSinkBlocks = 1024;  // NamespaceOptions::sink_blocks
 
 // A named KV layout plus how to store it. Registered once; later registrations must match.
 struct NamespaceOptions {
@@ -53,7 +54,7 @@ struct NamespaceOptions {
   bool write_through = false;         // Put acknowledges only after the cold write is durable
   bool cold_zstd = false;             // compress cold values with zstd (pays for low-bit codes)
   uint32_t sink_blocks = 1;           // blocks with index < this are never evicted while a
-                                      // descendant is resident
+                                      // descendant is resident; at most kMaxSinkBlocks
 
   // Returns INVALID_ARGUMENT naming the bad field.
   absl::Status Validate() const;

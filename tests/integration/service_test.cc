@@ -85,7 +85,7 @@ class KvtierdTest : public ::testing::Test {
                                 << "shutdown_grace_ms: 2000\n"
                                 << "namespaces { name: \"cfg-ns\" layout { num_layers: 2 "
                                    "num_kv_heads: 2 head_dim: 64 tokens_per_block: 32 "
-                                   "sink_tokens: 4 } codec: CODEC_INT8 }\n";
+                                   "sink_tokens: 4 dtype: DTYPE_FP16 } codec: CODEC_INT8 }\n";
     StartServer();
   }
 

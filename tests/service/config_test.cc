@@ -113,18 +113,21 @@ TEST(ConfigTest, InvalidConfigsNameTheField) {
       {"port: 70000", "port"},
       {"max_message_bytes: 100", "max_message_bytes"},
       {"namespaces { name: \"a b\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 2 "
-       "tokens_per_block: 1 } }",
+       "tokens_per_block: 1 dtype: DTYPE_FP16 } }",
        "namespaces[0].name"},
       {"namespaces { name: \"a\" }", "namespaces[0].layout"},
-      {"namespaces { name: \"a\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 3 "
+      {"namespaces { name: \"a\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 2 "
        "tokens_per_block: 1 } }",
+       "namespaces[0].layout.dtype"},
+      {"namespaces { name: \"a\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 3 "
+       "tokens_per_block: 1 dtype: DTYPE_FP16 } }",
        "namespaces[0].layout.head_dim"},
       {"namespaces { name: \"a\" codec: CODEC_BF16 layout { num_layers: 1 num_kv_heads: 1 "
        "head_dim: 2 tokens_per_block: 1 dtype: DTYPE_FP16 } }",
        "namespaces[0].codec"},
       {"namespaces { name: \"a\" layout { num_layers: 1 num_kv_heads: 1 head_dim: 2 "
-       "tokens_per_block: 1 } } namespaces { name: \"a\" layout { num_layers: 1 "
-       "num_kv_heads: 1 head_dim: 2 tokens_per_block: 1 } }",
+       "tokens_per_block: 1 dtype: DTYPE_FP16 } } namespaces { name: \"a\" layout { "
+       "num_layers: 1 num_kv_heads: 1 head_dim: 2 tokens_per_block: 1 dtype: DTYPE_FP16 } }",
        "namespaces[1].name"},
       {"tenants { tenant: \"team a\" token_sha256: \"" + std::string(64, 'a') + "\" }",
        "tenants[0].tenant"},
@@ -296,6 +299,21 @@ TEST(ConfigTest, NamespaceRoundTripAndStoreOptions) {
   v1::NamespaceSpec unspecified = config->namespaces(0);
   unspecified.set_codec(v1::CODEC_UNSPECIFIED);
   EXPECT_EQ(NamespaceFromProto(unspecified, "ns")->codec, kv::CodecId::kFp16);
+
+  // No silent defaults: an unspecified dtype and an absurd sink_blocks are refused,
+  // naming the field, instead of being stored as fp16 and clamped.
+  v1::NamespaceSpec no_dtype = config->namespaces(0);
+  no_dtype.mutable_layout()->set_dtype(v1::DTYPE_UNSPECIFIED);
+  absl::StatusOr<storage::NamespaceOptions> bad = NamespaceFromProto(no_dtype, "spec");
+  ASSERT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("spec.layout.dtype"));
+  v1::NamespaceSpec many_sinks = config->namespaces(0);
+  many_sinks.set_sink_blocks(4294967295u);
+  bad = NamespaceFromProto(many_sinks, "spec");
+  ASSERT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("spec.sink_blocks"));
+  many_sinks.set_sink_blocks(storage::kMaxSinkBlocks);
+  EXPECT_TRUE(NamespaceFromProto(many_sinks, "spec").ok());
 
   config->set_eviction_policy("lfu");
   storage::StoreOptions so = ToStoreOptions(*config);

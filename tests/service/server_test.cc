@@ -88,6 +88,7 @@ TEST(KvtierServerTest, ConfigNamespacesAreRegisteredAtStartAndMismatchesFail) {
   ns->mutable_layout()->set_num_kv_heads(1);
   ns->mutable_layout()->set_head_dim(32);
   ns->mutable_layout()->set_tokens_per_block(32);
+  ns->mutable_layout()->set_dtype(v1::DTYPE_FP16);
   {
     auto server = KvtierServer::Start(config);
     ASSERT_TRUE(server.ok());
