@@ -90,6 +90,8 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
   out->set_hot_used_bytes(stats.hot_used_bytes);
   out->set_cold_capacity_bytes(stats.cold_capacity_bytes);
   out->set_cold_used_bytes(stats.cold_used_bytes);
+  out->set_cold_wal_dropped_ranges(stats.cold_recovery.wal_dropped_ranges);
+  out->set_cold_wal_dropped_bytes(stats.cold_recovery.wal_dropped_bytes);
   for (const storage::NamespaceStats& n : stats.namespaces) {
     if (!only.empty() && n.name != only) continue;
     v1::NamespaceStats* o = out->add_namespaces();
@@ -181,6 +183,14 @@ void AddTierFamilies(const storage::StoreStats& s, FamilyBuilder& b) {
   auto& u = b.Family("kvtier_tier_used_bytes", "Bytes used in each tier.", MetricType::Gauge);
   b.Add(u, {{"tier", "hot"}}, static_cast<double>(s.hot_used_bytes));
   b.Add(u, {{"tier", "cold"}}, static_cast<double>(s.cold_used_bytes));
+  b.Add(b.Family("kvtier_cold_wal_dropped_ranges",
+                 "Damaged write-ahead-log ranges the cold tier skipped at start.",
+                 MetricType::Gauge),
+        {}, static_cast<double>(s.cold_recovery.wal_dropped_ranges));
+  b.Add(b.Family("kvtier_cold_wal_dropped_bytes",
+                 "Bytes of damaged write-ahead log the cold tier skipped at start.",
+                 MetricType::Gauge),
+        {}, static_cast<double>(s.cold_recovery.wal_dropped_bytes));
 }
 
 void AddNamespaceCounters(const storage::StoreStats& s, FamilyBuilder& b) {

@@ -42,6 +42,13 @@ struct ColdIndexRecord {
   bool standalone = false;
 };
 
+// What opening a cold tier had to drop to start: damaged write-ahead-log ranges skipped
+// and their bytes (their blocks are absent, never served). Zero when nothing was lost.
+struct ColdTierRecovery {
+  uint64_t wal_dropped_ranges = 0;
+  uint64_t wal_dropped_bytes = 0;
+};
+
 class ColdTier {
  public:
   // Called with a verified payload (valid only during the call) and its checksum.
@@ -80,6 +87,9 @@ class ColdTier {
 
   // Makes every write so far durable against power loss. UNAVAILABLE / INTERNAL.
   virtual absl::Status Sync() = 0;
+
+  // What opening the tier had to drop to start (ColdTierRecovery). Default: nothing.
+  virtual ColdTierRecovery recovery() const { return {}; }
 };
 
 }  // namespace kvtier::storage

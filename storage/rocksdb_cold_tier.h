@@ -73,6 +73,9 @@ class RocksDbColdTier final : public ColdTier {
   // their bytes, as RocksDB reports them in its info LOG. Open logs a warning when any.
   uint64_t wal_dropped_ranges() const { return wal_dropped_ranges_; }
   uint64_t wal_dropped_bytes() const { return wal_dropped_bytes_; }
+  ColdTierRecovery recovery() const override {
+    return {wal_dropped_ranges_, wal_dropped_bytes_};
+  }
 
  private:
   explicit RocksDbColdTier(const ColdTierOptions& options) : options_(options) {}

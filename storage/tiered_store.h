@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "events/block_event.h"
+#include "storage/cold_tier.h"
 #include "storage/eviction_policy.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
@@ -60,7 +61,6 @@ struct NamespaceOptions {
   absl::Status Validate() const;
 };
 
-class ColdTier;
 
 // Options of TieredStore::Open, the one place their defaults live; Open checks them
 // (INVALID_ARGUMENT naming the field).
@@ -234,6 +234,7 @@ struct StoreStats {
   uint64_t index_memory_bytes = 0;   // heap bytes of the index (entries + hash table)
   uint64_t policy_memory_bytes = 0;  // heap bytes of the hot policy's state
   LeaseStats leases;                 // leases granted by Lookup (node-wide)
+  ColdTierRecovery cold_recovery;    // what the cold tier dropped at open (damaged WAL)
   std::vector<NamespaceStats> namespaces;  // sorted by name
 };
 

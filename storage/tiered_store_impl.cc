@@ -505,6 +505,7 @@ StoreStats TieredStoreImpl::Stats() const {
   out.index_memory_bytes = index_.MemoryBytes();
   out.policy_memory_bytes = policy_->MemoryBytes();
   out.leases = leases_.stats();
+  out.cold_recovery = cold_->recovery();
   for (const auto& ns : namespaces_) {
     if (ns != nullptr) out.namespaces.push_back(ns->stats);
   }

@@ -128,6 +128,9 @@ TEST(TieredStoreCrashTest, DamagedWalRecordLosesAtMostTheRestOfItsLogBlock) {
   EXPECT_GE(lost, 1u);
   EXPECT_EQ((*store)->Stats().namespaces[0].checksum_failures, 0u);
   EXPECT_EQ((*store)->Stats().namespaces[0].cold.blocks, 64u - lost);
+  // The loss is reported, not silent.
+  EXPECT_GE((*store)->Stats().cold_recovery.wal_dropped_ranges, 1u);
+  EXPECT_GT((*store)->Stats().cold_recovery.wal_dropped_bytes, 0u);
 }
 
 }  // namespace
