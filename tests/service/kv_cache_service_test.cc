@@ -355,6 +355,14 @@ TEST_F(PutAdmissionTest, IdleHeaderOnlyStreamsNeitherStarveOtherPutsNorLiveForev
     EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr("put_progress_timeout_ms"));
   }
+  // Afterwards a Put of the largest allowed size (max_put_bytes) goes through whole.
+  const size_t n = static_cast<size_t>((16u << 20) / block);
+  std::vector<std::string> large;
+  for (size_t i = 0; i < n; ++i) large.push_back(RandomBytes(block, 90000 + i));
+  v1::PutResponse resp;
+  const grpc::Status ps = Put(PutMessages(large, 1 << 15), &resp);
+  ASSERT_TRUE(ps.ok()) << ps.error_message();
+  EXPECT_EQ(resp.blocks_stored(), n);
 }
 
 TEST_F(PutAdmissionTest, AStreamThatStallsMidPayloadIsCutWithAStatusNamingTheTimeout) {
