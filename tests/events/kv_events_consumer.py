@@ -15,65 +15,23 @@ buffer and checks that it can tell it must re-sync. Exit status 0 on success.
 import subprocess
 import sys
 
-import msgpack
 import zmq
 
-# Declaration order of each event's fields (the order of the positional array form).
-FIELDS = {
-    "BlockStored": ["block_hashes", "parent_block_hash", "token_ids", "block_size",
-                    "lora_id", "medium", "lora_name", "extra_keys", "group_idx",
-                    "kv_cache_spec_kind", "kv_cache_spec_sliding_window"],
-    "BlockRemoved": ["block_hashes", "medium", "group_idx"],
-    "AllBlocksCleared": [],
-}
-BATCH_FIELDS = ["ts", "events", "data_parallel_rank"]
-END_SEQ = -1
+import vllm_kv_events
+from vllm_kv_events import END_SEQ, check, fail
+
 TIMEOUT_MS = 10000
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def decode_batch(payload, form):
     """Returns (ts, [event dict with 'type'], dp_rank), accepting only the expected form."""
-    obj = msgpack.unpackb(payload, raw=False)
-    if form == "map":
-        check(isinstance(obj, dict), "map form: the batch is a map")
-        check(list(obj.keys()) == BATCH_FIELDS, "batch fields %r" % list(obj.keys()))
-        batch = obj
-    else:
-        check(isinstance(obj, list) and len(obj) == 3, "array form: [ts, events, dp_rank]")
-        batch = dict(zip(BATCH_FIELDS, obj))
-    check(isinstance(batch["ts"], float), "ts is a float")
-    events = []
-    for raw in batch["events"]:
-        if form == "map":
-            check(isinstance(raw, dict), "map form: an event is a map")
-            tag = raw["type"]
-            check(list(raw.keys()) == ["type"] + FIELDS[tag], "%s fields %r" % (tag, list(raw)))
-            ev = dict(raw)
-        else:
-            check(isinstance(raw, list), "array form: an event is an array")
-            tag = raw[0]
-            check(len(raw) == 1 + len(FIELDS[tag]), "%s has %d fields" % (tag, len(raw) - 1))
-            ev = dict(zip(FIELDS[tag], raw[1:]))
-            ev["type"] = tag
-        if tag in ("BlockStored", "BlockRemoved"):
-            check(all(isinstance(h, bytes) for h in ev["block_hashes"]), "hashes are bytes")
-            check(ev["medium"] in ("CPU_PINNED", "DISK"), "medium %r" % ev["medium"])
-        if tag == "BlockStored":
+    batch, events = vllm_kv_events.decode_batch(payload, form)
+    for ev in events:
+        if ev["type"] == "BlockStored":
             check(ev["block_size"] == 16, "block_size 16")
             check(len(ev["token_ids"]) == 16 * len(ev["block_hashes"]), "16 tokens per block")
             check(ev["parent_block_hash"] is None, "a chain's first block has no parent")
             check(ev["lora_name"] in (None, "adapter-1"), "lora_name %r" % ev["lora_name"])
-        events.append(ev)
     return batch["ts"], events, batch["data_parallel_rank"]
 
 

@@ -29,34 +29,17 @@ import threading
 import time
 
 import grpc
-import msgpack
 import zmq
 
-FIELDS = {
-    "BlockStored": ["block_hashes", "parent_block_hash", "token_ids", "block_size",
-                    "lora_id", "medium", "lora_name", "extra_keys", "group_idx",
-                    "kv_cache_spec_kind", "kv_cache_spec_sliding_window"],
-    "BlockRemoved": ["block_hashes", "medium", "group_idx"],
-    "AllBlocksCleared": [],
-}
-BATCH_FIELDS = ["ts", "events", "data_parallel_rank"]
-END_SEQ = -1
+import vllm_kv_events
+from vllm_kv_events import END_SEQ, check, fail
+
 NODE = "node-py"
 MODEL = "evmodel"
 NS = "evns"
 TOKENS_PER_BLOCK = 16
 READY = "kvtierd listening on "
 WATCH_BUFFER = 100  # events.grpc_buffer_events of the watch run
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def free_port():
@@ -67,35 +50,12 @@ def free_port():
 
 def decode_batch(payload, form):
     """Returns the batch's events as dicts with 'type', accepting only the expected form."""
-    obj = msgpack.unpackb(payload, raw=False)
-    if form == "map":
-        check(isinstance(obj, dict) and list(obj.keys()) == BATCH_FIELDS, "map batch %r" % obj)
-        batch = obj
-    else:
-        check(isinstance(obj, list) and len(obj) == 3, "array form: [ts, events, dp_rank]")
-        batch = dict(zip(BATCH_FIELDS, obj))
-    check(isinstance(batch["ts"], float), "ts is a float")
-    events = []
-    for raw in batch["events"]:
-        if form == "map":
-            check(isinstance(raw, dict), "map form: an event is a map")
-            tag = raw["type"]
-            check(list(raw.keys()) == ["type"] + FIELDS[tag], "%s fields %r" % (tag, list(raw)))
-            ev = dict(raw)
-        else:
-            check(isinstance(raw, list), "array form: an event is an array")
-            tag = raw[0]
-            check(len(raw) == 1 + len(FIELDS[tag]), "%s has %d fields" % (tag, len(raw) - 1))
-            ev = dict(zip(FIELDS[tag], raw[1:]))
-            ev["type"] = tag
-        if tag in ("BlockStored", "BlockRemoved"):
-            check(all(isinstance(h, bytes) for h in ev["block_hashes"]), "hashes are bytes")
-            check(ev["medium"] in ("CPU_PINNED", "DISK"), "medium %r" % ev["medium"])
-        if tag == "BlockStored":
+    _, events = vllm_kv_events.decode_batch(payload, form)
+    for ev in events:
+        if ev["type"] == "BlockStored":
             check(ev["block_size"] == TOKENS_PER_BLOCK, "block_size %r" % ev["block_size"])
             check(ev["parent_block_hash"] is None or isinstance(ev["parent_block_hash"], bytes),
                   "parent_block_hash is bytes or nil")
-        events.append(ev)
     return events
 
 
