@@ -21,6 +21,7 @@
 #include "protocol/wire.h"
 #include "service/config.h"
 #include "service/server.h"
+#include "tests/testing/in_process_server.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/mutator.h"
 #include "tests/testing/temp_dir.h"
@@ -53,23 +54,12 @@ void ExpectAnswered(const grpc::Status& s, const std::string& what) {
 class GrpcFuzzTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cl = ParseCommandLine({"--port", "0", "--data-dir", dir_.Sub("data"), "--hot-capacity",
-                                "8MiB", "--executor-threads", "2", "--max-message-bytes",
-                                "64KiB", "--shm-socket", "off"});
-    ASSERT_TRUE(cl.ok()) << cl.status();
-    auto server = KvtierServer::Start(cl->config);
+    auto server = testing::StartSmallServer(dir_.Sub("data"));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    ASSERT_TRUE(server_->OpenStore().ok());
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::KvCache::NewStub(channel_);
-    v1::RegisterNamespaceRequest req;
-    req.mutable_spec()->set_name("ns");
-    *req.mutable_spec()->mutable_layout() = protocol::ToProto(testing::SmallLayout());
-    register_seed_ = req.SerializeAsString();
-    v1::RegisterNamespaceResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub_->RegisterNamespace(&ctx, req, &resp).ok());
+    register_seed_ = testing::SmallNamespaceRequest().SerializeAsString();
   }
 
   // The messages of a well-formed raw Put of `n` blocks keyed k0.. as one prefix chain,

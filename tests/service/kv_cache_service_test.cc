@@ -20,6 +20,7 @@
 #include "protocol/error_detail.h"
 #include "service/config.h"
 #include "service/server.h"
+#include "tests/testing/in_process_server.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/temp_dir.h"
 
@@ -41,24 +42,12 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 class KvCacheServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cl = ParseCommandLine({"--port", "0", "--data-dir", dir_.Sub("data"), "--hot-capacity",
-                                "8MiB", "--executor-threads", "2", "--max-message-bytes",
-                                "64KiB", "--shm-socket", "off"});
-    ASSERT_TRUE(cl.ok()) << cl.status();
-    Configure(cl->config);
-    ASSERT_TRUE(ValidateConfig(cl->config).ok());
-    auto server = KvtierServer::Start(cl->config);
+    auto server = testing::StartSmallServer(dir_.Sub("data"),
+                                            [this](v1::ServerConfig& c) { Configure(c); });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    ASSERT_TRUE(server_->OpenStore().ok());
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::KvCache::NewStub(channel_);
-    v1::RegisterNamespaceRequest req;
-    req.mutable_spec()->set_name("ns");
-    *req.mutable_spec()->mutable_layout() = protocol::ToProto(testing::SmallLayout());
-    v1::RegisterNamespaceResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub_->RegisterNamespace(&ctx, req, &resp).ok());
   }
 
   // Adjusts the defaulted config before the server starts.
