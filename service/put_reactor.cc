@@ -24,6 +24,11 @@
 namespace kvtier::service {
 namespace {
 
+// Bounds on the router-only block fields, so one block's event stays small.
+constexpr size_t kMaxLoraNameBytes = 256;
+constexpr int kMaxExtraKeys = 64;
+constexpr size_t kMaxExtraKeyBytes = 256;
+
 // Client-streaming Put: header, then payload chunks. One read in flight; header
 // validation and the final transcode + store run on the executor.
 class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
@@ -160,15 +165,16 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           "header.blocks[", i, "].token_ids holds ", b.token_ids_size(),
           " tokens; a block holds at most ", ns_.layout.tokens_per_block));
     }
-    if (b.lora_name().size() > 256 || b.extra_keys_size() > 64) {
+    if (b.lora_name().size() > kMaxLoraNameBytes || b.extra_keys_size() > kMaxExtraKeys) {
       return absl::InvalidArgumentError(
-          absl::StrCat("header.blocks[", i,
-                       "].lora_name (at most 256 bytes) or extra_keys (at most 64) too long"));
+          absl::StrCat("header.blocks[", i, "].lora_name (at most ", kMaxLoraNameBytes,
+                       " bytes) or extra_keys (at most ", kMaxExtraKeys, ") too long"));
     }
     for (const std::string& k : b.extra_keys()) {
-      if (k.size() > 256) {
+      if (k.size() > kMaxExtraKeyBytes) {
         return absl::InvalidArgumentError(
-            absl::StrCat("header.blocks[", i, "].extra_keys: an entry exceeds 256 bytes"));
+            absl::StrCat("header.blocks[", i, "].extra_keys: an entry exceeds ",
+                         kMaxExtraKeyBytes, " bytes"));
       }
     }
     if (region_ != nullptr && !region_->Contains(b.shm_offset(), b.size())) {
