@@ -388,6 +388,17 @@ absl::Status Client::Flush(std::string_view ns, const CallOptions& call) {
   return impl_->Unary("Flush", call, true, &v1::KvCacheAdmin::Stub::Flush, req, &resp);
 }
 
+absl::StatusOr<uint64_t> Client::DropNamespace(std::string_view ns, bool force,
+                                               const CallOptions& call) {
+  v1::DropNamespaceRequest req;
+  req.set_namespace_(std::string(ns));
+  req.set_force(force);
+  v1::DropNamespaceResponse resp;
+  RETURN_IF_ERROR(impl_->Unary("DropNamespace", call, false,
+                               &v1::KvCacheAdmin::Stub::DropNamespace, req, &resp));
+  return resp.blocks();
+}
+
 absl::StatusOr<v1::ClusterStatusResponse> Client::ClusterStatus(const CallOptions& call) {
   v1::ClusterStatusResponse resp;
   RETURN_IF_ERROR(impl_->Unary("ClusterStatus", call, true, &v1::KvCacheAdmin::Stub::ClusterStatus,

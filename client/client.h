@@ -324,6 +324,11 @@ class Client {
   absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
                                  bool drop, const CallOptions& call = {});
   absl::Status Flush(std::string_view ns = {}, const CallOptions& call = {});
+  // Drops namespace `ns` from the node called (every block, then the spec; see
+  // DropNamespaceRequest). Returns the blocks removed. NOT_FOUND unknown namespace;
+  // FAILED_PRECONDITION while leases of it are in force unless `force`. Not retried.
+  absl::StatusOr<uint64_t> DropNamespace(std::string_view ns, bool force,
+                                         const CallOptions& call = {});
   // Peers, ownership shares and per-node stats as seen by the answering node.
   absl::StatusOr<kvtier::v1::ClusterStatusResponse> ClusterStatus(const CallOptions& call = {});
 

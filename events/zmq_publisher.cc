@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/strings.h"
+#include "events/coalesce.h"
 #include "events/encoding.h"
 
 namespace kvtier::events {
@@ -324,6 +325,7 @@ void ZmqEventPublisher::SendBatches(std::deque<BlockEvent> events, bool queue_dr
     it->push_back(std::move(e));
   }
   for (std::vector<BlockEvent>& group : groups) {
+    CoalesceChains(&group);  // one BlockStored per chain run, as vLLM sends them
     for (size_t i = 0; i < group.size(); i += config_.max_batch_events) {
       size_t end = std::min<size_t>(group.size(), i + config_.max_batch_events);
       SendBatch(std::vector<BlockEvent>(std::make_move_iterator(group.begin() + i),

@@ -6,7 +6,9 @@
 //   topic    "kv@<node_id>@<model>" (model: the namespace's model id, else its name)
 //   seq      u64 big-endian; 0 for the first batch, +1 per batch across all topics
 //   payload  msgpack KVEventBatch (events/encoding.h), map or array form
-// One batch holds events of one namespace only. Publish() appends to a bounded queue; a
+// One batch holds events of one namespace only; consecutive BlockStored events of one chain
+// (a Put of N blocks) leave as one BlockStored with N block_hashes (events/coalesce.h),
+// as vLLM sends them. Publish() appends to a bounded queue; a
 // thread sends a batch batch_ms after its first event, or at max_batch_events events.
 //
 // Loss, and how a consumer sees it (subscribe to "kv@<node_id>@" to see every batch):

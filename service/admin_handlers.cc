@@ -91,6 +91,23 @@ UnaryWork FlushWork(ServiceContext* ctx, const v1::FlushRequest* request,
   });
 }
 
+UnaryWork DropNamespaceWork(ServiceContext* ctx, const v1::DropNamespaceRequest* request,
+                            v1::DropNamespaceResponse* response) {
+  return Synchronous([ctx, request, response](storage::TieredStore& store,
+                                              const Caller& caller) -> absl::Status {
+    ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
+                     FindNamespace(*ctx, store, request->namespace_(), caller));
+    absl::StatusOr<uint64_t> removed = store.DropNamespace(ns.name, request->force());
+    // Forgotten even when a cold delete failed: the store no longer knows the name.
+    if (removed.ok() || !absl::IsFailedPrecondition(removed.status())) {
+      ctx->namespaces.Erase(ns.name);
+    }
+    RETURN_IF_ERROR(removed.status());
+    response->set_blocks(*removed);
+    return absl::OkStatus();
+  });
+}
+
 UnaryWork ClusterStatusWork(ServiceContext* ctx, const v1::ClusterStatusRequest* /*request*/,
                             v1::ClusterStatusResponse* response) {
   return [ctx, response](storage::TieredStore& store, const Caller& caller, FinishFn finish) {
@@ -144,6 +161,14 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::ClusterStatus(grpc::CallbackServerCo
                                                           grpc::ByteBuffer* response) {
   return RunParsed(ctx_, context, Op::kStats, "ClusterStatus", request, response,
                    &ClusterStatusWork);
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::DropNamespace(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  // Timed with Evict (a namespace-wide admin removal).
+  return RunParsed(ctx_, context, Op::kEvict, "DropNamespace", request, response,
+                   &DropNamespaceWork);
 }
 
 }  // namespace kvtier::service

@@ -33,6 +33,9 @@ class Visibility {
     }
     return it->second;
   }
+  // Forgets what MayUse(ns) answered: `ns` was dropped, and a namespace registered under
+  // the name later may belong to another tenant.
+  void Forget(const std::string& ns) { allowed_.erase(ns); }
 
  private:
   storage::TieredStore* store_;
@@ -107,7 +110,9 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchEventsRespon
       response_.Clear();
       for (const events::EventLog::Entry& e : *got) {
         if (!request_.namespace_().empty() && e.event.ns != request_.namespace_()) continue;
-        if (!visibility_.MayUse(e.event.ns)) continue;
+        const bool visible = visibility_.MayUse(e.event.ns);
+        if (e.event.kind == events::EventKind::kAllCleared) visibility_.Forget(e.event.ns);
+        if (!visible) continue;
         EventToProto(e, response_.add_events());
       }
       if (response_.events_size() == 0) continue;

@@ -17,7 +17,12 @@ std::shared_ptr<const storage::NamespaceOptions> NamespaceCache::Find(
 void NamespaceCache::Insert(const storage::NamespaceOptions& ns) {
   auto entry = std::make_shared<const storage::NamespaceOptions>(ns);
   common::MutexLock lock(&mu_);
-  map_.try_emplace(ns.name, std::move(entry));
+  map_.insert_or_assign(ns.name, std::move(entry));  // a dropped name may come back
+}
+
+void NamespaceCache::Erase(const std::string& name) {
+  common::MutexLock lock(&mu_);
+  map_.erase(name);
 }
 
 bool ConnectionPuts::Acquire(const std::string& peer, uint32_t max) {

@@ -49,13 +49,15 @@
 namespace kvtier::service {
 
 // Namespaces seen by the service, so hot paths (Put headers) can check them inside a
-// reaction without calling the store. Namespaces are never removed and a registered spec
-// never changes, so entries never go stale. Thread-safe.
+// reaction without calling the store. A registered spec never changes; DropNamespace
+// erases its entry, so entries never go stale. Thread-safe.
 class NamespaceCache {
  public:
   // Returns the namespace or null if it is not cached.
   std::shared_ptr<const storage::NamespaceOptions> Find(const std::string& name) const;
   void Insert(const storage::NamespaceOptions& ns);
+  // Forgets namespace `name` (dropped); nothing when it is not cached.
+  void Erase(const std::string& name);
 
  private:
   mutable common::Mutex mu_;
@@ -126,7 +128,9 @@ using KvCacheBase = v1::KvCache::WithRawCallbackMethod_RegisterNamespace<
 using KvCacheAdminBase = v1::KvCacheAdmin::WithRawCallbackMethod_Stats<
     v1::KvCacheAdmin::WithRawCallbackMethod_ListNamespaces<
         v1::KvCacheAdmin::WithRawCallbackMethod_Evict<v1::KvCacheAdmin::WithRawCallbackMethod_Flush<
-            v1::KvCacheAdmin::WithRawCallbackMethod_ClusterStatus<v1::KvCacheAdmin::Service>>>>>;
+            v1::KvCacheAdmin::WithRawCallbackMethod_ClusterStatus<
+                v1::KvCacheAdmin::WithRawCallbackMethod_DropNamespace<
+                    v1::KvCacheAdmin::Service>>>>>>;
 
 // Thread-safe. `ctx` must outlive the service.
 class KvCacheServiceImpl final : public KvCacheBase {
@@ -184,6 +188,9 @@ class KvCacheAdminImpl final : public KvCacheAdminBase {
                                   const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DropNamespace(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
 

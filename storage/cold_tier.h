@@ -77,6 +77,9 @@ class ColdTier {
   // Stores the serialized spec (namespace_record.h) of namespace `ns_id`, durably
   // (synced). UNAVAILABLE / INTERNAL.
   virtual absl::Status PutNamespace(uint32_t ns_id, std::string_view spec) = 0;
+  // Deletes the spec of namespace `ns_id`, durably (synced); absent is OK. The caller
+  // deletes the namespace's blocks first. UNAVAILABLE / INTERNAL.
+  virtual absl::Status DeleteNamespace(uint32_t ns_id) = 0;
   // Calls fn(ns_id, spec) for every stored namespace, in id order. DATA_LOSS on a
   // malformed key; UNAVAILABLE / INTERNAL on read errors.
   virtual absl::Status ForEachNamespace(

@@ -68,6 +68,27 @@ std::vector<LeaseTable::Hold> LeaseTable::Release(uint16_t ns, uint64_t lease_id
   return End(it);
 }
 
+std::vector<LeaseTable::Hold> LeaseTable::ReleaseNamespace(uint16_t ns) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.ns == ns) ids.push_back(id);
+  }
+  std::vector<Hold> freed;
+  for (uint64_t id : ids) {
+    stats_.released++;
+    std::vector<Hold> holds = End(leases_.find(id));
+    freed.insert(freed.end(), holds.begin(), holds.end());
+  }
+  return freed;
+}
+
+bool LeaseTable::HoldsNamespace(uint16_t ns) const {
+  for (const auto& [id, lease] : leases_) {
+    if (lease.ns == ns) return true;
+  }
+  return false;
+}
+
 std::vector<LeaseTable::Hold> LeaseTable::Expire(int64_t now_ms) {
   if (now_ms < next_expiry_ms_) return {};
   std::vector<uint64_t> due;

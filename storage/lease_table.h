@@ -68,6 +68,12 @@ class LeaseTable {
   // is in force, e.g. it expired or was released already). Counted as released.
   std::vector<Hold> Release(uint16_t ns, uint64_t lease_id);
 
+  // Ends every lease of namespace `ns` (DropNamespace) and returns their holds. Counted as
+  // released.
+  std::vector<Hold> ReleaseNamespace(uint16_t ns);
+  // Whether some lease of namespace `ns` is in force (expired ones count until Expire).
+  bool HoldsNamespace(uint16_t ns) const;
+
   // Ends every lease whose deadline is at or before `now_ms` and returns their holds.
   // Cheap when none is due.
   std::vector<Hold> Expire(int64_t now_ms);

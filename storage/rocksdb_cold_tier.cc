@@ -261,6 +261,13 @@ absl::Status RocksDbColdTier::PutNamespace(uint32_t ns_id, std::string_view spec
                    "put namespace");
 }
 
+absl::Status RocksDbColdTier::DeleteNamespace(uint32_t ns_id) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Delete(wo, meta_cf_, BlockKey(ns_id, "", kNamespacePrefix)),
+                   "delete namespace");
+}
+
 absl::Status RocksDbColdTier::ForEachNamespace(
     const std::function<void(uint32_t, std::string_view)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));

@@ -64,6 +64,7 @@ class RocksDbColdTier final : public ColdTier {
   absl::Status GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) override;
   absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) override;
   absl::Status PutNamespace(uint32_t ns_id, std::string_view spec) override;
+  absl::Status DeleteNamespace(uint32_t ns_id) override;
   absl::Status ForEachNamespace(
       const std::function<void(uint32_t ns_id, std::string_view spec)>& fn) override;
   absl::Status ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) override;

@@ -360,6 +360,20 @@ class TieredStore {
   virtual absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
                                          bool drop) = 0;
 
+  // Drops namespace `ns` from this node: deletes every block of it from every tier, then
+  // its spec (a later RegisterNamespace of the name starts empty, with any spec; the name
+  // is unknown to every call from the moment the drop starts, and Puts already under way
+  // store nothing). Events: one AllBlocksCleared for the namespace instead of a
+  // BlockRemoved per block, unless another namespace of this node publishes under the
+  // same topic (same model id), in which case each block gets its BlockRemoved. Pins are
+  // ignored. Returns how many blocks were resident. NOT_FOUND unknown namespace;
+  // FAILED_PRECONDITION while a lease of the namespace is in force, unless `force`
+  // (which ends those leases); UNAVAILABLE when a cold delete failed (the blocks whose
+  // delete failed and the spec stay on disk, so a restart brings the namespace back with
+  // them). The namespace's id is not reused while the process runs (ids count toward the
+  // 65536-namespace bound).
+  virtual absl::StatusOr<uint64_t> DropNamespace(std::string_view ns, bool force) = 0;
+
   // Makes every hot block of `ns` (all namespaces when empty) durable in the cold tier.
   // NOT_FOUND unknown namespace; UNAVAILABLE if some block could not be written (the
   // others are written, the failed ones stay hot); the cold tier's error if syncing fails.

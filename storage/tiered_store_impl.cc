@@ -178,7 +178,7 @@ std::vector<NamespaceOptions> TieredStoreImpl::ListNamespaces() const {
   common::MutexLock lock(&mu_);
   std::vector<NamespaceOptions> out;
   for (const auto& ns : namespaces_) {
-    if (ns != nullptr) out.push_back(ns->opts);
+    if (ns != nullptr && !ns->dropped) out.push_back(ns->opts);
   }
   std::sort(out.begin(), out.end(),
             [](const NamespaceOptions& a, const NamespaceOptions& b) { return a.name < b.name; });
@@ -234,6 +234,7 @@ void TieredStoreImpl::ReportLocked(BlockId id, bool stored, events::Medium mediu
   const Entry& e = index_.at(id);
   if (e.flags & Entry::kStandalone) return;
   const NsState& ns = *namespaces_[e.ns];
+  if (ns.quiet) return;  // dropped: AllBlocksCleared said it
   std::vector<std::string> keys{std::string(e.key_view())};
   if (!stored) {
     options_.events->Publish(
@@ -344,7 +345,7 @@ void TieredStoreImpl::PinLocked(BlockId id, int64_t until_ms) {
 // Admin calls
 
 bool TieredStoreImpl::DeleteOne(NsState* ns, std::string_view key,
-                                uint64_t NamespaceStats::*counter) {
+                                uint64_t NamespaceStats::*counter, absl::Status* cold_status) {
   common::MutexLock stripe(&Stripe(ns->id, key));
   bool existed = false;
   bool had_cold = false;
@@ -359,7 +360,10 @@ bool TieredStoreImpl::DeleteOne(NsState* ns, std::string_view key,
   }
   if (had_cold) {
     absl::Status st = cold_->DeleteBlock(ns->id, key);
-    if (!st.ok()) KVTIER_LOG(WARNING) << "cold delete failed: " << st.ToString();
+    if (!st.ok()) {
+      KVTIER_LOG(WARNING) << "cold delete failed: " << st.ToString();
+      if (cold_status != nullptr) cold_status->Update(st);
+    }
   }
   return existed;
 }
@@ -507,7 +511,7 @@ StoreStats TieredStoreImpl::Stats() const {
   out.leases = leases_.stats();
   out.cold_recovery = cold_->recovery();
   for (const auto& ns : namespaces_) {
-    if (ns != nullptr) out.namespaces.push_back(ns->stats);
+    if (ns != nullptr && !ns->dropped) out.namespaces.push_back(ns->stats);
   }
   std::sort(out.namespaces.begin(), out.namespaces.end(),
             [](const NamespaceStats& a, const NamespaceStats& b) { return a.name < b.name; });

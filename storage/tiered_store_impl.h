@@ -19,7 +19,7 @@
 // residency, admin calls, stats), tiered_store_lookup.cc (Lookup, leases),
 // tiered_store_put.cc (Put), tiered_store_get.cc (Get, promotion, Pin) and
 // tiered_store_demotion.cc (room in the hot tier, demotion, cold-capacity eviction, the
-// background demoter).
+// background demoter) and tiered_store_drop.cc (DropNamespace).
 //
 // Thread-safe (see TieredStore).
 #ifndef KVTIER_STORAGE_TIERED_STORE_IMPL_H_
@@ -55,12 +55,16 @@
 namespace kvtier::storage {
 
 // One registered namespace. `opts`, `id` and `slot_bytes` are constant after
-// registration (read without the store's mutex); `stats` is guarded by the store's mu_.
+// registration (read without the store's mutex); `stats`, `dropped` and `quiet` are
+// guarded by the store's mu_. A dropped namespace keeps its NsState (callers that found
+// it before the drop still hold the pointer) but leaves ns_by_name_.
 struct NsState {
   NamespaceOptions opts;
   uint16_t id = 0;
   uint64_t slot_bytes = 0;  // hot slot size of a full block
   NamespaceStats stats;
+  bool dropped = false;  // DropNamespace started: Put stores nothing more
+  bool quiet = false;    // ... and its blocks' removals raise no events (AllBlocksCleared did)
 };
 
 class TieredStoreImpl final : public TieredStore {
@@ -105,6 +109,8 @@ class TieredStoreImpl final : public TieredStore {
   absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
                                  bool drop) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Flush(std::string_view ns) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> DropNamespace(std::string_view ns, bool force) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   StoreStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -153,9 +159,13 @@ class TieredStoreImpl final : public TieredStore {
   // Removes every tier copy of `id` from the index (cold record deletion is the caller's,
   // outside mu_). Returns true if the block had a cold record.
   bool RemoveLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes one block everywhere, holding its stripe. Returns whether it existed.
-  bool DeleteOne(NsState* ns, std::string_view key, uint64_t NamespaceStats::*counter)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Deletes one block everywhere, holding its stripe. Returns whether it existed. A failed
+  // cold delete is logged and, when `cold_status` is set, stored there.
+  bool DeleteOne(NsState* ns, std::string_view key, uint64_t NamespaceStats::*counter,
+                 absl::Status* cold_status = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether another live namespace publishes its events under the topic of `ns`
+  // (tiered_store_drop.cc).
+  bool SharesTopicLocked(const NsState& ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Put (tiered_store_put.cc)
   // Stores blocks[position] of a Put call.

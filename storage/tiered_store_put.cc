@@ -96,9 +96,12 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
     common::MutexLock stripe(&Stripe(ns->id, block.key));
     absl::Status rules;
     {
-      // Again under the stripe: a concurrent Put of the key may have stored it meanwhile.
+      // Again under the stripe: a concurrent Put of the key may have stored it meanwhile,
+      // or DropNamespace started (it waits for every stripe before it collects blocks).
       common::MutexLock lock(&mu_);
-      rules = CheckPrefixRulesLocked(*ns, block, position);
+      rules = ns->dropped ? absl::NotFoundError(absl::StrCat("namespace '", ns->opts.name,
+                                                             "' was dropped"))
+                          : CheckPrefixRulesLocked(*ns, block, position);
     }
     absl::StatusOr<std::optional<uint32_t>> stored =
         rules.ok() ? WriteColdForPut(*ns, block, prepared)

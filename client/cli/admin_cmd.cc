@@ -1,4 +1,4 @@
-// `kvtier stats | namespaces | lookup | put | get | evict | flush`: talk to a kvtierd.
+// `kvtier stats | namespaces | lookup | put | get | evict | flush | drop-namespace`: talk to a kvtierd.
 #include <unistd.h>
 
 #include <cstdio>
@@ -52,7 +52,10 @@ constexpr char kAdminUsage[] =
     "  get --namespace NS (--keys HEX,.. | --generate N [--seed S] [--shared-prefix P])\n"
     "        [--out PATH] [--raw]     fetches blocks; --out writes the first one\n"
     "  evict --namespace NS [--keys HEX,..] [--drop]   demote (or drop) blocks\n"
-    "  flush [--namespace NS]         make hot blocks durable in the cold tier\n";
+    "  flush [--namespace NS]         make hot blocks durable in the cold tier\n"
+    "  drop-namespace --namespace NS [--force]\n"
+    "        removes every block of NS and NS itself from this server (AllBlocksCleared);\n"
+    "        refused while leases of NS are in force unless --force\n";
 
 std::string JsonEscape(std::string_view s) {
   std::string out;
@@ -400,6 +403,21 @@ absl::Status RunEvict(const Flags& flags) {
   return absl::OkStatus();
 }
 
+absl::Status RunDropNamespace(const Flags& flags) {
+  const std::string ns = flags.GetString("namespace", "");
+  if (ns.empty()) return absl::InvalidArgumentError("--namespace is required");
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  ASSIGN_OR_RETURN(uint64_t n, client->DropNamespace(ns, flags.Has("force")));
+  if (flags.Has("json")) {
+    std::printf("{\"namespace\":\"%s\",\"blocks\":%llu}\n", JsonEscape(ns).c_str(),
+                static_cast<unsigned long long>(n));
+  } else {
+    std::printf("dropped namespace %s (%llu blocks)\n", ns.c_str(),
+                static_cast<unsigned long long>(n));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunFlush(const Flags& flags) {
   ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
   RETURN_IF_ERROR(client->Flush(flags.GetString("namespace", "")));
@@ -413,7 +431,7 @@ int RunAdmin(int argc, char** argv) {
   const std::string_view command = argv[0];
   Flags flags = Flags::Parse(argc, argv, 1,
                               {"json", "watch", "raw", "drop", "local-only", "cluster", "tls",
-                               "help"});
+                               "help", "force"});
   if (flags.Has("help") && command != "stats") {  // stats explains its own columns
     std::fputs(kAdminUsage, stdout);
     return 0;
@@ -422,7 +440,7 @@ int RunAdmin(int argc, char** argv) {
       {"server", "auth-token", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
        "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
        "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
-       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "help"});
+       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "help", "force"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier %s: %s\n\n%s", std::string(command).c_str(),
                  known.ok() ? "unexpected positional argument" : std::string(known.message()).c_str(),
@@ -437,6 +455,7 @@ int RunAdmin(int argc, char** argv) {
   else if (command == "get") status = RunGet(flags);
   else if (command == "evict") status = RunEvict(flags);
   else if (command == "flush") status = RunFlush(flags);
+  else if (command == "drop-namespace") status = RunDropNamespace(flags);
   else status = absl::InvalidArgumentError("unknown command");
   if (!status.ok()) {
     std::fprintf(stderr, "kvtier %s: %s\n", std::string(command).c_str(),

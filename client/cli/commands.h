@@ -6,7 +6,8 @@
 
 namespace kvtier::cli {
 
-int RunAdmin(int argc, char** argv);  // stats, namespaces, lookup, put, get, evict, flush
+// stats, namespaces, lookup, put, get, evict, flush, drop-namespace
+int RunAdmin(int argc, char** argv);
 int RunHealth(int argc, char** argv);  // health (grpc.health.v1, for exec probes)
 
 }  // namespace kvtier::cli

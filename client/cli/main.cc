@@ -20,6 +20,7 @@ constexpr char kUsage[] =
     "  lookup                        how much of a prefix is cached, and where\n"
     "  put | get                     store or fetch blocks (a file or generated blocks)\n"
     "  evict | flush                 admin eviction, make hot blocks durable\n"
+    "  drop-namespace                remove a namespace and all its blocks\n"
     "  health [--service NAME]       exit 0 when the server is SERVING (exec probes)\n"
     "  bench                         load generator (--server ADDR or --redis ADDR)\n"
     "\n"
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
   if (command == "bench") return kvtier::tools::RunBench(argc - 1, argv + 1);
   if (command == "health") return kvtier::cli::RunHealth(argc - 1, argv + 1);
   if (command == "stats" || command == "namespaces" || command == "lookup" ||
-      command == "put" || command == "get" || command == "evict" || command == "flush") {
+      command == "put" || command == "get" || command == "evict" || command == "flush" ||
+      command == "drop-namespace") {
     return kvtier::cli::RunAdmin(argc - 1, argv + 1);
   }
   std::fprintf(stderr, "kvtier: unknown command '%s'\n\n%s", argv[1], kUsage);

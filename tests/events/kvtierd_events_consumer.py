@@ -18,6 +18,7 @@ It ignores one live batch on purpose and must heal the gap through the replay so
 after a restart (the sequence starts again at 0) it re-syncs from replay. Exit status 0
 on success.
 """
+import json
 import os
 import queue
 import random
@@ -79,6 +80,9 @@ class Consumer:
         self.gaps_healed = 0
         self.dropped_live = 0
         self.token_events = 0
+        self.chain_events = 0  # BlockStored events with more than one block
+        self.cleared = 0       # AllBlocksCleared applied
+        self.removed = 0       # BlockRemoved events applied
         self.live_received = 0
 
     def request_replay(self, start):
@@ -104,14 +108,19 @@ class Consumer:
                     check(len(ev["token_ids"]) == TOKENS_PER_BLOCK * len(ev["block_hashes"]),
                           "token_ids cover the blocks")
                     check(ev["lora_name"] == "adapter-1", "lora_name %r" % ev["lora_name"])
-                    check(ev["extra_keys"] == [["salt-" + ev["block_hashes"][0][:4].hex()]],
+                    check(ev["extra_keys"] == [["salt-" + h[:4].hex()]
+                                               for h in ev["block_hashes"]],
                           "extra_keys %r" % ev["extra_keys"])
                     self.token_events += 1
+                # One event per chain run of a Put (as vLLM): count the multi-block ones.
+                if len(ev["block_hashes"]) > 1:
+                    self.chain_events += 1
                 for h in ev["block_hashes"]:
                     media = self.index.setdefault(h, set())
                     check(ev["medium"] not in media, "stored twice in %s" % ev["medium"])
                     media.add(ev["medium"])
             elif ev["type"] == "BlockRemoved":
+                self.removed += 1
                 for h in ev["block_hashes"]:
                     media = self.index.get(h, set())
                     check(ev["medium"] in media, "removed from %s, not held" % ev["medium"])
@@ -119,6 +128,8 @@ class Consumer:
                     if not media:
                         del self.index[h]
             else:
+                check(ev["type"] == "AllBlocksCleared", "event type %r" % ev["type"])
+                self.cleared += 1
                 self.index = {}
         self.next_seq = seq + 1
 
@@ -187,6 +198,9 @@ class WatchConsumer:
         self.resumed = 0       # streams resumed from next_seq without loss
         self.dropped_live = 0
         self.token_events = 0
+        self.chain_events = 0  # one event per block on this stream
+        self.cleared = 0
+        self.removed = 0
         self.call = None
 
     def connect(self, channel):
@@ -230,6 +244,7 @@ class WatchConsumer:
                 check(medium not in media, "watch: stored twice")
                 media.add(medium)
         elif ev.kind == pb.BLOCK_REMOVED:
+            self.removed += 1
             for h in ev.keys:
                 media = self.index.get(h, set())
                 check(medium in media, "watch: removed from %s, not held" % medium)
@@ -238,6 +253,7 @@ class WatchConsumer:
                     del self.index[h]
         else:
             check(ev.kind == pb.ALL_BLOCKS_CLEARED, "watch: kind %d" % ev.kind)
+            self.cleared += 1
             self.index = {}
         self.next_seq = ev.seq + 1
 
@@ -358,8 +374,12 @@ def main():
 
     data, admin = connect()
     events_stub = c.stub if watch else None
-    data.RegisterNamespace(pb.RegisterNamespaceRequest(
-        spec=pb.NamespaceSpec(name=NS, model_id=MODEL, layout=layout)))
+
+    def register():
+        data.RegisterNamespace(pb.RegisterNamespaceRequest(
+            spec=pb.NamespaceSpec(name=NS, model_id=MODEL, layout=layout)))
+
+    register()
     if watch:
         c.start()
 
@@ -470,6 +490,35 @@ def main():
         c.process(*got)
         check(c.gaps_healed == healed + 1, "the gap was healed through replay")
 
+    cli = os.path.join(build, "client", "cli", "kvtier")
+
+    def drop_namespace(step):
+        """DropNamespace: refused while a lease of the namespace is in force, then forced
+        through `kvtier drop-namespace`; one AllBlocksCleared (and no BlockRemoved) empties
+        the index; the name is registered again and starts empty."""
+        quiescent_check(step)
+        add_stats()  # the namespace's counters go with it
+        resident = len(c.index)
+        removed, cleared = c.removed, c.cleared
+        data.Lookup(pb.LookupRequest(namespace=NS, keys=universe, local_only=True,
+                                     lease_ms=60000))
+        try:
+            admin.DropNamespace(pb.DropNamespaceRequest(namespace=NS))
+            fail("DropNamespace while a lease is in force was not refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, "leased drop: %s" % e)
+        out = subprocess.run([cli, "drop-namespace", "--server", server.address, "--namespace",
+                              NS, "--force", "--json"], capture_output=True, text=True)
+        check(out.returncode == 0, "kvtier drop-namespace: %s" % out.stderr)
+        check(json.loads(out.stdout)["blocks"] == resident, "dropped %s, index held %d"
+              % (out.stdout.strip(), resident))
+        register()
+        quiescent_check(step)
+        check(c.cleared == cleared + 1 and c.removed == removed,
+              "one AllBlocksCleared, no BlockRemoved (%d, %d)" % (c.cleared - cleared,
+                                                                 c.removed - removed))
+        check(not c.index, "the index is empty after the drop")
+
     totals = {}
 
     def add_stats():
@@ -527,6 +576,8 @@ def main():
             restarts += 1
         if step == 20:
             provoke_gap()
+        if step == 125:  # late: the pressure before it reached every eviction kind
+            drop_namespace(step)
         if step % 10 == 9:
             quiescent_check(step)
     quiescent_check(140)
@@ -538,6 +589,9 @@ def main():
     check(c.dropped_live == 1 and c.gaps_healed >= 1, "the provoked gap was healed (%d, %d)"
           % (c.dropped_live, c.gaps_healed))
     check(c.token_events > 0, "token_ids / lora_name / extra_keys reached the events")
+    check(c.cleared == 1, "the drop was seen (%d AllBlocksCleared)" % c.cleared)
+    if not watch:
+        check(c.chain_events > 0, "a Put of a chain became one BlockStored")
     print("PASS %s: %d keys put, %d resident at the end, %d gap(s) healed, %d restart(s), %r"
           % (form, len(universe), len(c.index), c.gaps_healed, restarts, totals))
 

@@ -119,6 +119,12 @@ absl::Status FakeColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
   return absl::OkStatus();
 }
 
+absl::Status FakeColdTier::DeleteNamespace(uint32_t ns_id) {
+  common::MutexLock lock(&disk_->mu);
+  disk_->namespaces.erase(ns_id);
+  return absl::OkStatus();
+}
+
 absl::Status FakeColdTier::ForEachNamespace(
     const std::function<void(uint32_t, std::string_view)>& fn) {
   std::map<uint32_t, std::string> copy;

@@ -75,6 +75,7 @@ class FakeColdTier final : public storage::ColdTier {
   absl::Status GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) override;
   absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) override;
   absl::Status PutNamespace(uint32_t ns_id, std::string_view spec) override;
+  absl::Status DeleteNamespace(uint32_t ns_id) override;
   absl::Status ForEachNamespace(
       const std::function<void(uint32_t ns_id, std::string_view spec)>& fn) override;
   absl::Status ForEachBlock(

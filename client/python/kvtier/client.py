@@ -29,7 +29,7 @@ allocates its results) always uses TCP, like the C++ GetBlocks.
 Deadlines: every call has one (`timeout` seconds, else the client's `timeout`) covering all
 its attempts. Retries: idempotent calls (register, get, lookup, pin, unpin, delete, stats,
 list_namespaces, evict, flush, cluster_status) are retried on UNAVAILABLE with exponential
-backoff while the deadline allows; put_blocks and report_scores never are.
+backoff while the deadline allows; put_blocks, report_scores and drop_namespace never are.
 
 Errors: kvtier.KvtierError subclasses (kvtier.errors) carrying the gRPC code, the server's
 message, the RPC name and the structured detail.
@@ -65,11 +65,16 @@ _GET = "/kvtier.v1.KvCache/Get"
 @dataclasses.dataclass
 class PutBlock:
     """One block to put. payload: any C-contiguous buffer (bytes, bytearray, memoryview,
-    numpy array of any dtype); RAW payloads are exactly bytes_per_block(layout) bytes."""
+    numpy array of any dtype); RAW payloads are exactly bytes_per_block(layout) bytes.
+    token_ids / lora_name / extra_keys: optional, for KV-aware routers only (carried into
+    the block's BlockStored events, never stored; PutBlock in the proto)."""
     key: bytes
     payload: Any
     parent_key: bytes = b""
     block_index: int = 0
+    token_ids: Any = ()      # the block's tokens (ints; a numpy array works)
+    lora_name: str = ""      # its LoRA adapter
+    extra_keys: Any = ()     # its extra hash inputs (str: multimodal ids, cache_salt)
 
 
 @dataclasses.dataclass
@@ -440,9 +445,15 @@ class Client:
         if session:
             header.shm_session = session
         for i, (b, v) in enumerate(zip(blocks, views)):
-            header.blocks.add(key=bytes(b.key), parent_key=bytes(b.parent_key),
-                              block_index=b.block_index, size=len(v),
-                              shm_offset=offsets[i] if session else 0)
+            pb_block = header.blocks.add(key=bytes(b.key), parent_key=bytes(b.parent_key),
+                                         block_index=b.block_index, size=len(v),
+                                         shm_offset=offsets[i] if session else 0)
+            if len(b.token_ids):
+                pb_block.token_ids.extend(int(t) for t in b.token_ids)
+            if b.lora_name:
+                pb_block.lora_name = b.lora_name
+            if b.extra_keys:
+                pb_block.extra_keys.extend(b.extra_keys)
         first = request.SerializeToString()
         chunk = self.chunk_bytes
 
@@ -472,13 +483,16 @@ class Client:
 
     # -- get --------------------------------------------------------------------------
 
-    def get_blocks_into(self, ns, keys, buffers, format=ENCODED, timeout=None):
+    def get_blocks_into(self, ns, keys, buffers, format=ENCODED, timeout=None, lease_id=0):
         """Fetches `keys` into caller buffers (writable C-contiguous numpy arrays,
         memoryviews, bytearrays): block i, when found, is written to the start of
         buffers[i]. Returns one GetBlockInfo per key (found False for a miss; size = bytes
-        written). InvalidArgumentError if the counts differ or a buffer is read-only;
-        OutOfRangeError naming the buffer if a block does not fit; the server's errors
-        otherwise. Retried on UNAVAILABLE (buffers may have been partly written)."""
+        written). lease_id: a lease of this server (lookup(lease_ms=...).blocks[i].lease_id)
+        that ends once the blocks are read (GetRequest.lease_id; with several streams, one
+        release_lease after all of them, as the C++ client). InvalidArgumentError if the
+        counts differ or a buffer is read-only; OutOfRangeError naming the buffer if a block
+        does not fit; the server's errors otherwise. Retried on UNAVAILABLE (buffers may
+        have been partly written)."""
         keys = [bytes(k) for k in keys]
         if len(buffers) != len(keys):
             raise errors.InvalidArgumentError("buffers: %d buffers for %d keys"
@@ -496,12 +510,16 @@ class Client:
                     raise errors.OutOfRangeError("buffers[%d] holds %d bytes, block needs %d"
                                                  % (b + i, buf.size, info.size), "Get")
                 return buf
-            return self._get_run(ns, keys[b:e], fmt, deadline, dest, buffers[b:e], arrays[b:e])
-        return [info for part in self._parallel(len(keys), run) for info in part]
+            return self._get_run(ns, keys[b:e], fmt, deadline, dest, buffers[b:e], arrays[b:e],
+                                 run_lease)
+        run_lease = self._run_lease(len(keys), lease_id)
+        infos = [info for part in self._parallel(len(keys), run) for info in part]
+        self._end_lease(ns, lease_id, run_lease, deadline)
+        return infos
 
-    def get_blocks(self, ns, keys, format=ENCODED, timeout=None, numpy=False):
-        """Like get_blocks_into but allocates the payloads: returns one FetchedBlock per key
-        with data a bytearray (None for a miss). With numpy=True, data is a numpy array: for
+    def get_blocks(self, ns, keys, format=ENCODED, timeout=None, numpy=False, lease_id=0):
+        """Like get_blocks_into (lease_id too) but allocates the payloads: returns one
+        FetchedBlock per key with data a bytearray (None for a miss). With numpy=True, data is a numpy array: for
         RAW gets of the namespace's dtype (float16, or uint16 bf16 bit patterns) shaped
         block_shape(layout) when the size matches; uint8 for ENCODED gets."""
         keys = [bytes(k) for k in keys]
@@ -516,8 +534,10 @@ class Client:
                 data = bytearray(info.size)
                 out[b + i].data = data
                 return np.frombuffer(data, dtype=np.uint8)
-            return self._get_run(ns, keys[b:e], fmt, deadline, dest, None, None)
+            return self._get_run(ns, keys[b:e], fmt, deadline, dest, None, None, run_lease)
+        run_lease = self._run_lease(len(keys), lease_id)
         infos = [info for part in self._parallel(len(keys), run) for info in part]
+        self._end_lease(ns, lease_id, run_lease, deadline)
         lay = self.namespace_layout(ns) if numpy and fmt == RAW else None
         for fb, info in zip(out, infos):
             fb.info = info
@@ -535,8 +555,18 @@ class Client:
                 fb.data = arr
         return out
 
-    def _get_run(self, ns, keys, fmt, deadline, dest, buffers, arrays):
-        req = pb.GetRequest(namespace=ns, keys=keys, format=fmt)
+    def _run_lease(self, n, lease_id):
+        """The lease_id each Get stream carries: one stream ends the lease itself; several
+        leave it to _end_lease, so no stream ends it while another still reads."""
+        return lease_id if len(_split_ranges(n, self.max_streams_per_call)) == 1 else 0
+
+    def _end_lease(self, ns, lease_id, run_lease, deadline):
+        if lease_id and not run_lease:
+            req = pb.ReleaseLeaseRequest(namespace=ns, lease_id=lease_id)
+            self._unary("ReleaseLease", False, req, True, max(deadline - time.monotonic(), 0.001))
+
+    def _get_run(self, ns, keys, fmt, deadline, dest, buffers, arrays, lease_id=0):
+        req = pb.GetRequest(namespace=ns, keys=keys, format=fmt, lease_id=lease_id)
         region = self._region if buffers is not None else None
         if region is not None:
             staged, ok = [], True
@@ -658,6 +688,16 @@ class Client:
     def evict(self, ns, keys=(), drop=False, timeout=None):
         req = pb.EvictRequest(namespace=ns, keys=[bytes(k) for k in keys], drop=drop)
         return self._unary("Evict", True, req, True, timeout).blocks
+
+    def drop_namespace(self, ns, force=False, timeout=None):
+        """Drops namespace `ns` from this server: every block, then the spec (the server
+        publishes one AllBlocksCleared). Returns the blocks removed. NotFoundError unknown
+        namespace; FailedPreconditionError while leases of it are in force unless
+        `force`. Not retried."""
+        req = pb.DropNamespaceRequest(namespace=ns, force=force)
+        with self._lock:
+            self._layouts.pop(ns, None)
+        return self._unary("DropNamespace", True, req, False, timeout).blocks
 
     def flush(self, ns="", timeout=None):
         self._unary("Flush", True, pb.FlushRequest(namespace=ns), True, timeout)
