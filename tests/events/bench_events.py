@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 """Cost of KV events, measured with `kvtier bench` in one run (not a ctest: timing).
 
-    [REPS=7] [BLOCKS=2MiB,64KiB] [SKIP_STUCK=1] tests/events/bench_events.py [BUILD_DIR] [SECONDS]
+    [REPS=7] [BLOCKS=2MiB,64KiB] [SKIP_STUCK=1] [PERF=1] tests/events/bench_events.py [BUILD_DIR] [SECONDS]
+
+PERF=1: instead, the share of kvtierd's CPU samples spent on events (perf record).
 
 For 2 MiB and 64 KiB blocks: Put and Get throughput of two kvtierds running side by
 side, one with events off, one with events on and one subscriber reading every batch (a
 python3-zmq SUB that kvtierd connects to). Rounds alternate between the two (REPS pairs,
-default 7); the change is the median of the per-pair on/off ratios (robust to the noise
-of a shared machine), with the spread of the pairs.
+default 7, each op on its own); the change is the median of the per-pair on/off ratios
+(robust to the noise of a shared machine), with the spread of the pairs, and kvtierd's
+CPU time per operation on vs off (the cost itself, which other load barely moves).
 Then a subscriber that never reads: kvtierd's resident memory must level off (the replay
 buffer and the send_hwm queue are bounded; batches the socket refuses are counted).
 Prints a Markdown table.
@@ -128,10 +131,65 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(server, block, op):
+    """One `kvtier bench` round of `op`: (ops/s, kvtierd CPU microseconds per op)."""
+    cpu0 = cpu_seconds(server.proc.pid)
+    r = rate(bench(server, block, ops=op), op)
+    cpu = cpu_seconds(server.proc.pid) - cpu0
+    return r["ops_per_s"], 1e6 * cpu / max(r["ops"], 1)
+
+
+def perf_share(seconds=4):
+    """Share of kvtierd's CPU samples (perf record) spent on events during 64 KiB puts
+    with one subscriber: the events code (kvtier::events, ReportLocked), libzmq and ZMQ's
+    I/O thread. 64 KiB puts are the worst case: one event per ~70 us of server CPU."""
+    sub = Subscriber()
+    srv = Server("tcp://127.0.0.1:%d" % sub.port)
+    data = os.path.join(srv.tmp, "perf.data")
+    try:
+        bench(srv, "64KiB", ops="put")
+        perf = subprocess.Popen(["perf", "record", "-F", "999", "-o", data, "-p",
+                                 str(srv.proc.pid)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        subprocess.run([KVTIER, "bench", "--server", srv.address, "--block-size", "64KiB",
+                        "--keys", "64", "--seconds", str(seconds), "--ops", "put",
+                        "--threads", "4", "--no-shm"], capture_output=True, check=True)
+        perf.send_signal(2)
+        perf.wait()
+    finally:
+        srv.stop()
+        sub.close()
+    report = subprocess.run(["perf", "report", "-i", data, "--no-children", "-g", "none",
+                             "--sort", "comm,dso,sym", "--percent-limit", "0"],
+                            capture_output=True, text=True).stdout
+    share = 0.0
+    for line in report.splitlines():
+        parts = line.split()
+        if not parts or not parts[0].endswith("%") or line.startswith("#"):
+            continue
+        if (parts[1].startswith("ZMQ") or "libzmq" in line or "kvtier::events" in line
+                or "ReportLocked" in line):
+            share += float(parts[0].rstrip("%"))
+    print("perf: %.2f%% of kvtierd's CPU samples are events code, libzmq or ZMQ's I/O "
+          "thread (64 KiB puts, 4 threads, %d s, one subscriber)" % (share, seconds))
+
+
 def main():
-    # Both servers run at once, and short rounds alternate between them (off, on, on,
-    # off, ...), so whatever else loads the machine hits both alike; each pair of adjacent
-    # rounds gives one on/off ratio and the figure is the median ratio over REPS pairs.
+    if os.environ.get("PERF"):
+        return perf_share()
+    # Both servers run at once and short rounds alternate between them (off, on, then
+    # on, off, ...), so whatever else loads the machine hits both alike; each adjacent
+    # pair gives one on/off ratio and the figure is the median ratio over REPS pairs.
+    # Besides throughput (noisy on a shared machine) it reports kvtierd's CPU time per
+    # operation (utime + stime over the round / ops), the cost itself.
     reps = int(os.environ.get("REPS", "7"))
     blocks = os.environ.get("BLOCKS", "2MiB,64KiB").split(",")
     sub = Subscriber()
@@ -141,37 +199,34 @@ def main():
         for block in blocks:
             for srv in servers.values():
                 bench(srv, block)  # warm: arena pages, key space, connections
-            ratios = {"put": [], "get": []}
-            rates = {m: {"put": [], "get": []} for m in servers}
-            for rep in range(reps):
-                order = ("off", "on") if rep % 2 == 0 else ("on", "off")
-                got = {}
-                for mode in order:
-                    got[mode] = bench(servers[mode], block)
-                for op in ("put", "get"):
-                    a = rate(got["off"], op)["ops_per_s"]
-                    b = rate(got["on"], op)["ops_per_s"]
-                    rates["off"][op].append(a)
-                    rates["on"][op].append(b)
-                    ratios[op].append(b / a)
-            rows.append((block, rates, ratios))
+            for op in ("put", "get"):
+                got = {m: {"rate": [], "cpu": []} for m in servers}
+                ratio, cpu_ratio = [], []
+                for rep in range(reps):
+                    pair = {}
+                    for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+                        pair[mode] = measure(servers[mode], block, op)
+                        got[mode]["rate"].append(pair[mode][0])
+                        got[mode]["cpu"].append(pair[mode][1])
+                    ratio.append(pair["on"][0] / pair["off"][0])
+                    cpu_ratio.append(pair["on"][1] / pair["off"][1])
+                rows.append((block, op, got, ratio, cpu_ratio))
     finally:
         for srv in servers.values():
             srv.stop()
         print("  subscriber read %d batches" % sub.batches, file=sys.stderr)
         sub.close()
     print(json.dumps(rows, indent=1), file=sys.stderr)
-    print("%d interleaved pairs of %s s rounds per block size, 4 threads, --no-shm"
+    print("%d interleaved pairs of %s s rounds per row, 4 threads, --no-shm; medians"
           % (reps, SECONDS))
-    print("| block | op | events off (median) | events on, 1 subscriber (median) | "
-          "on/off, median of pairs | pairs min..max |")
-    print("|---|---|---|---|---|---|")
-    for block, rates, ratios in rows:
-        for op in ("put", "get"):
-            r = ratios[op]
-            print("| %s | %s | %.0f ops/s | %.0f ops/s | %+.1f%% | %+.1f%%..%+.1f%% |" % (
-                block, op, median(rates["off"][op]), median(rates["on"][op]),
-                100.0 * (median(r) - 1), 100.0 * (min(r) - 1), 100.0 * (max(r) - 1)))
+    print("| block | op | off ops/s | on ops/s | throughput on/off | (pairs min..max) "
+          "| kvtierd CPU us/op off | on | CPU on/off |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for block, op, got, ratio, cpu_ratio in rows:
+        print("| %s | %s | %.0f | %.0f | %+.1f%% | %+.1f%%..%+.1f%% | %.1f | %.1f | %+.1f%% |" % (
+            block, op, median(got["off"]["rate"]), median(got["on"]["rate"]),
+            100.0 * (median(ratio) - 1), 100.0 * (min(ratio) - 1), 100.0 * (max(ratio) - 1),
+            median(got["off"]["cpu"]), median(got["on"]["cpu"]), 100.0 * (median(cpu_ratio) - 1)))
     if os.environ.get("SKIP_STUCK"):
         return
 
