@@ -8,11 +8,12 @@ call, more than the payload copy. Two remedies, both optional:
     thread, on grpcio's own segregated-call machinery (grpc._channel internals of
     grpcio 1.4x-1.6x); when those internals are not there it uses the public API.
     KVTIER_GRPC_FAST_PATH=0 turns it off.
-  - unary_stream_messages(): a server-streaming call with a short answer (a shared-memory
-    Get's header) received on the calling thread, the same way.
+  - unary_stream_iter() / unary_stream_messages(): a server-streaming call received on
+    the calling thread, the same way (TCP Gets parse each payload message as it arrives;
+    a shared-memory Get gets its lone header): no hand-off from the channel's event
+    thread per message.
   - Keepalive: one long-lived Health/Watch stream per channel keeps the channel's event
-    thread alive between calls, so the public server-streaming calls (TCP Gets, whose
-    payload messages are consumed as they arrive) do not start one each.
+    thread alive between calls, for the public server-streaming path (fast path off).
 """
 
 import os
@@ -53,29 +54,34 @@ def stream_unary(multicallable, messages, timeout, metadata=None):
         md, _gch._InitialMetadataFlags().with_wait_for_ready(None))]
     due = {ops.send_initial_metadata, ops.receive_initial_metadata, ops.receive_message,
            ops.receive_status_on_client}
-    # A batch completes only when all its operations have, and the receives in the first
-    # one complete with the call: only a stream of at most one message rides along.
-    single = nxt is None
-    if single:
-        if cur is not None:
-            first.append(cygrpc.SendMessageOperation(cur, flags))
-            due.add(ops.send_message)
+    # A batch completes only when all its operations have, and the receives complete with
+    # the call: they go in a batch of their own, so the first message (and the half-close
+    # of a one-message stream) rides in the first batch and its completion can be awaited.
+    if cur is not None:
+        first.append(cygrpc.SendMessageOperation(cur, flags))
+        due.add(ops.send_message)
+        cur = None
+    if nxt is None:
         first.append(cygrpc.SendCloseFromClientOperation(flags))
         due.add(ops.send_close_from_client)
-        cur = None
-    first += [cygrpc.ReceiveMessageOperation(flags), cygrpc.ReceiveStatusOnClientOperation(flags)]
+    else:
+        cur, nxt = nxt, next(it, None)
+    receives = (cygrpc.ReceiveMessageOperation(flags), cygrpc.ReceiveStatusOnClientOperation(flags))
     state = _gch._RPCState(due, None, None, None, None)
     call = mc._channel.segregated_call(
         cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, mc._method, None,
         _gch._determine_deadline(_gch._deadline(timeout)), md, None,
-        ((tuple(first), None), ((cygrpc.ReceiveInitialMetadataOperation(flags),), None)),
+        ((tuple(first), None), (receives, None),
+         ((cygrpc.ReceiveInitialMetadataOperation(flags),), None)),
         mc._context)
 
     def pump(done):
         while not done():
             _gch._handle_event(call.next_event(), state, mc._response_deserializer)
     try:
-        while cur is not None:
+        if cur is not None:  # the first message's send must complete before the next
+            pump(lambda: state.code is not None or ops.send_message not in state.due)
+        while cur is not None and state.code is None:
             batch = [cygrpc.SendMessageOperation(cur, flags)]
             state.due.add(ops.send_message)
             if nxt is None:
@@ -97,13 +103,19 @@ def stream_unary(multicallable, messages, timeout, metadata=None):
     return _gch._end_unary_response_blocking(state, call, False, None)
 
 
-def unary_stream_messages(multicallable, request, timeout, metadata=None):
-    """All response messages of a server-streaming call, received on the calling thread
-    (for short answers, e.g. a shared-memory Get's lone header). Raises grpc.RpcError like
-    the public call."""
+def unary_stream_iter(multicallable, request, timeout, metadata=None):
+    """The response messages of a server-streaming call, yielded as they arrive and
+    received on the calling thread (no hand-off from the channel's event thread per
+    message). Raises grpc.RpcError like the public call once the stream ends with an
+    error; closing the generator early cancels the call."""
     mc = multicallable
     if not ENABLED or not isinstance(mc, _gch._UnaryStreamMultiCallable):
-        return list(mc(request, timeout=timeout, metadata=metadata))
+        call = mc(request, timeout=timeout, metadata=metadata)
+        try:
+            yield from call
+        finally:
+            call.cancel()
+        return
     ops = cygrpc.OperationType
     flags = _gch._EMPTY_FLAGS
     md = _compression.augment_metadata(metadata, None)
@@ -125,20 +137,31 @@ def unary_stream_messages(multicallable, request, timeout, metadata=None):
     def pump(done):
         while not done():
             _gch._handle_event(call.next_event(), state, mc._response_deserializer)
-    out = []
-    while state.code is None:
-        state.due.add(ops.receive_message)
-        state.response = None
-        if not call.operate((cygrpc.ReceiveMessageOperation(flags),), None):
-            state.due.discard(ops.receive_message)
-            break
-        pump(lambda: ops.receive_message not in state.due)
-        if state.response is None:
-            break
-        out.append(state.response)
-    pump(lambda: not state.due)
+    finished = False
+    try:
+        while state.code is None:
+            state.due.add(ops.receive_message)
+            state.response = None
+            if not call.operate((cygrpc.ReceiveMessageOperation(flags),), None):
+                state.due.discard(ops.receive_message)
+                break
+            pump(lambda: ops.receive_message not in state.due)
+            if state.response is None:
+                break
+            yield state.response
+        finished = True
+    finally:
+        if not finished:
+            call.cancel(cygrpc.StatusCode.cancelled, "kvtier: response stream abandoned")
+        pump(lambda: not state.due)
     _gch._end_unary_response_blocking(state, call, False, None)  # raises on an error status
-    return out
+
+
+def unary_stream_messages(multicallable, request, timeout, metadata=None):
+    """All response messages of a server-streaming call, received on the calling thread
+    (for short answers, e.g. a shared-memory Get's lone header). Raises grpc.RpcError like
+    the public call."""
+    return list(unary_stream_iter(multicallable, request, timeout, metadata))
 
 
 class Keepalive:

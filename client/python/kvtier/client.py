@@ -605,15 +605,15 @@ class Client:
             req.shm_session = b""
 
         def attempt(ch, left, _):
-            ch.keepalive.ensure()
-            call = ch.get(req, timeout=left, metadata=self._metadata)
+            if not _grpc_fast.ENABLED:
+                ch.keepalive.ensure()
             parser = wire.GetStreamParser(dest)
+            messages = _grpc_fast.unary_stream_iter(ch.get, req, left, self._metadata)
             try:
-                for msg in call:
+                for msg in messages:
                     parser.consume(msg)
-            except errors.KvtierError:
-                call.cancel()
-                raise
+            finally:
+                messages.close()  # cancels the call when the parser gave up
             parser.finish()
             if len(parser.header.blocks) != len(keys):
                 raise errors.InternalError("header lists %d blocks for %d keys"
