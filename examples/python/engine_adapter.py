@@ -2,11 +2,13 @@
 GPU KV cache). It shows where a Python engine's KV-connector hooks (vLLM's
 KVConnector, SGLang's HiCache storage, LMCache's remote backend) map onto the client:
 
-  new request     keys = prefix_keys(token ids); lookup(keys) -> matched tokens
-                  (a lease on the matched blocks once the server offers one; Pin meanwhile
-                  is optional and not used here)
-  load            get_blocks_into(the engine's KV pages for the matched blocks, RAW)
-  after prefill   put_blocks(the new full blocks, RAW, parent keys chained)
+  new request     keys = prefix_keys(token ids); lookup(keys, lease_ms) -> matched
+                  tokens, kept loadable by the lease until the load (vLLM's contract:
+                  the matched tokens it reports must really load)
+  load            get_blocks_into(the engine's KV pages for the matched blocks, RAW,
+                  lease_id: the Get ends the lease)
+  after prefill   put_blocks(the new full blocks, RAW, parent keys chained, with their
+                  token ids for KV-aware routers' events)
 
 The engine's paged KV pool lives in the client's shared region when the server is on this
 host (allocate_shared_buffer), so loads and saves copy nothing on the client; otherwise it
@@ -29,6 +31,7 @@ class Request:
     token_ids: np.ndarray
     keys: list = dataclasses.field(default_factory=list)
     matched_blocks: int = 0
+    lease_id: int = 0  # the lookup's lease (0: none granted)
     pages: list = dataclasses.field(default_factory=list)  # page index per block
 
 
@@ -54,6 +57,8 @@ class PagedKvPool:
 
 
 class KvtierConnector:
+    LEASE_MS = 30000  # longer than a request waits between scheduling and its load
+
     def __init__(self, address, namespace, layout, codec="int8", tenant="", num_pages=64):
         self.ns = namespace
         self.tenant = tenant
@@ -72,7 +77,9 @@ class KvtierConnector:
         req.pages = self.pool.allocate(len(req.keys))
         if not req.keys:
             return 0
-        req.matched_blocks = self.client.lookup(self.ns, req.keys).prefix_blocks
+        found = self.client.lookup(self.ns, req.keys, lease_ms=self.LEASE_MS)
+        req.matched_blocks = found.leased_blocks  # what stays loadable until the load
+        req.lease_id = found.blocks[0].lease_id if found.leased_blocks else 0
         return req.matched_blocks * self.block_tokens
 
     # Hook 2: before the forward pass, load the matched blocks into the request's pages.
@@ -81,9 +88,11 @@ class KvtierConnector:
         if n == 0:
             return 0
         bufs = [self.pool.pages[p] for p in req.pages[:n]]
-        infos = self.client.get_blocks_into(self.ns, req.keys[:n], bufs, format=kvtier.RAW)
+        infos = self.client.get_blocks_into(self.ns, req.keys[:n], bufs, format=kvtier.RAW,
+                                            lease_id=req.lease_id)
+        req.lease_id = 0
         loaded = 0
-        for info in infos:  # a block evicted since the lookup ends the usable prefix
+        for info in infos:  # leased, so all found; without a lease a miss ends the prefix
             if not info.found:
                 break
             loaded += 1
@@ -93,8 +102,10 @@ class KvtierConnector:
     # Hook 3: after prefill, save the full blocks kvtier did not have.
     def save(self, req):
         new = range(req.matched_blocks, len(req.keys))
+        t = self.block_tokens
         blocks = [kvtier.PutBlock(req.keys[i], self.pool.pages[req.pages[i]],
-                                  req.keys[i - 1] if i else b"", i) for i in new]
+                                  req.keys[i - 1] if i else b"", i,
+                                  token_ids=req.token_ids[i * t:(i + 1) * t]) for i in new]
         if blocks:
             self.client.put_blocks(self.ns, blocks, format=kvtier.RAW)
         return len(blocks)
@@ -133,7 +144,9 @@ def main(argv=None):
         same = all(np.array_equal(conn.pool.pages[a.pages[i]], conn.pool.pages[b.pages[i]])
                    for i in range(3))
         print("shared prefix KV identical: %s" % same)
-        return 0 if same and report["b"][1] == 3 else 1
+        leases = conn.client.stats(conn.ns).leases.active
+        print("leases in force after the loads: %d" % leases)  # each Get ended its lease
+        return 0 if same and report["b"][1] == 3 and leases == 0 else 1
     finally:
         conn.close()
 

@@ -1,5 +1,6 @@
 """examples/python/engine_adapter.py runs against a real kvtierd: the second request
-finds the shared system prompt's three blocks, loads them bit-exactly and saves the rest."""
+finds the shared system prompt's three blocks (leased by the lookup), loads them
+bit-exactly (the Get ends the lease) and saves the rest."""
 
 import engine_adapter
 
@@ -11,3 +12,4 @@ def test_engine_adapter_example(server, capsys):
     assert "request b: 88 tokens, 48 matched in kvtier, 3 blocks loaded, 2 saved" in out
     assert "shared memory: True" in out
     assert "shared prefix KV identical: True" in out
+    assert "leases in force after the loads: 0" in out
