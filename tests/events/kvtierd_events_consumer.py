@@ -500,8 +500,12 @@ def main():
         add_stats()  # the namespace's counters go with it
         resident = len(c.index)
         removed, cleared = c.removed, c.cleared
-        data.Lookup(pb.LookupRequest(namespace=NS, keys=universe, local_only=True,
-                                     lease_ms=60000))
+        # Lookup leases the leading resident prefix: ask for one resident key.
+        held = [k for k in universe if k in c.index][:1]
+        check(held, "blocks are resident before the drop")
+        leased = data.Lookup(pb.LookupRequest(namespace=NS, keys=held, local_only=True,
+                                              lease_ms=60000))
+        check(leased.leased_blocks == 1, "a lease is in force: %s" % leased)
         try:
             admin.DropNamespace(pb.DropNamespaceRequest(namespace=NS))
             fail("DropNamespace while a lease is in force was not refused")
