@@ -54,34 +54,29 @@ def stream_unary(multicallable, messages, timeout, metadata=None):
         md, _gch._InitialMetadataFlags().with_wait_for_ready(None))]
     due = {ops.send_initial_metadata, ops.receive_initial_metadata, ops.receive_message,
            ops.receive_status_on_client}
-    # A batch completes only when all its operations have, and the receives complete with
-    # the call: they go in a batch of their own, so the first message (and the half-close
-    # of a one-message stream) rides in the first batch and its completion can be awaited.
-    if cur is not None:
-        first.append(cygrpc.SendMessageOperation(cur, flags))
-        due.add(ops.send_message)
-        cur = None
-    if nxt is None:
+    # A batch completes only when all its operations have, and the receives in the first
+    # one complete with the call: only a stream of at most one message rides along.
+    single = nxt is None
+    if single:
+        if cur is not None:
+            first.append(cygrpc.SendMessageOperation(cur, flags))
+            due.add(ops.send_message)
         first.append(cygrpc.SendCloseFromClientOperation(flags))
         due.add(ops.send_close_from_client)
-    else:
-        cur, nxt = nxt, next(it, None)
-    receives = (cygrpc.ReceiveMessageOperation(flags), cygrpc.ReceiveStatusOnClientOperation(flags))
+        cur = None
+    first += [cygrpc.ReceiveMessageOperation(flags), cygrpc.ReceiveStatusOnClientOperation(flags)]
     state = _gch._RPCState(due, None, None, None, None)
     call = mc._channel.segregated_call(
         cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, mc._method, None,
         _gch._determine_deadline(_gch._deadline(timeout)), md, None,
-        ((tuple(first), None), (receives, None),
-         ((cygrpc.ReceiveInitialMetadataOperation(flags),), None)),
+        ((tuple(first), None), ((cygrpc.ReceiveInitialMetadataOperation(flags),), None)),
         mc._context)
 
     def pump(done):
         while not done():
             _gch._handle_event(call.next_event(), state, mc._response_deserializer)
     try:
-        if cur is not None:  # the first message's send must complete before the next
-            pump(lambda: state.code is not None or ops.send_message not in state.due)
-        while cur is not None and state.code is None:
+        while cur is not None:
             batch = [cygrpc.SendMessageOperation(cur, flags)]
             state.due.add(ops.send_message)
             if nxt is None:
