@@ -102,6 +102,8 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
     o->set_lookup_blocks(n.lookup_blocks);
     o->set_lookup_hit_blocks(n.lookup_hit_blocks);
     o->set_lookup_prefix_hit_blocks(n.lookup_prefix_hit_blocks);
+    o->set_lookup_prefix_hit_blocks_hot(n.lookup_prefix_hit_blocks_hot);
+    o->set_lookup_prefix_hit_blocks_cold(n.lookup_prefix_hit_blocks_cold);
     if (n.lookup_blocks > 0) {
       o->set_hit_rate(static_cast<double>(n.lookup_hit_blocks) / n.lookup_blocks);
       o->set_prefix_hit_rate(static_cast<double>(n.lookup_prefix_hit_blocks) / n.lookup_blocks);
@@ -207,6 +209,12 @@ void AddNamespaceCounters(const storage::StoreStats& s, FamilyBuilder& b) {
        &storage::NamespaceStats::lookup_hit_blocks},
       {"kvtier_lookup_prefix_hit_blocks_total", "Looked-up keys in the resident leading prefix.",
        &storage::NamespaceStats::lookup_prefix_hit_blocks},
+      {"kvtier_lookup_prefix_hit_blocks_hot_total",
+       "Looked-up keys in the resident leading prefix that were hot.",
+       &storage::NamespaceStats::lookup_prefix_hit_blocks_hot},
+      {"kvtier_lookup_prefix_hit_blocks_cold_total",
+       "Looked-up keys in the resident leading prefix that were cold.",
+       &storage::NamespaceStats::lookup_prefix_hit_blocks_cold},
       {"kvtier_get_blocks_total", "Blocks asked with Get.", &storage::NamespaceStats::gets},
       {"kvtier_get_misses_total", "Blocks asked with Get and not served.",
        &storage::NamespaceStats::get_misses},

@@ -1,54 +1,89 @@
 #include "storage/eviction_policy_adaptive.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace kvtier::storage {
 namespace {
 
-constexpr uint32_t kReusedBit = 1u << 31;
-constexpr uint32_t kSeqMask = kReusedBit - 1;
+constexpr uint32_t kGhostReused = 1u << 31;  // in a ghost index value
+constexpr uint32_t kPositionMask = kGhostReused - 1;
+constexpr size_t kNoSlot = ~size_t{0};
 
-// std::*_heap builds a max-heap on "less"; "a after b" yields a min-heap on (tick, id).
-template <typename Item>
-bool After(const Item& a, const Item& b) {
-  return a.tick != b.tick ? a.tick > b.tick : a.id > b.id;
+uint64_t MakeItem(uint32_t packed, BlockId id, uint32_t tick_mask) {
+  return (static_cast<uint64_t>(packed & tick_mask) << 32) | id;
+}
+
+// Vectors grow by 1.5x (not the library's 2x) so their slack stays bounded.
+template <typename T>
+void PushBack(std::vector<T>* v, T value) {
+  if (v->size() == v->capacity()) v->reserve(v->size() + v->size() / 2 + 16);
+  v->push_back(value);
 }
 
 }  // namespace
 
-void AdaptivePolicy::Push(BlockId id, const State& s) {
-  std::vector<HeapItem>& heap = heaps_[s.reused];
-  heap.push_back(HeapItem{s.tick, id});
-  std::push_heap(heap.begin(), heap.end(), After<HeapItem>);
-  if (heaps_[0].size() + heaps_[1].size() <= 2 * eligible_ + 64) return;
-  // Stale items dominate: rebuild so memory stays O(eligible blocks).
-  for (auto& h : heaps_) h.clear();
-  for (const auto& [bid, st] : states_) {
-    if (st.eligible) heaps_[st.reused].push_back(HeapItem{st.tick, bid});
+uint32_t AdaptivePolicy::RelativeTick(uint64_t tick) {
+  if (tick < base_) return 0;
+  if (tick - base_ > kTickMask) Rebase(tick);
+  return static_cast<uint32_t>(tick - base_);
+}
+
+void AdaptivePolicy::Rebase(uint64_t tick) {
+  // Keep half the range behind `tick`; older blocks tie at relative tick 0.
+  const uint64_t base = tick - (kTickMask >> 1);
+  const uint64_t shift = base - base_;
+  for (auto& [id, s] : states_) {
+    const uint64_t rel = s & kTickMask;
+    s = (s & ~kTickMask) | static_cast<uint32_t>(rel > shift ? rel - shift : 0);
   }
-  for (auto& h : heaps_) std::make_heap(h.begin(), h.end(), After<HeapItem>);
+  base_ = base;
+  RebuildHeaps();
+}
+
+void AdaptivePolicy::Push(BlockId id, uint32_t packed) {
+  std::vector<HeapItem>& heap = heaps_[ClassOf(packed)];
+  PushBack(&heap, MakeItem(packed, id, kTickMask));
+  std::push_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
+  if (++heap_items_ > eligible_ + eligible_ / 2 + 64) RebuildHeaps();
+}
+
+void AdaptivePolicy::RebuildHeaps() {
+  // Stale items dominate (or ticks were rebased): rebuild from the states so memory
+  // stays O(eligible blocks).
+  for (auto& h : heaps_) h.clear();
+  for (const auto& [id, s] : states_) {
+    if (s & kEligible) PushBack(&heaps_[ClassOf(s)], MakeItem(s, id, kTickMask));
+  }
+  heap_items_ = 0;
+  for (auto& h : heaps_) {
+    if (h.capacity() > 2 * h.size() + 64) h.shrink_to_fit();
+    std::make_heap(h.begin(), h.end(), std::greater<HeapItem>());
+    heap_items_ += h.size();
+  }
 }
 
 bool AdaptivePolicy::CleanTop(int c) {
   std::vector<HeapItem>& heap = heaps_[c];
   while (!heap.empty()) {
-    const HeapItem& top = heap.front();
-    auto it = states_.find(top.id);
-    if (it != states_.end() && it->second.eligible && it->second.reused == (c == 1) &&
-        it->second.tick == top.tick) {
-      return true;
+    const HeapItem top = heap.front();
+    auto it = states_.find(static_cast<BlockId>(top));
+    if (it != states_.end()) {
+      const uint32_t s = it->second;
+      if ((s & kEligible) && ClassOf(s) == c && (s & kTickMask) == (top >> 32)) return true;
     }
-    std::pop_heap(heap.begin(), heap.end(), After<HeapItem>);
+    std::pop_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
     heap.pop_back();
+    --heap_items_;
   }
   return false;
 }
 
 void AdaptivePolicy::Reference(BlockId id, const BlockInfo& info) {
-  State& s = states_[id];
-  s.tick = info.tick;
-  s.reused = info.hits > 0;
-  if (s.eligible) Push(id, s);
+  const uint32_t rel = RelativeTick(info.tick);  // may rebase: look the state up after
+  uint32_t& s = states_[id];
+  s = (s & kEligible) | (info.hits > 0 ? kReused : 0) | rel;
+  if (s & kEligible) Push(id, s);
 }
 
 void AdaptivePolicy::OnInsert(BlockId id, const BlockInfo& info) {
@@ -57,10 +92,10 @@ void AdaptivePolicy::OnInsert(BlockId id, const BlockInfo& info) {
   } else {
     ClearGhost(id);  // a new key under a reused id
   }
-  auto [it, inserted] = states_.try_emplace(id);
-  if (!inserted && it->second.eligible) --eligible_;
+  auto [it, inserted] = states_.try_emplace(id, 0);
+  if (!inserted && (it->second & kEligible)) --eligible_;
   if (inserted) ++resident_;
-  it->second = State{};
+  it->second = 0;
   Reference(id, info);
 }
 
@@ -70,12 +105,13 @@ void AdaptivePolicy::OnAccess(BlockId id, const BlockInfo& info) {
 
 void AdaptivePolicy::OnEligible(BlockId id, bool eligible) {
   auto it = states_.find(id);
-  if (it == states_.end() || it->second.eligible == eligible) return;
-  it->second.eligible = eligible;
+  if (it == states_.end() || ((it->second & kEligible) != 0) == eligible) return;
   if (eligible) {
+    it->second |= kEligible;
     ++eligible_;
     Push(id, it->second);
   } else {
+    it->second &= ~kEligible;
     --eligible_;
   }
 }
@@ -83,13 +119,14 @@ void AdaptivePolicy::OnEligible(BlockId id, bool eligible) {
 void AdaptivePolicy::OnRemove(BlockId id) {
   auto it = states_.find(id);
   if (it == states_.end()) return;
-  if (id == last_victim_) {
-    AddGhost(id, it->second.reused);
-    last_victim_ = kInvalidBlock;
-  }
-  if (it->second.eligible) --eligible_;
+  const uint32_t s = it->second;
+  if (s & kEligible) --eligible_;
   states_.erase(it);
   --resident_;
+  if (id == last_victim_) {
+    AddGhost(id, ClassOf(s));
+    last_victim_ = kInvalidBlock;
+  }
 }
 
 BlockId AdaptivePolicy::PickVictim() {
@@ -98,24 +135,25 @@ BlockId AdaptivePolicy::PickVictim() {
   if (!fresh && !reused) return last_victim_ = kInvalidBlock;
   int c = fresh ? 0 : 1;
   if (fresh && reused) {
-    const double reused_age = static_cast<double>(heaps_[1].front().tick) +
+    const double reused_age = static_cast<double>(heaps_[1].front() >> 32) +
                               boost_ * static_cast<double>(resident_);
-    if (reused_age < static_cast<double>(heaps_[0].front().tick)) c = 1;
+    if (reused_age < static_cast<double>(heaps_[0].front() >> 32)) c = 1;
   }
-  last_victim_ = heaps_[c].front().id;
+  last_victim_ = static_cast<BlockId>(heaps_[c].front());
   return last_victim_;
 }
 
 void AdaptivePolicy::Learn(BlockId id) {
-  if (id >= ghosts_.size() || ghosts_[id] == 0) return;
-  const uint32_t ghost = ghosts_[id];
+  const size_t slot = FindGhostSlot(id);
+  if (slot == kNoSlot) return;
+  const uint32_t value = ghost_index_[slot];
+  const size_t position = (value & kPositionMask) - 1;
+  const int c = (value & kGhostReused) ? 1 : 0;
+  const size_t ring = ghost_ring_.size();
+  const size_t age = (ghost_next_ + ring - 1 - position) % ring;  // victims since it
   ClearGhost(id);
-  const int c = (ghost & kReusedBit) ? 1 : 0;
-  const uint64_t window = std::max<uint64_t>(resident_, 1);
-  const uint32_t age = (evictions_[c] - (ghost & kSeqMask)) & kSeqMask;
-  if (age >= window) return;  // older than its class's window
-  // ARC's step: a return from the shorter ghost list weighs more. A list holds the
-  // class's last `window` victims.
+  if (age >= std::max<uint64_t>(resident_, 1)) return;  // older than one cache size
+  // ARC's step: a return from the shorter ghost list weighs more.
   const double own = static_cast<double>(std::max<uint64_t>(live_[c], 1));
   const double other = static_cast<double>(live_[1 - c]);
   const double step = kAdaptiveStep * std::max(1.0, other / own);
@@ -123,35 +161,91 @@ void AdaptivePolicy::Learn(BlockId id) {
 }
 
 void AdaptivePolicy::AddGhost(BlockId id, int c) {
-  evictions_[c] = (evictions_[c] + 1) & kSeqMask;
-  if (evictions_[c] == 0) evictions_[c] = 1;  // 0 means "not a ghost"
-  if (id >= ghosts_.size()) ghosts_.resize(std::max<size_t>(id + 1, 2 * ghosts_.size()), 0);
-  std::vector<BlockId>& ring = rings_[c];
-  if (ring.size() < resident_ + 1) ring.resize(resident_ + 1, kInvalidBlock);
-  // The victim one ring size back leaves its ghost list (if it is still there).
-  const uint32_t seq = evictions_[c];
-  BlockId& slot = ring[seq % ring.size()];
-  if (slot != kInvalidBlock && slot < ghosts_.size() && ghosts_[slot] != 0 &&
-      ((ghosts_[slot] & kReusedBit) != 0) == (c == 1) && (ghosts_[slot] & kSeqMask) != seq) {
-    const uint32_t age = (seq - (ghosts_[slot] & kSeqMask)) & kSeqMask;
-    if (age >= ring.size()) ClearGhost(slot);
+  if (ghost_ring_.size() < resident_ + 1) {
+    ResizeGhosts(std::max<size_t>(resident_ + 1, ghost_ring_.size() + ghost_ring_.size() / 4));
   }
-  slot = id;
   ClearGhost(id);
-  ghosts_[id] = (c == 1 ? kReusedBit : 0) | seq;
+  const BlockId old = ghost_ring_[ghost_next_];
+  if (old != kInvalidBlock) ClearGhost(old);  // one ring size old: forgotten
+  ghost_ring_[ghost_next_] = id;
+  InsertGhostSlot(static_cast<uint32_t>(ghost_next_ + 1) | (c == 1 ? kGhostReused : 0));
   ++live_[c];
+  ghost_next_ = (ghost_next_ + 1) % ghost_ring_.size();
 }
 
 void AdaptivePolicy::ClearGhost(BlockId id) {
-  if (id >= ghosts_.size() || ghosts_[id] == 0) return;
-  --live_[(ghosts_[id] & kReusedBit) ? 1 : 0];
-  ghosts_[id] = 0;
+  const size_t slot = FindGhostSlot(id);
+  if (slot == kNoSlot) return;
+  const uint32_t value = ghost_index_[slot];
+  --live_[(value & kGhostReused) ? 1 : 0];
+  ghost_ring_[(value & kPositionMask) - 1] = kInvalidBlock;
+  EraseGhostSlot(slot);
+}
+
+size_t AdaptivePolicy::Home(BlockId id) const {
+  // Multiply-shift hash, mapped onto the table size without a power of two.
+  const uint64_t h = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32;
+  return static_cast<size_t>((h * ghost_index_.size()) >> 32);
+}
+
+size_t AdaptivePolicy::FindGhostSlot(BlockId id) const {
+  if (ghost_index_.empty()) return kNoSlot;
+  const size_t n = ghost_index_.size();
+  for (size_t i = Home(id);; i = i + 1 == n ? 0 : i + 1) {
+    const uint32_t v = ghost_index_[i];
+    if (v == 0) return kNoSlot;
+    if (ghost_ring_[(v & kPositionMask) - 1] == id) return i;
+  }
+}
+
+void AdaptivePolicy::InsertGhostSlot(uint32_t value) {
+  const size_t n = ghost_index_.size();
+  size_t i = Home(ghost_ring_[(value & kPositionMask) - 1]);
+  while (ghost_index_[i] != 0) i = i + 1 == n ? 0 : i + 1;
+  ghost_index_[i] = value;
+}
+
+void AdaptivePolicy::EraseGhostSlot(size_t slot) {
+  // Backward-shift deletion keeps every probe chain unbroken without tombstones: an
+  // entry after the hole moves into it unless its home lies cyclically in (hole, entry].
+  const size_t n = ghost_index_.size();
+  size_t hole = slot;
+  for (size_t i = slot + 1 == n ? 0 : slot + 1; ghost_index_[i] != 0;
+       i = i + 1 == n ? 0 : i + 1) {
+    const size_t home = Home(ghost_ring_[(ghost_index_[i] & kPositionMask) - 1]);
+    if ((i + n - home) % n >= (i + n - hole) % n) {
+      ghost_index_[hole] = ghost_index_[i];
+      hole = i;
+    }
+  }
+  ghost_index_[hole] = 0;
+}
+
+void AdaptivePolicy::ResizeGhosts(size_t ring_size) {
+  // Unroll the ring oldest first into the new size and re-index it (load <= 3/4).
+  std::vector<BlockId> ring(ring_size, kInvalidBlock);
+  std::vector<bool> reused(ring_size, false);
+  size_t n = 0;
+  for (size_t k = 0; k < ghost_ring_.size(); ++k) {
+    const BlockId id = ghost_ring_[(ghost_next_ + k) % ghost_ring_.size()];
+    if (id == kInvalidBlock) continue;
+    reused[n] = (ghost_index_[FindGhostSlot(id)] & kGhostReused) != 0;
+    ring[n++] = id;
+  }
+  ghost_ring_ = std::move(ring);
+  ghost_next_ = n % ring_size;
+  ghost_index_.assign(ring_size + ring_size / 3 + 1, 0);
+  for (size_t pos = 0; pos < n; ++pos) {
+    InsertGhostSlot(static_cast<uint32_t>(pos + 1) | (reused[pos] ? kGhostReused : 0));
+  }
 }
 
 size_t AdaptivePolicy::MemoryBytes() const {
-  size_t bytes = states_.capacity() * (sizeof(std::pair<BlockId, State>) + 1) +
-                 ghosts_.capacity() * sizeof(uint32_t) +
-                 (rings_[0].capacity() + rings_[1].capacity()) * sizeof(BlockId);
+  // flat_hash_map: a slot and a control byte per bucket (plus one group of control
+  // bytes), whatever its load factor.
+  size_t bytes = states_.capacity() * (sizeof(std::pair<const BlockId, uint32_t>) + 1) + 16 +
+                 ghost_ring_.capacity() * sizeof(BlockId) +
+                 ghost_index_.capacity() * sizeof(uint32_t);
   for (const auto& h : heaps_) bytes += h.capacity() * sizeof(HeapItem);
   return bytes;
 }

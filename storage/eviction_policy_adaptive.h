@@ -19,33 +19,34 @@
 //    counted B resident-set lifetimes younger:  min(fresh tick, reused tick + B x
 //    resident). B = 0 is prefix_lru, B = 4 is reuse_lru, a large B evicts every fresh
 //    block first. One LRU heap per class, so B can change at any time without re-ranking.
-//  * Learning: the last `resident` victims of each class are remembered (ARC's ghost
-//    lists, one per class). A remembered victim that comes back (a promotion: OnInsert
-//    with hits > 0) was evicted too early: a fresh one lowers B, a reused one raises it,
-//    by kAdaptiveStep lifetimes times max(1, |other ghost list| / |own|), ARC's step.
-//    B stays in [0, kAdaptiveMaxBoost].
+//  * Learning: the last `resident` victims are remembered (ARC's ghost lists: one ring,
+//    each ghost tagged with its class; like ARC, the two lists share one cache size). A
+//    ghost that comes back (a promotion: OnInsert with hits > 0) was evicted too early: a
+//    fresh one lowers B, a reused one raises it, by kAdaptiveStep lifetimes times
+//    max(1, |other list| / |own list|), ARC's step. B stays in [0, kAdaptiveMaxBoost].
 //  * The constants are the mechanism's: window (one cache size, ARC's), range [0, 16]
 //    lifetimes (lru to "fresh first"), start B = 1, step 1/64 lifetime. The step was
 //    picked among 1/4, 1/16 and 1/64 on the shared synthetic trace (smaller is steadier;
 //    1/4 loses 0.005-0.009 everywhere); nothing else was tuned, and the synthetic
 //    families (tools/trace_synth.h) were only measured, never fitted.
 //  * The cold tier is its memory of evicted keys (a promotion is how a victim's return
-//    shows): with a cold tier as small as the hot one it falls back to about prefix_lru
-//    (shared trace, 1,465 blocks: 0.117 vs prefix_lru 0.117, reuse_lru 0.108).
+//    shows): with a cold tier as small as the hot one it falls back to about prefix_lru.
 //
 // Measured (`kvtier replay --trace T --synth all --sweep`, the sweep table in the
-// README): on the shared trace at 5,859 blocks 0.337 (0.61x Belady) against reuse_lru's
-// 0.339 and prefix_lru's 0.309, within 0.005 of the best fixed policy at every capacity;
-// on the synthetic families within 0.005 except rag below 3k blocks (lfu is 0.007-0.014
-// better: frequency among reused blocks, which two classes cannot see) and agent at 1.5k
-// and 5.9k blocks (prefix_lru 0.006 better).
+// README): within 0.005 of the best fixed policy at 26 of 30 points; it misses on rag
+// below 3k blocks (lfu 0.007-0.014 better: frequency among reused blocks, which two
+// classes cannot see) and agent at 1.5k and 5.9k blocks (prefix_lru 0.005 better).
 //
-// Memory: per hot block a 16-byte state in a hash map (~29 bytes with its id, control
-// byte and load factor) and up to two 16-byte heap items, plus 8 bytes of ghost rings;
-// per block id the store has handed out (hot or cold), 4 bytes of ghost list.
-// store_bench BM_IndexMemory (10^6 hot blocks, no evictions): 53 bytes per hot block;
-// the shared trace at 5,859 hot blocks and an 8x cold tier: ~100 bytes per hot block,
-// ~11 per indexed block. Lookup never reaches the policy.
+// Memory, all bounded by the hot-tier size (nothing per cold key or per id): per hot
+// block a 4-byte packed state in a hash map keyed by id (a 9-byte slot at a load factor
+// of 7/16..7/8), one or two 8-byte heap items (stale items are compacted past 1.5x the
+// eligible blocks; vectors grow by 1.5x), and per remembered victim 4 bytes of ring plus
+// 4-byte index slots at a load factor of at most 3/4. MemoryBytes() counts what is
+// allocated (slots, slack); tests/tools/store_model_test.cc bounds it by 64 bytes per hot
+// block on every trace family. Ticks are kept relative to a base in 30 bits; the base
+// moves (an O(resident) rebase) every 2^29 ticks, and a block unreferenced for more than
+// 2^29 ticks then ties with the oldest (ties by id). Lookup never reaches the policy.
+//
 // Thread-compatible, like every EvictionPolicy: the store calls it under its index mutex.
 #ifndef KVTIER_STORAGE_EVICTION_POLICY_ADAPTIVE_H_
 #define KVTIER_STORAGE_EVICTION_POLICY_ADAPTIVE_H_
@@ -81,37 +82,45 @@ class AdaptivePolicy final : public EvictionPolicy {
   double reuse_boost() const { return boost_; }
 
  private:
-  struct State {
-    uint64_t tick = 0;  // of the last reference
-    bool reused = false;
-    bool eligible = false;
-  };
-  struct HeapItem {
-    uint64_t tick;
-    BlockId id;
-  };
+  // Packed per-block state: bits 0-29 the tick of the last reference minus base_, bit 30
+  // reused (the class), bit 31 eligible.
+  static constexpr uint32_t kTickBits = 30;
+  static constexpr uint32_t kTickMask = (1u << kTickBits) - 1;
+  static constexpr uint32_t kReused = 1u << 30;
+  static constexpr uint32_t kEligible = 1u << 31;
+  static int ClassOf(uint32_t packed) { return (packed & kReused) ? 1 : 0; }
+  // A heap item: (relative tick << 32) | id, so integer order is (tick, id) order.
+  using HeapItem = uint64_t;
+
+  uint32_t RelativeTick(uint64_t tick);
+  void Rebase(uint64_t tick);
   void Reference(BlockId id, const BlockInfo& info);
-  void Push(BlockId id, const State& s);
+  void Push(BlockId id, uint32_t packed);
+  void RebuildHeaps();
   bool CleanTop(int c);
   void Learn(BlockId id);
   void AddGhost(BlockId id, int c);
   void ClearGhost(BlockId id);
+  // Ghost index: open addressing (linear probing) over ring positions: 0 = empty, else
+  // (ring position + 1) | class << 31. The key of a slot is ghost_ring_[position].
+  size_t Home(BlockId id) const;
+  size_t FindGhostSlot(BlockId id) const;  // index into ghost_index_, or kNoSlot
+  void InsertGhostSlot(uint32_t value);
+  void EraseGhostSlot(size_t slot);
+  void ResizeGhosts(size_t ring_size);
 
   double boost_ = kAdaptiveInitialBoost;
+  uint64_t base_ = 0;  // stored ticks are relative to it
   uint64_t resident_ = 0;
   size_t eligible_ = 0;
-  absl::flat_hash_map<BlockId, State> states_;
-  std::array<std::vector<HeapItem>, 2> heaps_;  // fresh, reused: eligible, lazily cleaned
-  // Ghost lists, dense by id (ids are the store's entry ids, which a key keeps while the
-  // store knows it): bit 31 the class, bits 0-30 the victim's eviction number within its
-  // class (1-based, modulo 2^31; 0 = not a ghost). A ghost is live while fewer than
-  // `resident` evictions of its class followed it.
-  std::vector<uint32_t> ghosts_;
-  std::array<uint32_t, 2> evictions_{};  // per class, modulo 2^31
-  // Per class, the ids of its last victims by eviction number modulo the ring size (the
-  // most resident blocks seen), to count the live ghosts of each list.
-  std::array<std::vector<BlockId>, 2> rings_;
-  std::array<uint64_t, 2> live_{};
+  size_t heap_items_ = 0;
+  absl::flat_hash_map<BlockId, uint32_t> states_;  // packed state
+  std::array<std::vector<HeapItem>, 2> heaps_;     // fresh, reused: eligible, lazily cleaned
+  // The last victims, the oldest overwritten first (kInvalidBlock: empty or cleared).
+  std::vector<BlockId> ghost_ring_;
+  size_t ghost_next_ = 0;  // ring position of the next victim
+  std::vector<uint32_t> ghost_index_;
+  std::array<uint64_t, 2> live_{};  // ghosts per class
   BlockId last_victim_ = kInvalidBlock;
 };
 

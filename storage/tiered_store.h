@@ -207,6 +207,8 @@ struct NamespaceStats {
   uint64_t lookup_blocks = 0;            // keys asked in Lookup calls
   uint64_t lookup_hit_blocks = 0;        // ... resident in any tier
   uint64_t lookup_prefix_hit_blocks = 0; // ... in the resident leading prefix
+  uint64_t lookup_prefix_hit_blocks_hot = 0;   // ... of them hot when Lookup answered
+  uint64_t lookup_prefix_hit_blocks_cold = 0;  // ... of them cold (hot + cold = prefix)
   uint64_t gets = 0;                     // blocks asked with Get
   uint64_t get_misses = 0;               // ... not served (absent or checksum failure)
   uint64_t puts = 0;                     // blocks stored

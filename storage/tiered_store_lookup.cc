@@ -20,6 +20,7 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   if (lease.lease_ms > 0) ids.reserve(keys.size());
   bool prefix = true;
   uint64_t hits = 0;
+  uint64_t prefix_hot = 0;
   for (const std::string& key : keys) {
     const BlockId id = index_.Find(ns->id, key);
     if (lease.lease_ms > 0) ids.push_back(id);
@@ -31,7 +32,10 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
     out.tiers.push_back(tier);
     if (tier != Tier::kNone) {
       ++hits;
-      if (prefix) ++out.prefix_blocks;
+      if (prefix) {
+        ++out.prefix_blocks;
+        if (tier == Tier::kHot) ++prefix_hot;
+      }
     } else {
       prefix = false;
     }
@@ -40,6 +44,8 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   ns->stats.lookup_blocks += keys.size();
   ns->stats.lookup_hit_blocks += hits;
   ns->stats.lookup_prefix_hit_blocks += out.prefix_blocks;
+  ns->stats.lookup_prefix_hit_blocks_hot += prefix_hot;
+  ns->stats.lookup_prefix_hit_blocks_cold += out.prefix_blocks - prefix_hot;
   if (lease.lease_ms > 0) {
     ExpireLeasesLocked();
     LeaseLocked(*ns, ids, lease, &out);

@@ -34,7 +34,8 @@ constexpr char kStatsHelp[] =
     "  LOOKUP_KEYS    keys asked in Lookup calls (all row only)\n"
     "  LOOKUP_HIT     of those, the share resident in any tier\n"
     "  LOOKUP_PREFIX  of those, the share inside the resident leading prefix (what a\n"
-    "                 worker can load without recomputing)\n"
+    "                 worker can load without recomputing); per tier: the part of it\n"
+    "                 that tier held when Lookup answered (hot + cold = all)\n"
     "  GET_BLOCKS     blocks asked with Get (all row only)\n"
     "  GET_HITS       blocks Get served; per tier: served from that tier (a cold hit is\n"
     "                 promoted to hot)\n"
@@ -81,11 +82,15 @@ void PrintStatsTable(const v1::StatsResponse& s) {
                     absl::StrCat(ns.gets()), absl::StrCat(get_hits), absl::StrCat(ns.get_misses()),
                     Rate(get_hits, ns.gets()), absl::StrCat(evictions), CodecLabel(ns.codec()),
                     absl::StrFormat("%.2fx", ns.compression_ratio())});
+    // LOOKUP_PREFIX per tier: the share of looked-up keys in the resident prefix that the
+    // hot (cold) tier held; the two rows add up to the "all" row.
     rows.push_back({"", "hot", absl::StrCat(ns.hot().blocks()), HumanBytes(ns.hot().bytes()), "",
-                    "", "", "", absl::StrCat(ns.hot().hits()), "", "",
+                    "", Rate(ns.lookup_prefix_hit_blocks_hot(), ns.lookup_blocks()), "",
+                    absl::StrCat(ns.hot().hits()), "", "",
                     absl::StrCat(ns.evictions_hot_capacity()), "", ""});
     rows.push_back({"", "cold", absl::StrCat(ns.cold().blocks()), HumanBytes(ns.cold().bytes()),
-                    "", "", "", "", absl::StrCat(ns.cold().hits()), "", "",
+                    "", "", Rate(ns.lookup_prefix_hit_blocks_cold(), ns.lookup_blocks()), "",
+                    absl::StrCat(ns.cold().hits()), "", "",
                     absl::StrCat(ns.evictions_cold_capacity()), "", ""});
   }
   PrintTable(rows);

@@ -793,6 +793,8 @@ TEST_F(KvtierdTest, PrometheusMetricsReflectTheTraffic) {
       absl::StrCat("{namespace=\"prom\",tenant=\"default\",node=\"", server_->address(), "\"}");
   EXPECT_THAT(page, HasSubstr("kvtier_put_blocks_total" + labels + " 3"));
   EXPECT_THAT(page, HasSubstr("kvtier_lookup_blocks_total" + labels + " 2"));
+  EXPECT_THAT(page, HasSubstr("kvtier_lookup_prefix_hit_blocks_hot_total" + labels + " 1"));
+  EXPECT_THAT(page, HasSubstr("kvtier_lookup_prefix_hit_blocks_cold_total" + labels + " 0"));
   EXPECT_THAT(page, HasSubstr("kvtier_lookup_hit_rate{namespace=\"prom\""));
   EXPECT_THAT(page, HasSubstr("kvtier_request_latency_seconds_count{node=\"" + server_->address() +
                               "\",op=\"put\"} 1"));

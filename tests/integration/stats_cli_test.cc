@@ -1,5 +1,6 @@
 // `kvtier stats` against a real kvtierd: lookup and get counts are separate columns, the
-// `all` row counts a block held in both tiers once, and --help explains every column.
+// `all` row counts a block held in both tiers once, the hot and cold rows split the
+// lookup prefix by tier, and --help explains every column.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -92,6 +93,23 @@ TEST(StatsCliTest, LookupAndGetColumnsAndDistinctBlocks) {
   EXPECT_EQ(RowOf(table, "hot")[1], "3") << table;
   EXPECT_EQ(RowOf(table, "cold")[1], "3") << table;
   EXPECT_THAT(table, HasSubstr("leases: granted 0"));
+
+  // The prefix split by tier: demote the last block, look the whole chain up. The
+  // counters add up over both lookups: 5 keys asked, 4 in the prefix, 3 of them hot.
+  ASSERT_TRUE((*c)->Evict("cli", std::vector<std::string>{keys[2]}, /*drop=*/false).ok());
+  ASSERT_TRUE((*c)->Lookup("cli", keys).ok());
+  const std::string split =
+      RunCommand(absl::StrCat(Kvtier(), " stats --server ", server->address()));
+  ASSERT_GE(RowOf(split, "cli").size(), 7u) << split;
+  EXPECT_EQ(RowOf(split, "cli")[6], "80.0%") << split;  // LOOKUP_PREFIX, all tiers
+  EXPECT_THAT(RowOf(split, "hot"), ::testing::Contains("60.0%")) << split;
+  EXPECT_THAT(RowOf(split, "cold"), ::testing::Contains("20.0%")) << split;
+  auto stats = (*c)->Stats("cli");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->namespaces_size(), 1);
+  EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks(), 4u);
+  EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks_hot(), 3u);
+  EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks_cold(), 1u);
 
   const std::string help = RunCommand(absl::StrCat(Kvtier(), " stats --help"));
   for (const std::string& column : header) EXPECT_THAT(help, HasSubstr(column)) << column;

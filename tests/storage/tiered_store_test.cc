@@ -132,6 +132,8 @@ TEST_F(TieredStoreTest, LookupReportsPrefixAndTiersWithoutTouchingRecency) {
   EXPECT_EQ(st.lookup_blocks, 4u);
   EXPECT_EQ(st.lookup_hit_blocks, 3u);
   EXPECT_EQ(st.lookup_prefix_hit_blocks, 2u);
+  EXPECT_EQ(st.lookup_prefix_hit_blocks_hot, 2u);
+  EXPECT_EQ(st.lookup_prefix_hit_blocks_cold, 0u);
 
   // Two independent single blocks a (older) and b; looking a up must not save it.
   store.reset();

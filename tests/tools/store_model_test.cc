@@ -3,9 +3,12 @@
 // give identical counts, hot and cold.
 #include "tools/store_model.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "storage/tiered_store.h"
 #include "tools/cache_sim.h"
@@ -91,6 +94,41 @@ TEST(StoreModelTest, ColdTierServesWhatHotEvictedUntilItIsFull) {
     }
     EXPECT_EQ(r.hit_blocks, 0u);
     EXPECT_EQ(r.leading_cold_blocks, cold_bytes == 6 ? 12u : 4u) << cold_bytes;
+  }
+}
+
+TEST(StoreModelTest, AdaptivePolicyStaysWithin64BytesPerHotBlock) {
+  // What the policy allocates (hash-map slots at their load factor, heap and ghost
+  // vectors with their slack: EvictionPolicy::MemoryBytes) per hot block, on every trace
+  // family with a full hot tier, evictions and an 8x cold tier (ghosts in use).
+  for (SynthFamily family : AllSynthFamilies()) {
+    SCOPED_TRACE(SynthFamilyName(family));
+    const Trace trace = Synth(family, 1500);
+    absl::flat_hash_map<uint64_t, uint32_t> dense;
+    std::vector<std::vector<uint32_t>> requests;
+    for (const TraceRequest& r : trace.requests) {
+      std::vector<uint32_t>& keys = requests.emplace_back();
+      for (uint64_t h : r.hash_ids) {
+        keys.push_back(dense.try_emplace(h, static_cast<uint32_t>(dense.size())).first->second);
+      }
+    }
+    StoreModelOptions o;
+    o.hot_slots = 2000;
+    o.cold_capacity_bytes = 8 * o.hot_slots;
+    o.policy = storage::EvictionPolicyKind::kAdaptive;
+    StoreModel model(o, dense.size());
+    std::vector<storage::Tier> tiers;
+    size_t peak = 0;
+    for (const std::vector<uint32_t>& keys : requests) {
+      model.Request(keys, &tiers);
+      if (model.hot_blocks() == o.hot_slots) peak = std::max(peak, model.policy_memory_bytes());
+    }
+    ASSERT_EQ(model.hot_blocks(), o.hot_slots);
+    ASSERT_GT(model.demotions(), o.hot_slots);
+    const double per_block = static_cast<double>(peak) / static_cast<double>(o.hot_slots);
+    std::printf("%s: adaptive policy %.1f bytes per hot block (peak)\n", SynthFamilyName(family),
+                per_block);
+    EXPECT_LE(per_block, 64.0);
   }
 }
 
