@@ -29,6 +29,7 @@
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 #include "storage/lease_table.h"
+#include "storage/tenant_quota.h"
 
 namespace kvtier::storage {
 
@@ -41,6 +42,8 @@ inline constexpr size_t kMaxKeyBytes = 32;       // keys and parent keys: 1..32 
 inline constexpr size_t kMaxNameBytes = 128;     // namespace and tenant names
 inline constexpr size_t kMaxModelIdBytes = 256;  // NamespaceOptions::model_id
 inline constexpr uint32_t kMaxSinkBlocks = 1024;  // NamespaceOptions::sink_blocks
+// True when `s` is 1..kMaxNameBytes chars of [A-Za-z0-9._/-] (namespace and tenant names).
+bool IsValidName(std::string_view s);
 
 // A named KV layout plus how to store it. Registered once; later registrations must match.
 struct NamespaceOptions {
@@ -102,6 +105,10 @@ struct StoreOptions {
   // ... and the leases of one tenant's namespaces (LeaseLimit::kTenantBytes).
   // Default: 32 MiB.
   uint64_t max_leased_bytes_per_tenant = 32ull << 20;
+  // Per-tenant quotas on hot, cold and leased bytes (tenant_quota.h); a tenant not listed
+  // has none, and its leases are bounded by max_leased_bytes_per_tenant. Open checks them
+  // (ValidateTenantQuotas). Default: none.
+  std::vector<TenantQuota> tenant_quotas;
   // Time source for pin and lease expiry; not owned, must outlive the store. Default: null, which
   // means common::RealClock().
   common::Clock* clock = nullptr;
@@ -236,6 +243,8 @@ struct StoreStats {
   LeaseStats leases;                 // leases granted by Lookup (node-wide)
   ColdTierRecovery cold_recovery;    // what the cold tier dropped at open (damaged WAL)
   std::vector<NamespaceStats> namespaces;  // sorted by name
+  // Every tenant with a namespace or a quota, sorted by name.
+  std::vector<TenantStats> tenants;
 };
 
 // Thread-safe. All methods may be called concurrently from any thread.
