@@ -12,18 +12,21 @@ void PutBudget::OpenStream(std::string_view tenant) {
 
 absl::Status PutBudget::Charge(std::string_view tenant, uint64_t bytes, uint64_t budget) {
   common::MutexLock lock(&mu_);
-  if (bytes_ + bytes > budget) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "server busy: ", bytes_, " payload bytes of puts are buffered; this put's next ", bytes,
-        " would exceed put_budget_bytes (", budget, ")"));
-  }
   Use& use = tenants_[std::string(tenant)];
-  const uint64_t share = budget / tenants_.size();
-  if (tenants_.size() > 1 && use.bytes + bytes > share) {
+  const size_t putting = tenants_.size();
+  const uint64_t share = budget / putting;
+  if (putting > 1 && use.bytes + bytes > share) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "server busy: tenant '", Sv(tenant), "' has ", use.bytes,
         " payload bytes of puts buffered; this put's next ", bytes, " would exceed its share (",
-        share, ") of put_budget_bytes while ", tenants_.size(), " tenants are putting"));
+        share, ") of put_budget_bytes (", budget, ") while ", putting, " tenants are putting"));
+  }
+  // Within its share while others put, a tenant is admitted even over a full budget: the
+  // tenant that filled it alone cannot lock the others out.
+  if (putting == 1 && bytes_ + bytes > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server busy: ", bytes_, " payload bytes of puts are buffered; this put's next ", bytes,
+        " would exceed put_budget_bytes (", budget, ")"));
   }
   use.bytes += bytes;
   bytes_ += bytes;

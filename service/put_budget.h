@@ -1,8 +1,11 @@
 // The Put budget shared fairly across tenants (docs/design.md §5 Service, admission and
-// limits): ServiceLimits::put_budget_bytes bounds the payload bytes all Put streams may
-// buffer at once, and while more than one tenant has a Put stream open, no tenant may
-// hold more than budget / (tenants with a Put stream open). A tenant alone may use all
-// of it. Payload is charged as it arrives, so streams that stall hold none of it.
+// limits): ServiceLimits::put_budget_bytes bounds the payload bytes Put streams may
+// buffer at once. A tenant putting alone may use all of it; while K > 1 tenants have a
+// Put stream open, each may hold at most budget / K, and one under that share is admitted
+// even when the budget is full (a tenant that filled it alone, e.g. with stalled streams,
+// cannot lock the others out). So the streams hold at most 2 * budget in all, and exactly
+// the old single bound when one tenant (or, without authentication, everyone as one)
+// puts. Payload is charged as it arrives, so streams that stall before sending hold none.
 //
 // Thread-safe.
 #ifndef KVTIER_SERVICE_PUT_BUDGET_H_
@@ -24,9 +27,9 @@ class PutBudget {
   // A Put stream of `tenant` started (its tenant now competes for a share).
   void OpenStream(std::string_view tenant);
   // Charges `bytes` just received by a stream of `tenant` (OpenStream first) against
-  // `budget`. RESOURCE_EXHAUSTED "server busy: ..." (charging nothing) when the buffered
-  // bytes of all streams would exceed `budget`, or the tenant's would exceed its share
-  // while other tenants have streams open.
+  // `budget`. RESOURCE_EXHAUSTED "server busy: ..." (charging nothing) when the tenant
+  // puts alone and the buffered bytes would exceed `budget`, or when others put too and
+  // its bytes would exceed its share.
   absl::Status Charge(std::string_view tenant, uint64_t bytes, uint64_t budget);
   // The stream ended: gives back the `charged` bytes it was charged and ends it.
   void CloseStream(std::string_view tenant, uint64_t charged);
