@@ -15,7 +15,8 @@ namespace kvtier::service {
 std::vector<storage::TenantQuota> TenantQuotasFromConfig(const v1::ServerConfig& config) {
   std::vector<storage::TenantQuota> out;
   for (const v1::TenantQuota& q : config.tenant_quotas()) {
-    out.push_back(storage::TenantQuota{q.tenant(), q.hot_bytes(), q.cold_bytes(), q.leased_bytes()});
+    out.push_back(
+        storage::TenantQuota{q.tenant(), q.hot_bytes(), q.cold_bytes(), q.leased_bytes()});
   }
   return out;
 }

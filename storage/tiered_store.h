@@ -299,8 +299,11 @@ class TieredStore {
   // key / payload not a valid blob / a prefix rule below broken on block_index;
   // FAILED_PRECONDITION payload codec or layout differs from the namespace, or a stored
   // key would change its parent; RESOURCE_EXHAUSTED if the hot tier is full of pinned/unevictable
-  // blocks and the block cannot go cold either; the cold tier's error (e.g. UNAVAILABLE)
-  // when a needed cold write fails, in which case nothing of that block is stored.
+  // blocks and the block cannot go cold either, or (TenantQuotaExhausted, tenant_quota.h)
+  // when the namespace's tenant is at its hot quota and none of its own hot blocks can be
+  // demoted to make room (its own are demoted first, never another tenant's); the cold
+  // tier's error (e.g. UNAVAILABLE) when a needed cold write fails, in which case nothing
+  // of that block is stored.
   // Re-putting an existing key replaces it. Write-through namespaces return only after
   // the cold write is durable.
   //
@@ -315,7 +318,8 @@ class TieredStore {
   //  - a stored key never changes its parent (FAILED_PRECONDITION, blocks[i].parent_key).
   virtual absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) = 0;
 
-  // Returns the block: hot hit, else cold hit (checksum verified, then promoted), else
+  // Returns the block: hot hit, else cold hit (checksum verified, then promoted within
+  // the tenant's hot quota, else served from a heap copy), else
   // NOT_FOUND (also for a checksum failure, which is counted and deletes the block).
   // NOT_FOUND also for an unknown namespace; the cold tier's UNAVAILABLE / INTERNAL when
   // a cold read fails otherwise. Updates recency and hit counts.

@@ -53,10 +53,9 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
   // Standalone entries stay cold-only; a hot tier full of pinned blocks, or a tenant at
   // its hot quota with nothing of its own to demote, serves a heap copy.
   uint64_t reserved = 0;
-  const bool to_hot =
-      !standalone && ReserveTenantHot(ns, payload_bytes, /*count_rejection=*/false, /*parent_key=*/{},
-                                      &reserved)
-                         .ok();
+  const bool to_hot = !standalone && ReserveTenantHot(ns, payload_bytes, /*count_rejection=*/false,
+                                                      /*parent_key=*/{}, &reserved)
+                                         .ok();
   std::optional<SlotId> slot;
   if (to_hot) slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, payload_bytes));
   HotTier::SlotView dst;

@@ -211,8 +211,8 @@ class TieredStoreImpl final : public TieredStore {
   // Gives back a reservation of *bytes (none when 0) and sets it to 0.
   void UnreserveTenantHotLocked(NsState* ns, uint64_t* bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least recent demotable hot block of `tenant` (any tenant when null): eligible
-  // ones first, then leaves, then interior blocks, and last sinks and `avoid`; kNoEntry
-  // when none.
+  // ones first, then leaves, then interior blocks, and last sinks and `avoid`; for a
+  // tenant never a sink with a hot child. kNoEntry when none.
   BlockId ScanVictimLocked(const TenantUsage* tenant, BlockId avoid = kNoEntry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The cold leaf to delete next: a tenant over its cold quota loses its own first

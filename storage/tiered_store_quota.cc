@@ -53,7 +53,8 @@ BlockId TieredStoreImpl::ScanVictimLocked(const TenantUsage* tenant, BlockId avo
   // Preference: an eligible block (the policy's own rules: unpinned, not a protected
   // sink, a leaf for structure-aware policies), then a hot leaf, then an interior block,
   // and last a sink block (index < sink_blocks, eligible or not) or `avoid`; the least
-  // recent first.
+  // recent first. For a tenant's quota a sink with a hot child is never a candidate (the
+  // node-wide fallback, tenant == null, may still take one when nothing else is left).
   // Demoting keeps a block resident (cold), so every prefix stays whole. O(hot blocks).
   BlockId best = kNoEntry;
   uint32_t best_age = 0;
@@ -65,9 +66,13 @@ BlockId TieredStoreImpl::ScanVictimLocked(const TenantUsage* tenant, BlockId avo
       return;
     }
     const NsState& ns = *namespaces_[e.ns];
-    if (tenant != nullptr && ns.tenant != tenant) return;
+    const bool sink = e.block_index < ns.opts.sink_blocks;
+    if (tenant != nullptr) {
+      // Quota enforcement never demotes a sink block while a child of it is hot.
+      if (ns.tenant != tenant || (sink && e.hot_children > 0)) return;
+    }
     int cls = (e.flags & Entry::kEligible) ? 3 : (e.hot_children == 0 ? 2 : 1);
-    if (i == avoid || e.block_index < ns.opts.sink_blocks) cls = 0;
+    if (i == avoid || sink) cls = 0;
     const uint32_t age = static_cast<uint32_t>(tick_) - e.recency;
     if (cls > best_class || (cls == best_class && age > best_age)) {
       best = i;

@@ -118,9 +118,10 @@ TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQu
     ASSERT_TRUE(b_->PutBlocks("b-ns", b_set_.back().blocks).ok());
   }
   const double idle = ReplayB(3, 0);
-  // A writes four times its hot quota between two replays of B, 5 times over.
-  const double flooded = ReplayB(5, 4 * kQuotaBlocks);
-  std::printf("B's hot hit rate: A idle %.4f, A writing 4x its hot quota %.4f\n", idle, flooded);
+  // A writes eight times its hot quota (more than the hot tier's high watermark, so
+  // without the quota B's blocks would be demoted) between two replays of B, 5 times over.
+  const double flooded = ReplayB(5, 8 * kQuotaBlocks);
+  std::printf("B's hot hit rate: A idle %.4f, A writing 8x its hot quota %.4f\n", idle, flooded);
   EXPECT_NEAR(flooded, idle, 0.01);
 
   auto sb = b_->Stats();
@@ -140,7 +141,7 @@ TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQu
   EXPECT_EQ(ta.tenant(), "team-a");
   EXPECT_EQ(ta.hot_limit_bytes(), kQuotaBlocks * block_bytes_);
   EXPECT_LE(ta.hot_used_bytes(), ta.hot_limit_bytes());
-  EXPECT_EQ(ta.evictions_caused(), 5u * 4 * kQuotaBlocks - kQuotaBlocks);
+  EXPECT_EQ(ta.evictions_caused(), 5u * 8 * kQuotaBlocks - kQuotaBlocks);
   EXPECT_EQ(ta.quota_rejections(), 0u);
 
   // A pins what it has hot: with nothing of its own left to demote, its next Put is

@@ -112,7 +112,8 @@ class FairAdmissionTest : public ::testing::Test {
   // Writes the header (if not yet) and `blocks` more chunks; false once the server ended
   // the stream.
   static bool Send(Stalled* stream, size_t blocks) {
-    const size_t until = std::min(stream->messages.size(), stream->next + blocks + (stream->next == 0));
+    const size_t header = stream->next == 0 ? 1 : 0;
+    const size_t until = std::min(stream->messages.size(), stream->next + blocks + header);
     for (; stream->next < until; ++stream->next) {
       if (!stream->writer->Write(stream->messages[stream->next])) return false;
     }

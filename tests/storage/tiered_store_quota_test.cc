@@ -190,7 +190,9 @@ TEST_F(TieredStoreQuotaTest, ColdQuotaDeletesTheTenantsOwnColdBlocksFirst) {
   EXPECT_LE(a.cold_used_bytes, a.cold_limit_bytes);
   EXPECT_GT(a.cold_used_bytes, 0u);
   EXPECT_GT(NsStats(*store, "na").evictions_cold_capacity, 0u);
-  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(TierOf(store.get(), KeyOf(1000, i), "nb"), Tier::kCold);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(TierOf(store.get(), KeyOf(1000, i), "nb"), Tier::kCold);
+  }
   EXPECT_EQ(NsStats(*store, "nb").evictions_cold_capacity, 0u);
   // The 4 newest of a's blocks are hot, the next 8 cold, the rest gone.
   EXPECT_EQ(TierOf(store.get(), KeyOf(40, 0), "na"), Tier::kHot);
