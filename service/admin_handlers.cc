@@ -18,7 +18,7 @@ v1::StatsResponse NodeStats(const ServiceContext& ctx, storage::TieredStore& sto
                             const std::string& only_ns, const Caller& caller) {
   v1::StatsResponse st;
   FillStats(store.Stats(), only_ns, &st);
-  RemoveOtherTenants(caller, st.mutable_namespaces());
+  RemoveOtherTenants(caller, &st);
   st.set_node_id(ctx.node_id);
   st.set_hash_scheme(HashSchemeVersion());
   st.set_uptime_ms((NowMicros() - ctx.open_micros) / 1000);
@@ -121,7 +121,7 @@ UnaryWork ClusterStatusWork(ServiceContext* ctx, const v1::ClusterStatusRequest*
         std::move(st), [response, finish, caller](v1::ClusterStatusResponse r) {
           // Peers answered the operator peer token: keep this caller's tenant only.
           for (v1::PeerStatus& p : *r.mutable_peers()) {
-            RemoveOtherTenants(caller, p.mutable_stats()->mutable_namespaces());
+            RemoveOtherTenants(caller, p.mutable_stats());
           }
           *response = std::move(r);
           finish(absl::OkStatus());

@@ -1,5 +1,6 @@
 #include "service/admission.h"
 
+#include <string>
 #include <utility>
 
 #include "common/clock.h"
@@ -69,11 +70,11 @@ grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerCont
     ctx->metrics.Record(op, NowMicros() - start, s.ok());
     reactor->Finish(protocol::ToGrpcStatus(s));
   };
-  const bool queued =
-      ctx->executor->TrySchedule([store, caller = std::move(caller), work = std::move(work),
-                                  finish = std::move(finish)]() mutable {
-        work(*store, caller, std::move(finish));
-      });
+  // Tenants take turns on the executor (common/thread_pool.h fairness keys).
+  const std::string tenant = caller.tenant;
+  const bool queued = ctx->executor->TrySchedule(
+      tenant, [store, caller = std::move(caller), work = std::move(work),
+               finish = std::move(finish)]() mutable { work(*store, caller, std::move(finish)); });
   if (!queued) {
     ctx->metrics.Record(op, NowMicros() - start, false);
     reactor->Finish(BusyStatus());

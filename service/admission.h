@@ -3,8 +3,10 @@
 //
 // Admit counts the call in ServiceContext::in_flight, refuses it while draining or before
 // the store is open (UNAVAILABLE) and identifies the caller (UNAUTHENTICATED). RunUnary
-// then queues the handler's work on the bounded executor: a full queue answers
-// RESOURCE_EXHAUSTED "server busy" instead of blocking the reaction.
+// then queues the handler's work on the bounded executor, keyed by the caller's tenant so
+// tenants take turns and none takes more than its share of the queue while others wait
+// (common/thread_pool.h): a full queue (or share) answers RESOURCE_EXHAUSTED "server busy"
+// instead of blocking the reaction.
 #ifndef KVTIER_SERVICE_ADMISSION_H_
 #define KVTIER_SERVICE_ADMISSION_H_
 

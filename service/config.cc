@@ -18,6 +18,7 @@
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/membership.h"
+#include "service/tenant_quotas.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
@@ -229,6 +230,7 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
     return absl::InvalidArgumentError("cluster.replication_factor must be at most 16");
   }
   RETURN_IF_ERROR(ValidateEventsConfig(c));
+  RETURN_IF_ERROR(storage::ValidateTenantQuotas(TenantQuotasFromConfig(c)));
   for (int i = 0; i < c.namespaces_size(); ++i) {
     const std::string field = absl::StrCat("namespaces[", i, "]");
     auto ns = NamespaceFromProto(c.namespaces(i), field);
@@ -278,6 +280,8 @@ constexpr FlagSpec kFlags[] = {
      "events.replay_endpoint: ZMQ ROUTER endpoint for replay (tcp://*:5558)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
     {"--max-leased-bytes", "SIZE", "max_leased_bytes (Lookup leases, node-wide)"},
+    {"--tenant-quota", "TENANT:HOT[:COLD[:LEASED]]",
+     "adds a tenant_quotas entry (SIZEs, 0 = unlimited); repeatable"},
     {"--help", nullptr, "print this text"},
 };
 
@@ -339,6 +343,8 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
   } else if (flag == "--max-leased-bytes") {
     ASSIGN_OR_RETURN(uint64_t v, common::ParseByteSize(value, flag));
     c.set_max_leased_bytes(v);
+  } else if (flag == "--tenant-quota") {
+    RETURN_IF_ERROR(AddTenantQuotaFlag(value, &c));
   } else {
     return absl::InternalError(absl::StrCat("flag ", flag, " has no handler"));
   }
@@ -446,6 +452,7 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   o.warm_from_cold = c.warm_from_cold();
   o.max_leased_bytes = c.max_leased_bytes();
   o.max_leased_bytes_per_tenant = c.max_leased_bytes_per_tenant();
+  o.tenant_quotas = TenantQuotasFromConfig(c);
   return o;
 }
 

@@ -50,7 +50,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: cannot parse GetRequest"));
       return;
     }
-    if (!ctx_->executor->TrySchedule([this] {
+    if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
           absl::Status s = Load();
           if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
           WriteFrame();

@@ -50,11 +50,15 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer) {
   offer->set_max_region_bytes(ctx.shm->max_region_bytes());
 }
 
-void RemoveOtherTenants(const Caller& caller,
-                        google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces) {
+void RemoveOtherTenants(const Caller& caller, v1::StatsResponse* stats) {
   if (caller.is_operator) return;
+  auto* namespaces = stats->mutable_namespaces();
   for (int i = namespaces->size() - 1; i >= 0; --i) {
     if (!caller.MayUse(namespaces->Get(i).tenant())) namespaces->DeleteSubrange(i, 1);
+  }
+  auto* tenants = stats->mutable_tenants();
+  for (int i = tenants->size() - 1; i >= 0; --i) {
+    if (!caller.MayUse(tenants->Get(i).tenant())) tenants->DeleteSubrange(i, 1);
   }
 }
 

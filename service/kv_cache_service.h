@@ -41,6 +41,7 @@
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/metrics.h"
+#include "service/put_budget.h"
 #include "service/peer_fanout.h"
 #include "service/put_watchdog.h"
 #include "service/shm_server.h"
@@ -91,8 +92,9 @@ struct ServiceContext {
   uint32_t replication_factor = 1;
   ServiceLimits limits;
   int64_t open_micros = 0;  // when the store was opened (uptime)
-  // Payload bytes buffered by Put streams (at most limits.put_budget_bytes).
-  std::atomic<uint64_t> put_bytes_in_flight{0};
+  // Payload bytes buffered by Put streams (at most limits.put_budget_bytes), shared
+  // fairly across tenants (service/put_budget.h).
+  PutBudget put_budget;
   ConnectionPuts connection_puts;
   // Shutdown: once set, new calls are refused with UNAVAILABLE.
   std::atomic<bool> draining{false};
@@ -109,9 +111,8 @@ struct ServiceContext {
 // Fills `offer` with the shared-memory data path of ctx (left empty when there is none).
 void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
 
-// Drops the entries of tenants `caller` may not see.
-void RemoveOtherTenants(const Caller& caller,
-                        google::protobuf::RepeatedPtrField<v1::NamespaceStats>* namespaces);
+// Drops the namespace and tenant entries of `stats` that `caller` may not see.
+void RemoveOtherTenants(const Caller& caller, v1::StatsResponse* stats);
 
 // Every method is raw (grpc::ByteBuffer): the services parse requests themselves, so
 // bytes that do not parse get INVALID_ARGUMENT naming the method (service/admission.h

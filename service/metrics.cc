@@ -137,6 +137,18 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
   l->set_expired_unused(stats.leases.expired_unused);
   l->set_active(stats.leases.active);
   l->set_leased_bytes(stats.leases.leased_bytes);
+  for (const storage::TenantStats& t : stats.tenants) {
+    v1::TenantStats* o = out->add_tenants();
+    o->set_tenant(t.tenant);
+    o->set_hot_used_bytes(t.hot_used_bytes);
+    o->set_hot_limit_bytes(t.hot_limit_bytes);
+    o->set_cold_used_bytes(t.cold_used_bytes);
+    o->set_cold_limit_bytes(t.cold_limit_bytes);
+    o->set_leased_used_bytes(t.leased_used_bytes);
+    o->set_leased_limit_bytes(t.leased_limit_bytes);
+    o->set_evictions_caused(t.evictions_caused);
+    o->set_quota_rejections(t.quota_rejections);
+  }
 }
 
 namespace {
@@ -288,6 +300,33 @@ void AddLeaseFamilies(const storage::StoreStats& s, FamilyBuilder& b) {
         {}, static_cast<double>(l.leased_bytes));
 }
 
+void AddTenantFamilies(const storage::StoreStats& s, FamilyBuilder& b) {
+  auto& used = b.Family("kvtier_tenant_used_bytes",
+                        "Bytes a tenant holds, by tier (hot, cold) and in leases (leased).",
+                        MetricType::Gauge);
+  auto& limit = b.Family("kvtier_tenant_limit_bytes",
+                         "A tenant's quota by tier (hot, cold, leased); 0 = unlimited.",
+                         MetricType::Gauge);
+  auto& caused = b.Family("kvtier_tenant_quota_evictions_total",
+                          "A tenant's own blocks demoted or deleted to keep it in quota.",
+                          MetricType::Counter);
+  auto& rejected = b.Family("kvtier_tenant_quota_rejections_total",
+                            "A tenant's blocks refused at its hot quota.", MetricType::Counter);
+  for (const storage::TenantStats& t : s.tenants) {
+    b.Add(used, {{"tenant", t.tenant}, {"tier", "hot"}}, static_cast<double>(t.hot_used_bytes));
+    b.Add(used, {{"tenant", t.tenant}, {"tier", "cold"}}, static_cast<double>(t.cold_used_bytes));
+    b.Add(used, {{"tenant", t.tenant}, {"tier", "leased"}},
+          static_cast<double>(t.leased_used_bytes));
+    b.Add(limit, {{"tenant", t.tenant}, {"tier", "hot"}}, static_cast<double>(t.hot_limit_bytes));
+    b.Add(limit, {{"tenant", t.tenant}, {"tier", "cold"}},
+          static_cast<double>(t.cold_limit_bytes));
+    b.Add(limit, {{"tenant", t.tenant}, {"tier", "leased"}},
+          static_cast<double>(t.leased_limit_bytes));
+    b.Add(caused, {{"tenant", t.tenant}}, static_cast<double>(t.evictions_caused));
+    b.Add(rejected, {{"tenant", t.tenant}}, static_cast<double>(t.quota_rejections));
+  }
+}
+
 void AddRequestFamilies(const ServiceMetrics& metrics, FamilyBuilder& b) {
   auto& f = b.Family("kvtier_request_latency_seconds", "RPC latency.", MetricType::Histogram);
   auto& e = b.Family("kvtier_request_errors_total", "RPCs that returned an error.",
@@ -325,6 +364,7 @@ class KvtierCollectable : public prometheus::Collectable {
     AddNamespaceCounters(s, b);
     AddNamespaceGauges(s, b);
     AddLeaseFamilies(s, b);
+    AddTenantFamilies(s, b);
     AddRequestFamilies(*metrics_, b);
     return b.Take();
   }

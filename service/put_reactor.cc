@@ -19,6 +19,7 @@
 #include "storage/tiered_store.h"
 #include "service/put_watchdog.h"
 #include "service/request_checks.h"
+#include "service/tenant_quotas.h"
 #include "storage/kv/codec.h"
 
 namespace kvtier::service {
@@ -47,6 +48,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     peer_ = context->peer();
+    ctx_->put_budget.OpenStream(caller_.tenant);
     if (ctx_->put_watchdog != nullptr) watch_ = ctx_->put_watchdog->Watch([this] { TimedOut(); });
     ReadNext();
   }
@@ -78,7 +80,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         ReadNext();
         return;
       }
-      if (!ctx_->executor->TrySchedule([this] {
+      if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
             auto ns = FindNamespace(*ctx_, *store_, header_.namespace_(), caller_);
             absl::Status s = ns.status();
             if (s.ok()) {
@@ -234,19 +236,13 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
-  // Charges `bytes` just received to the server-wide Put budget (ServiceContext::
-  // put_bytes_in_flight). Payload is charged as it arrives, not as the header declares
-  // it, so streams that send a header and then stall hold none of the budget.
-  // RESOURCE_EXHAUSTED "server busy" when the buffered bytes of all puts would exceed it.
+  // Charges `bytes` just received to the server-wide Put budget, fairly shared across
+  // tenants (ServiceContext::put_budget, service/put_budget.h). Payload is charged as it
+  // arrives, not as the header declares it, so streams that send a header and then stall
+  // hold none of the budget. RESOURCE_EXHAUSTED "server busy" over the budget or the
+  // tenant's share of it.
   absl::Status Charge(uint64_t bytes) {
-    uint64_t cur = ctx_->put_bytes_in_flight.load();
-    do {
-      if (cur + bytes > ctx_->limits.put_budget_bytes) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "server busy: ", cur, " payload bytes of puts are buffered; this put's next ", bytes,
-            " would exceed put_budget_bytes (", ctx_->limits.put_budget_bytes, ")"));
-      }
-    } while (!ctx_->put_bytes_in_flight.compare_exchange_weak(cur, cur + bytes));
+    RETURN_IF_ERROR(ctx_->put_budget.Charge(caller_.tenant, bytes, ctx_->limits.put_budget_bytes));
     reserved_ += bytes;
     return absl::OkStatus();
   }
@@ -330,7 +326,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                        " payload bytes (in header.blocks[", i, "], key ",
                        KeyForMessage(header_.blocks(i).key()), ")")));
     }
-    if (!ctx_->executor->TrySchedule([this] {
+    if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
           absl::Status s = StoreAll();
           if (!s.ok()) return Fail(s);
           FinishAndRecord(grpc::Status::OK);
@@ -367,7 +363,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         bytes += blk.size;
       }
     }
-    RETURN_IF_ERROR(store_->Put(ns_.name, puts));
+    // At a tenant quota: RESOURCE_EXHAUSTED with ErrorDetail TENANT_QUOTA_EXHAUSTED.
+    RETURN_IF_ERROR(WithTenantQuotaDetail(store_->Put(ns_.name, puts)));
     v1::PutResponse resp;
     resp.set_blocks_stored(static_cast<uint32_t>(n));
     resp.set_bytes_stored(bytes);
@@ -465,14 +462,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (state_.exchange(kFinished) == kFinished) return;
     ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
     ReleaseBuffers();
-    ctx_->put_bytes_in_flight.fetch_sub(reserved_);
-    reserved_ = 0;
-    // Release the connection's slot before the status goes out, so a client that saw
-    // this stream end may open another at once (OnDone runs later).
+    // Release the connection's slot and the stream's budget before the status goes out,
+    // so a client that saw this stream end may open another at once (OnDone runs later).
     if (!peer_.empty()) {
+      ctx_->put_budget.CloseStream(caller_.tenant, reserved_);
       ctx_->connection_puts.Release(peer_);
       peer_.clear();
     }
+    reserved_ = 0;
     Finish(s);
   }
 
@@ -496,7 +493,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::atomic<int> state_{kBusy};
   std::shared_ptr<PutWatch> watch_;  // null without a watchdog
   std::string peer_;                 // counted in ctx_->connection_puts (empty: not counted)
-  uint64_t reserved_ = 0;          // bytes charged to ServiceContext::put_bytes_in_flight
+  uint64_t reserved_ = 0;          // bytes charged to ServiceContext::put_budget
 };
 }  // namespace
 

@@ -53,6 +53,8 @@ class KvtierServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   const std::string& node_id() const { return ctx_.node_id; }
+  // The state the services share (tests read e.g. put_budget from it).
+  const ServiceContext& context() const { return ctx_; }
 
  private:
   KvtierServer() = default;

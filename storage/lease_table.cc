@@ -17,12 +17,22 @@ const char* LeaseLimitName(LeaseLimit limit) {
   return "none";
 }
 
-LeaseTable::Room LeaseTable::RoomFor(std::string_view tenant) const {
+uint64_t LeaseTable::TenantLimit(std::string_view tenant) const {
+  auto it = tenant_limits_.find(std::string(tenant));
+  return it == tenant_limits_.end() ? max_bytes_per_tenant_ : it->second;
+}
+
+uint64_t LeaseTable::TenantBytes(std::string_view tenant) const {
   auto it = tenant_bytes_.find(std::string(tenant));
-  const uint64_t used = it == tenant_bytes_.end() ? 0 : it->second;
+  return it == tenant_bytes_.end() ? 0 : it->second;
+}
+
+LeaseTable::Room LeaseTable::RoomFor(std::string_view tenant) const {
+  const uint64_t used = TenantBytes(tenant);
+  const uint64_t limit = TenantLimit(tenant);
   Room room;
   room.node = max_bytes_ > bytes_ ? max_bytes_ - bytes_ : 0;
-  room.tenant = max_bytes_per_tenant_ > used ? max_bytes_per_tenant_ - used : 0;
+  room.tenant = limit > used ? limit - used : 0;
   return room;
 }
 

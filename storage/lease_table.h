@@ -17,6 +17,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -49,8 +50,17 @@ class LeaseTable {
     bool keep_hot = false;
   };
 
-  LeaseTable(uint64_t max_bytes, uint64_t max_bytes_per_tenant)
-      : max_bytes_(max_bytes), max_bytes_per_tenant_(max_bytes_per_tenant) {}
+  // `tenant_limits` overrides max_bytes_per_tenant for the tenants it lists
+  // (StoreOptions::tenant_quotas leased_bytes).
+  LeaseTable(uint64_t max_bytes, uint64_t max_bytes_per_tenant,
+             absl::flat_hash_map<std::string, uint64_t> tenant_limits = {})
+      : max_bytes_(max_bytes),
+        max_bytes_per_tenant_(max_bytes_per_tenant),
+        tenant_limits_(std::move(tenant_limits)) {}
+
+  // The bound on `tenant`'s leased bytes, and the bytes its active leases hold.
+  uint64_t TenantLimit(std::string_view tenant) const;
+  uint64_t TenantBytes(std::string_view tenant) const;
 
   // Bytes a new lease of `tenant` may still take under each bound.
   struct Room {
@@ -106,6 +116,7 @@ class LeaseTable {
 
   const uint64_t max_bytes_;
   const uint64_t max_bytes_per_tenant_;
+  const absl::flat_hash_map<std::string, uint64_t> tenant_limits_;
   absl::flat_hash_map<uint64_t, Lease> leases_;
   absl::flat_hash_map<BlockId, Count> counts_;
   absl::flat_hash_map<std::string, uint64_t> tenant_bytes_;

@@ -51,9 +51,8 @@ absl::StatusOr<kv::EncodedInfo> ParsePiecesHeader(std::span<const std::string_vi
   return kv::ParseHeaderPrefix(std::span<const uint8_t>(header.data(), copied), PiecesSize(pieces));
 }
 
-namespace {
-
-bool ValidNameChars(std::string_view s) {
+bool IsValidName(std::string_view s) {
+  if (s.empty() || s.size() > kMaxNameBytes) return false;
   for (char c : s) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '/' || c == '-';
@@ -61,6 +60,8 @@ bool ValidNameChars(std::string_view s) {
   }
   return true;
 }
+
+namespace {
 
 bool ValidCodec(kv::CodecId codec) {
   for (kv::CodecId c : kv::AllCodecs()) {
@@ -72,11 +73,11 @@ bool ValidCodec(kv::CodecId codec) {
 }  // namespace
 
 absl::Status NamespaceOptions::Validate() const {
-  if (name.empty() || name.size() > kMaxNameBytes || !ValidNameChars(name)) {
+  if (!IsValidName(name)) {
     return absl::InvalidArgumentError(absl::StrCat("name must be 1..", kMaxNameBytes,
                                                    " chars of [A-Za-z0-9._/-], got '", name, "'"));
   }
-  if (tenant.empty() || tenant.size() > kMaxNameBytes || !ValidNameChars(tenant)) {
+  if (!IsValidName(tenant)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tenant must be 1..", kMaxNameBytes, " chars of [A-Za-z0-9._/-], got '", tenant, "'"));
   }

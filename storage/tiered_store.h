@@ -29,6 +29,7 @@
 #include "storage/kv/codec.h"
 #include "storage/kv/layout.h"
 #include "storage/lease_table.h"
+#include "storage/tenant_quota.h"
 
 namespace kvtier::storage {
 
@@ -41,6 +42,8 @@ inline constexpr size_t kMaxKeyBytes = 32;       // keys and parent keys: 1..32 
 inline constexpr size_t kMaxNameBytes = 128;     // namespace and tenant names
 inline constexpr size_t kMaxModelIdBytes = 256;  // NamespaceOptions::model_id
 inline constexpr uint32_t kMaxSinkBlocks = 1024;  // NamespaceOptions::sink_blocks
+// True when `s` is 1..kMaxNameBytes chars of [A-Za-z0-9._/-] (namespace and tenant names).
+bool IsValidName(std::string_view s);
 
 // A named KV layout plus how to store it. Registered once; later registrations must match.
 struct NamespaceOptions {
@@ -102,6 +105,10 @@ struct StoreOptions {
   // ... and the leases of one tenant's namespaces (LeaseLimit::kTenantBytes).
   // Default: 32 MiB.
   uint64_t max_leased_bytes_per_tenant = 32ull << 20;
+  // Per-tenant quotas on hot, cold and leased bytes (tenant_quota.h); a tenant not listed
+  // has none, and its leases are bounded by max_leased_bytes_per_tenant. Open checks them
+  // (ValidateTenantQuotas). Default: none.
+  std::vector<TenantQuota> tenant_quotas;
   // Time source for pin and lease expiry; not owned, must outlive the store. Default: null, which
   // means common::RealClock().
   common::Clock* clock = nullptr;
@@ -238,6 +245,8 @@ struct StoreStats {
   LeaseStats leases;                 // leases granted by Lookup (node-wide)
   ColdTierRecovery cold_recovery;    // what the cold tier dropped at open (damaged WAL)
   std::vector<NamespaceStats> namespaces;  // sorted by name
+  // Every tenant with a namespace or a quota, sorted by name.
+  std::vector<TenantStats> tenants;
 };
 
 // Thread-safe. All methods may be called concurrently from any thread.
@@ -292,8 +301,11 @@ class TieredStore {
   // key / payload not a valid blob / a prefix rule below broken on block_index;
   // FAILED_PRECONDITION payload codec or layout differs from the namespace, or a stored
   // key would change its parent; RESOURCE_EXHAUSTED if the hot tier is full of pinned/unevictable
-  // blocks and the block cannot go cold either; the cold tier's error (e.g. UNAVAILABLE)
-  // when a needed cold write fails, in which case nothing of that block is stored.
+  // blocks and the block cannot go cold either, or (TenantQuotaExhausted, tenant_quota.h)
+  // when the namespace's tenant is at its hot quota and none of its own hot blocks can be
+  // demoted to make room (its own are demoted first, never another tenant's); the cold
+  // tier's error (e.g. UNAVAILABLE) when a needed cold write fails, in which case nothing
+  // of that block is stored.
   // Re-putting an existing key replaces it. Write-through namespaces return only after
   // the cold write is durable.
   //
@@ -308,7 +320,8 @@ class TieredStore {
   //  - a stored key never changes its parent (FAILED_PRECONDITION, blocks[i].parent_key).
   virtual absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) = 0;
 
-  // Returns the block: hot hit, else cold hit (checksum verified, then promoted), else
+  // Returns the block: hot hit, else cold hit (checksum verified, then promoted within
+  // the tenant's hot quota, else served from a heap copy), else
   // NOT_FOUND (also for a checksum failure, which is counted and deletes the block).
   // NOT_FOUND also for an unknown namespace; the cold tier's UNAVAILABLE / INTERNAL when
   // a cold read fails otherwise. Updates recency and hit counts.

@@ -52,30 +52,18 @@ void TieredStoreImpl::ExpirePinsLocked() {
 BlockId TieredStoreImpl::PickVictimLocked() {
   ExpirePinsLocked();
   ExpireLeasesLocked();
+  // A tenant over its hot quota (a promotion or a concurrent Put raced it there) gives
+  // up its own blocks before anyone else does.
+  if (const TenantUsage* over = tenants_.OverHotQuota()) {
+    if (BlockId own = ScanVictimLocked(over); own != kNoEntry) return own;
+  }
   BlockId id = policy_->PickVictim();
   if (id != kInvalidBlock) return id;
   // No eligible block: the hot tier holds only pinned blocks, interior blocks and sinks
   // protected by cold descendants. Demoting keeps a block resident, so fall back to the
   // least recent unpinned hot leaf (a protected sink becomes cold, its prefix stays
-  // whole), and only then to any unpinned hot block. O(hot blocks); rare.
-  uint32_t best = kNoEntry;
-  uint32_t best_age = 0;
-  bool best_leaf = false;
-  hot_->ForEachOwned([&](BlockId i) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // mu_ is held
-    const Entry& e = index_.at(i);
-    if (!(e.flags & Entry::kHot) || (e.flags & (Entry::kPinned | Entry::kBusy)) ||
-        leases_.KeepsHot(i)) {
-      return;
-    }
-    const bool leaf = e.hot_children == 0;
-    const uint32_t age = static_cast<uint32_t>(tick_) - e.recency;
-    if (best == kNoEntry || (leaf && !best_leaf) || (leaf == best_leaf && age > best_age)) {
-      best = i;
-      best_age = age;
-      best_leaf = leaf;
-    }
-  });
-  return best;
+  // whole), and only then to any unpinned hot block. Rare.
+  return ScanVictimLocked(nullptr);
 }
 
 bool TieredStoreImpl::DemoteOne() {
@@ -218,16 +206,14 @@ void TieredStoreImpl::EnforceColdCapacity() {
   while (true) {
     uint16_t ns_id;
     std::string key;
+    TenantUsage* charged = nullptr;  // the tenant over its cold quota, if that is why
     {
       common::MutexLock lock(&mu_);
-      if (cold_used_ <= options_.cold_capacity_bytes) return;
-      ExpireLeasesLocked();
-      BlockId id = index_.cold_head();
-      // A leased block that is cold only must stay resident.
-      while (id != kNoEntry && ((index_.at(id).flags & Entry::kBusy) ||
-                                (!(index_.at(id).flags & Entry::kHot) && leases_.KeepsResident(id)))) {
-        id = index_.at(id).cold_next;
+      if (cold_used_ <= options_.cold_capacity_bytes && tenants_.OverColdQuota() == nullptr) {
+        return;
       }
+      ExpireLeasesLocked();
+      const BlockId id = PickColdVictimLocked(&charged);
       if (id == kNoEntry) return;
       ns_id = index_.at(id).ns;
       key.assign(index_.at(id).key_view());
@@ -243,6 +229,7 @@ void TieredStoreImpl::EnforceColdCapacity() {
       if (!(e.flags & Entry::kHot) && leases_.KeepsResident(id)) continue;
       NsState& ns = *namespaces_[e.ns];
       delete_record = true;
+      if (charged != nullptr) charged->evictions_caused++;
       if (e.flags & Entry::kHot) {
         LeaveColdLocked(id);  // still resident in hot: only the copy goes
       } else {

@@ -50,9 +50,14 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
     payload_bytes = index_.at(id).payload_bytes;
     standalone = index_.at(id).flags & Entry::kStandalone;
   }
-  // Standalone entries stay cold-only; a hot tier full of pinned blocks serves a heap copy.
+  // Standalone entries stay cold-only; a hot tier full of pinned blocks, or a tenant at
+  // its hot quota with nothing of its own to demote, serves a heap copy.
+  uint64_t reserved = 0;
+  const bool to_hot = !standalone && ReserveTenantHot(ns, payload_bytes, /*count_rejection=*/false,
+                                                      /*parent_key=*/{}, &reserved)
+                                         .ok();
   std::optional<SlotId> slot;
-  if (!standalone) slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, payload_bytes));
+  if (to_hot) slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, payload_bytes));
   HotTier::SlotView dst;
   if (slot) dst = hot_->View(*slot);  // our allocation reference keeps it ours
   std::string heap_copy;
@@ -73,6 +78,10 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
   if (st.ok() && !size_ok) st = absl::DataLossError("cold payload larger than its slot");
   if (!st.ok()) {
     if (slot) hot_->Release(*slot);
+    if (reserved != 0) {
+      common::MutexLock lock(&mu_);
+      UnreserveTenantHotLocked(ns, &reserved);
+    }
     if (absl::IsDataLoss(st)) return DropCorruptCold(ns, key, st);
     common::MutexLock lock(&mu_);
     ns->stats.get_misses++;
@@ -81,6 +90,7 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
   }
   if (slot) hot_->SetPayload(*slot, payload_bytes, checksum);
   common::MutexLock lock(&mu_);
+  UnreserveTenantHotLocked(ns, &reserved);
   return PublishPromotedLocked(ns, key, slot, std::move(heap_copy), pin, pin_until_ms);
 }
 

@@ -31,7 +31,9 @@ TieredStoreImpl::TieredStoreImpl(const StoreOptions& options, std::unique_ptr<Ho
         UpdateEligibilityLocked(id);
       }),
       policy_(NewEvictionPolicy(options.policy, options.policy_options)),
-      leases_(options.max_leased_bytes, options.max_leased_bytes_per_tenant) {}
+      tenants_(options.tenant_quotas),
+      leases_(options.max_leased_bytes, options.max_leased_bytes_per_tenant,
+              LeasedQuotas(options.tenant_quotas)) {}
 
 TieredStoreImpl::~TieredStoreImpl() {
   {
@@ -51,7 +53,7 @@ absl::Status TieredStoreImpl::ValidateOptions(const StoreOptions& options) {
   if (options.cold_capacity_bytes == 0) {
     return absl::InvalidArgumentError("cold_capacity_bytes must be positive");
   }
-  return absl::OkStatus();
+  return ValidateTenantQuotas(options.tenant_quotas);
 }
 
 absl::Status TieredStoreImpl::Init() {
@@ -126,6 +128,7 @@ absl::Status TieredStoreImpl::AddNamespaceLocked(BlockId id, const NamespaceOpti
   state->stats.name = opts.name;
   state->stats.tenant = opts.tenant;
   state->stats.codec = opts.codec;
+  state->tenant = tenants_.ForTenant(opts.tenant);
   ns_by_name_[opts.name] = static_cast<uint16_t>(id);
   namespaces_[id] = std::move(state);
   return absl::OkStatus();
@@ -265,6 +268,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* 
   if (!e.resident()) ns.stats.distinct_blocks++;
   ns.stats.hot.blocks++;
   ns.stats.hot.bytes += hot_->View(slot).payload_bytes;
+  ns.tenant->hot_used += hot_->View(slot).payload_bytes;
   policy_->OnInsert(id, InfoLocked(e));
   index_.SetHot(id, true);  // re-evaluates the parent
   UpdateEligibilityLocked(id);
@@ -279,6 +283,7 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
   NsState& ns = *namespaces_[e.ns];
   ns.stats.hot.blocks--;
   ns.stats.hot.bytes -= hot_->View(e.slot).payload_bytes;
+  ns.tenant->hot_used -= hot_->View(e.slot).payload_bytes;
   hot_->Disown(e.slot);  // freed now unless a reader holds it
   e.slot = kNoEntry;
   if (e.flags & Entry::kPinned) {
@@ -296,6 +301,7 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const B
   const bool was_cold = e.flags & Entry::kCold;
   if (was_cold) {
     ns.stats.cold.bytes -= e.cold_bytes;
+    ns.tenant->cold_used -= e.cold_bytes;
     cold_used_ -= e.cold_bytes;
   } else {
     if (!e.resident()) ns.stats.distinct_blocks++;
@@ -304,6 +310,7 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const B
   e.flags |= Entry::kCold;
   e.cold_bytes = stored_bytes;
   ns.stats.cold.bytes += stored_bytes;
+  ns.tenant->cold_used += stored_bytes;
   cold_used_ += stored_bytes;
   index_.UpdateColdList(id, false);
   if (!was_cold) ReportLocked(id, true, events::Medium::kDisk, origin);
@@ -315,6 +322,7 @@ void TieredStoreImpl::LeaveColdLocked(BlockId id) {
   NsState& ns = *namespaces_[e.ns];
   ns.stats.cold.blocks--;
   ns.stats.cold.bytes -= e.cold_bytes;
+  ns.tenant->cold_used -= e.cold_bytes;
   cold_used_ -= e.cold_bytes;
   e.cold_bytes = 0;
   e.flags &= ~Entry::kCold;
@@ -515,6 +523,18 @@ StoreStats TieredStoreImpl::Stats() const {
   }
   std::sort(out.namespaces.begin(), out.namespaces.end(),
             [](const NamespaceStats& a, const NamespaceStats& b) { return a.name < b.name; });
+  tenants_.ForEachSorted([&](const TenantUsage& u) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    TenantStats& t = out.tenants.emplace_back();
+    t.tenant = u.quota.tenant;
+    t.hot_used_bytes = u.hot_used;
+    t.hot_limit_bytes = u.quota.hot_bytes;
+    t.cold_used_bytes = u.cold_used;
+    t.cold_limit_bytes = u.quota.cold_bytes;
+    t.leased_used_bytes = leases_.TenantBytes(u.quota.tenant);
+    t.leased_limit_bytes = leases_.TenantLimit(u.quota.tenant);
+    t.evictions_caused = u.evictions_caused;
+    t.quota_rejections = u.quota_rejections;
+  });
   return out;
 }
 

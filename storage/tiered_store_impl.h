@@ -50,6 +50,7 @@
 #include "storage/hot_tier.h"
 #include "storage/kv/codec.h"
 #include "storage/prefix_index.h"
+#include "storage/tenant_quota.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::storage {
@@ -62,6 +63,8 @@ struct NsState {
   NamespaceOptions opts;
   uint16_t id = 0;
   uint64_t slot_bytes = 0;  // hot slot size of a full block
+  TenantUsage* tenant = nullptr;  // the owner's usage (the pointer is constant, the
+                                  // record guarded by the store's mu_)
   NamespaceStats stats;
   bool dropped = false;  // DropNamespace started: Put stores nothing more
   bool quiet = false;    // ... and its blocks' removals raise no events (AllBlocksCleared did)
@@ -206,6 +209,27 @@ class TieredStoreImpl final : public TieredStore {
                                                  bool pin, int64_t pin_until_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- Tenant quotas (tiered_store_quota.cc)
+  // Reserves `bytes` of ns's tenant's hot quota (*reserved = bytes), demoting the
+  // tenant's own blocks until they fit. RESOURCE_EXHAUSTED (TenantQuotaExhausted,
+  // counted as a rejection when count_rejection) when none of them can be demoted. OK at
+  // once, *reserved = 0, when the tenant has no hot quota.
+  // `parent_key` (may be empty) names the parent of the block being put, demoted last.
+  absl::Status ReserveTenantHot(NsState* ns, uint64_t bytes, bool count_rejection,
+                                std::string_view parent_key, uint64_t* reserved)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives back a reservation of *bytes (none when 0) and sets it to 0.
+  void UnreserveTenantHotLocked(NsState* ns, uint64_t* bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least recent demotable hot block of `tenant` (any tenant when null): eligible
+  // ones first, then leaves, then interior blocks, and last sinks and `avoid`; for a
+  // tenant never a sink with a hot child. kNoEntry when none.
+  BlockId ScanVictimLocked(const TenantUsage* tenant, BlockId avoid = kNoEntry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cold leaf to delete next: a tenant over its cold quota loses its own first
+  // (*charged = that tenant), then, over cold capacity, anyone's (*charged = null).
+  // kNoEntry when nothing is to be deleted.
+  BlockId PickColdVictimLocked(TenantUsage** charged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // --- Room and demotion (tiered_store_demotion.cc)
   // Allocates a hot slot, demoting synchronously while the arena has no room. Returns
   // nullopt when nothing more can be demoted.
@@ -259,6 +283,7 @@ class TieredStoreImpl final : public TieredStore {
   const std::unique_ptr<EvictionPolicy> policy_ ABSL_PT_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockId, int64_t> pins_ ABSL_GUARDED_BY(mu_);  // id -> until ms
   int64_t next_pin_expiry_ms_ ABSL_GUARDED_BY(mu_) = kPinForever;
+  TenantQuotaTable tenants_ ABSL_GUARDED_BY(mu_);
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   uint64_t cold_used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;

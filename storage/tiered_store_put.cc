@@ -27,6 +27,7 @@ struct TieredStoreImpl::PreparedPut {
   uint64_t raw_bytes = 0;  // source-dtype bytes the block represents
   bool write_through = false;
   std::optional<SlotId> slot;  // holds our allocation reference until published
+  uint64_t tenant_reserved = 0;  // bytes of the tenant's hot quota held until published
 };
 
 namespace {
@@ -90,7 +91,16 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
     common::MutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckPrefixRulesLocked(*ns, block, position));
   }
+  if (!block.standalone) {
+    // Within the tenant's hot quota first: its own blocks make the room.
+    RETURN_IF_ERROR(ReserveTenantHot(ns, prepared.payload_size, /*count_rejection=*/true,
+                                     block.parent_key, &prepared.tenant_reserved));
+  }
   CopyIntoHot(*ns, block, &prepared);
+  if (!prepared.slot && prepared.tenant_reserved != 0) {
+    common::MutexLock lock(&mu_);
+    UnreserveTenantHotLocked(ns, &prepared.tenant_reserved);
+  }
   bool stale_cold_record;
   {
     common::MutexLock stripe(&Stripe(ns->id, block.key));
@@ -109,9 +119,14 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
     if (!stored.ok()) {
       // Nothing was published: the slot goes back, the index is untouched.
       if (prepared.slot) hot_->Release(*prepared.slot);
+      if (prepared.tenant_reserved != 0) {
+        common::MutexLock lock(&mu_);
+        UnreserveTenantHotLocked(ns, &prepared.tenant_reserved);
+      }
       return stored.status();
     }
     common::MutexLock lock(&mu_);
+    UnreserveTenantHotLocked(ns, &prepared.tenant_reserved);
     stale_cold_record = PublishLocked(ns, block, prepared, *stored);
   }
   if (stale_cold_record) RETURN_IF_ERROR(DropStaleCold(*ns, block.key));

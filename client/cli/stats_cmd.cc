@@ -48,7 +48,8 @@ constexpr char kStatsHelp[] =
     "\n"
     "Below the table: per namespace lookups (calls), gets, puts, evictions by reason,\n"
     "demotions, promotions, checksum failures; the node's leases (granted, released,\n"
-    "expired unused, active, leased bytes); and per-operation latency.\n"
+    "expired unused, active, leased bytes); per tenant, its hot, cold and leased bytes\n"
+    "against its quotas; and per-operation latency.\n"
     "  --cluster      one row per node: BLOCKS (distinct), LOOKUP_KEYS, LOOKUP_HIT and\n"
     "                 LOOKUP_PREFIX summed over namespaces, plus a cluster total\n"
     "  --json         the StatsResponse (or ClusterStatusResponse) as JSON\n";
@@ -115,6 +116,22 @@ void PrintStatsTable(const v1::StatsResponse& s) {
               static_cast<unsigned long long>(l.released()),
               static_cast<unsigned long long>(l.expired_unused()),
               static_cast<unsigned long long>(l.active()), HumanBytes(l.leased_bytes()).c_str());
+  if (s.tenants_size() > 0) {
+    // Per-tenant use against its quotas (ServerConfig.tenant_quotas); "-" = unlimited.
+    auto used = [](uint64_t bytes, uint64_t limit) {
+      return absl::StrCat(HumanBytes(bytes), " / ", limit == 0 ? "-" : HumanBytes(limit));
+    };
+    std::vector<std::vector<std::string>> tenants = {
+        {"TENANT", "HOT", "COLD", "LEASED", "QUOTA_EVICTIONS", "QUOTA_REJECTIONS"}};
+    for (const auto& t : s.tenants()) {
+      tenants.push_back({t.tenant(), used(t.hot_used_bytes(), t.hot_limit_bytes()),
+                         used(t.cold_used_bytes(), t.cold_limit_bytes()),
+                         used(t.leased_used_bytes(), t.leased_limit_bytes()),
+                         absl::StrCat(t.evictions_caused()), absl::StrCat(t.quota_rejections())});
+    }
+    std::printf("\n");
+    PrintTable(tenants);
+  }
   if (s.cold_wal_dropped_ranges() > 0) {
     std::printf("cold tier started after WAL damage: %llu range(s), %s dropped (see the log)\n",
                 static_cast<unsigned long long>(s.cold_wal_dropped_ranges()),
