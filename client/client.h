@@ -17,7 +17,8 @@
 // are staged through the region with one memcpy. Otherwise (another host, option off,
 // region full) payloads travel over UCX when the server offers its UCX data path
 // (service/ucx_server.h: rendezvous active messages, RDMA where the fabric has it, TCP
-// otherwise; the gRPC stream carries only the headers), else over TCP as below. Put and Get payloads never pass through protobuf `bytes` fields:
+// otherwise; the gRPC stream carries only the headers), else over TCP as below. Put and
+// Get payloads never pass through protobuf `bytes` fields:
 // Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
 // messages are parsed straight out of the received slices into the destination buffers
 // (protocol/wire.h). A batch larger than one block is split over up to

@@ -521,7 +521,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
     // A UCX transfer still in flight ends (its buffers go with it); its payload messages
     // that come later are dropped.
-    if (!header_.ucx_session().empty()) EndUcxPut(*ctx_, header_.ucx_session(), header_.ucx_transfer());
+    if (!header_.ucx_session().empty()) {
+      EndUcxPut(*ctx_, header_.ucx_session(), header_.ucx_transfer());
+    }
     ReleaseBuffers();
     ctx_->put_bytes_in_flight.fetch_sub(reserved_);
     reserved_ = 0;

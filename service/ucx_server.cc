@@ -269,7 +269,8 @@ void UcxServer::SendGet(std::string session, uint64_t transfer, std::vector<UcxO
                     if (s.ok()) {
                       get_bytes_.fetch_add(n);
                     } else if (st->status.ok()) {
-                      st->status = TransferFailed(std::string_view(s.message().data(), s.message().size()));
+                      st->status = TransferFailed(
+                          std::string_view(s.message().data(), s.message().size()));
                     }
                     if (--st->left == 0) {
                       st->items.clear();
@@ -349,7 +350,8 @@ absl::StatusOr<std::unique_ptr<UcxServer>> StartUcxFromConfig(const v1::ServerCo
   if (!config.ucx().enabled()) return std::unique_ptr<UcxServer>();
   const v1::UcxConfig& u = config.ucx();
   UcxServerOptions options;
-  options.listen_address = u.listen_address().empty() ? config.listen_address() : u.listen_address();
+  options.listen_address =
+      u.listen_address().empty() ? config.listen_address() : u.listen_address();
   options.port = static_cast<uint16_t>(u.port());
   options.transports = u.transports();
   if (u.transfer_timeout_ms() > 0) options.transfer_timeout_ms = u.transfer_timeout_ms();

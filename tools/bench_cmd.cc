@@ -621,10 +621,10 @@ absl::Status Bench(const cli::Flags& flags) {
     options.namespace_spec = spec;
     ASSIGN_OR_RETURN(client, client::Client::Connect(options));
     if (options.ucx && !client->uses_ucx()) {
-      return absl::UnavailableError(absl::StrCat("--ucx: the UCX path is not available: ",
-                                                 client->connect_info().ucx_error.empty()
-                                                     ? "the server offers none (start it with --ucx)"
-                                                     : client->connect_info().ucx_error));
+      const std::string& why = client->connect_info().ucx_error;
+      return absl::UnavailableError(
+          absl::StrCat("--ucx: the UCX path is not available: ",
+                       why.empty() ? "the server offers none (start it with --ucx)" : why));
     }
     if (options.shared_memory && !client->uses_shared_memory() &&
         !client->connect_info().shared_memory_error.empty()) {

@@ -304,7 +304,8 @@ TEST_F(UcxTest, UnknownStaleOrMismatchedTransfersAreRefusedAndStoreNothing) {
 
 TEST_F(UcxTest, AClientGoneMidTransferReleasesItsReservation) {
   // 16 MiB of Put budget: one 300-block (about 9.5 MiB) Put fits, two do not.
-  StartServer({"--config", WriteConfig(dir_, 60000, "memory_quota_bytes: 16777216 max_put_bytes: 10485760\n")});
+  StartServer({"--config",
+               WriteConfig(dir_, 60000, "memory_quota_bytes: 16777216 max_put_bytes: 10485760\n")});
   auto c = Connect("fp16");
   ASSERT_NE(c, nullptr);
   ASSERT_TRUE(c->uses_ucx());
