@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/cluster_client.h"
 #include "client/ucx_channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -23,6 +24,7 @@
 #include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/synthetic_blocks.h"
 
@@ -381,6 +383,60 @@ TEST_F(UcxTest, AServerKilledMidTransferGivesUnavailableAndStoresNothingPartial)
   auto after = Connect("fp16", v1::CODEC_FP16, /*ucx=*/false);
   ASSERT_NE(after, nullptr);
   EXPECT_EQ(Resident(*after, seq), 0u);
+}
+
+TEST_F(UcxTest, AThreeNodeClusterWithTwoReplicasServesOverUcxWithANodeKilled) {
+  testing::StaticPeerCluster::Options o;
+  o.num_nodes = 3;
+  o.replication_factor = 2;
+  o.root_dir = dir_.path();
+  o.extra_config = "ucx { enabled: true }\nshm_socket: \"off\"\n";
+  auto nodes = testing::StaticPeerCluster::Create(o);
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_TRUE(nodes->StartAll().ok());
+  ClusterClientOptions co;
+  co.node.server = nodes->ids()[0];
+  co.node.num_channels = 1;
+  co.node.default_deadline_ms = 5000;
+  co.node.namespace_spec = Spec("fp16");
+  co.node.shared_memory = false;
+  co.node.ucx_transports = "tcp";
+  auto cluster = ClusterClient::Connect(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_EQ((*cluster)->members().size(), 3u);
+  const Sequence seq = MakeSequence("fp16", kLayout, 24, 31);
+  auto put = (*cluster)->PutBlocks("fp16", seq.blocks);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->blocks_stored, 48u);  // two copies of each
+  // Every node received its copies over UCX, none in the gRPC stream.
+  auto node_stats = [&](int i) {
+    auto stub = v1::KvCacheAdmin::NewStub(
+        grpc::CreateChannel(nodes->ids()[i], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::StatsResponse resp;
+    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &resp).ok());
+    return resp;
+  };
+  uint64_t ucx_put = 0;
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t n = node_stats(i).ucx_put_bytes();
+    EXPECT_GT(n, 0u) << nodes->ids()[i];
+    ucx_put += n;
+  }
+  uint64_t encoded = 0;
+  for (const std::string& e : seq.encoded) encoded += e.size();
+  EXPECT_EQ(ucx_put, 2 * encoded);
+
+  nodes->node(2).Kill();  // SIGKILL
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second with node 2 known down
+    auto got = (*cluster)->GetBlocks("fp16", seq.keys, {.deadline_ms = 4000});
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (size_t i = 0; i < seq.keys.size(); ++i) {
+      ASSERT_TRUE((*got)[i].info.found()) << i;
+      EXPECT_TRUE((*got)[i].info.ucx()) << i;
+      EXPECT_EQ((*got)[i].data, seq.encoded[i]) << i;
+    }
+  }
 }
 
 }  // namespace
