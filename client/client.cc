@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       im.RememberLayout(resp.spec());
     }
     im.OpenSharedMemory(resp.shared_memory());
+    im.OpenUcx(resp.ucx());
   } else {
     v1::StatsRequest req;
     v1::StatsResponse resp;
@@ -137,6 +138,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
                        im.options.server, "' uses '", resp.hash_scheme(), "'"));
     }
     im.OpenSharedMemory(resp.shared_memory());
+    im.OpenUcx(resp.ucx());
   }
   return client;
 }

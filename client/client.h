@@ -15,7 +15,10 @@
 // copies once between the region and its hot tier, and payloads that already live in a
 // SharedBuffer (AllocateSharedBuffer) are not copied on the client at all; other payloads
 // are staged through the region with one memcpy. Otherwise (another host, option off,
-// region full) payloads travel over TCP as below. Put and Get payloads never pass through protobuf `bytes` fields:
+// region full) payloads travel over UCX when the server offers its UCX data path
+// (service/ucx_server.h: rendezvous active messages, RDMA where the fabric has it, TCP
+// otherwise; the gRPC stream carries only the headers), else over TCP as below. Put and
+// Get payloads never pass through protobuf `bytes` fields:
 // Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
 // messages are parsed straight out of the received slices into the destination buffers
 // (protocol/wire.h). A batch larger than one block is split over up to
@@ -123,6 +126,19 @@ struct ClientOptions {
   // cudaHostRegister, so SharedBuffers copy to and from the GPU at pinned-memory speed
   // (about 7x pageable memory for 2 MiB blocks on an H200). Default: true.
   bool shared_memory_cuda_register = true;
+  // Use the server's cross-node UCX data path (UcxOffer, service/ucx_server.h) for
+  // Put / Get payloads when it offers one and the shared-memory path is not in use.
+  // Default: true.
+  bool ucx = true;
+  // Prefer UCX over the shared-memory path even on the server's host (benchmarks,
+  // tests). Default: false.
+  bool ucx_over_shared_memory = false;
+  // UCX_TLS for this client's UCX context (e.g. "tcp"); empty: the environment's
+  // UCX_TLS, else UCX's choice. Default: empty.
+  std::string ucx_transports;
+  // The host to reach the server's UCX port at, when the offer names none and it differs
+  // from the host of `server`. Default: the host of `server`.
+  std::string ucx_host;
 };
 
 // Per-call options.
@@ -188,6 +204,8 @@ struct ConnectInfo {
   std::string shared_memory_error;
   // The shared region is page-locked for CUDA (see shared_memory_cuda_register).
   bool shared_memory_cuda_registered = false;
+  // Why the UCX path is not used (empty when it is, or when the server offers none).
+  std::string ucx_error;
 };
 
 // Memory inside the client's shared region (Client::AllocateSharedBuffer). Payloads put
@@ -242,6 +260,12 @@ class Client {
   // device-to-host copy of KV) or reads in place. FAILED_PRECONDITION without the
   // shared-memory path; RESOURCE_EXHAUSTED when the region has no room.
   absl::StatusOr<SharedBuffer> AllocateSharedBuffer(uint64_t bytes);
+
+  // True while Put / Get payloads that do not take the shared-memory path use the UCX
+  // path (ClientOptions::ucx). It turns false for good once the UCX endpoint fails or
+  // the server forgets the session; calls then use the gRPC streams. A call whose UCX
+  // transfer fails before anything was stored is redone over the stream.
+  bool uses_ucx() const;
 
   // Registers `spec` (or checks it against the stored one). FAILED_PRECONDITION on a
   // hash-scheme, layout or codec mismatch, like Connect. Later PutBlocks calls to this

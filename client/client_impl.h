@@ -24,6 +24,7 @@
 #include "client/client.h"
 #include "client/prefix_keys.h"
 #include "client/shared_region.h"
+#include "client/ucx_channel.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -149,6 +150,29 @@ struct Client::Impl {
     region = *std::move(r);
   }
 
+  // The UCX channel while the UCX path is usable, else null (client/client_ucx.cc).
+  common::Mutex ucx_mu;
+  std::shared_ptr<UcxChannel> ucx ABSL_GUARDED_BY(ucx_mu);
+  // Opens the UCX channel `offer` describes, or records why not.
+  void OpenUcx(const v1::UcxOffer& offer);
+  std::shared_ptr<UcxChannel> Ucx();
+  // `u` failed (endpoint down, session lost): use the other paths from now on.
+  void DropUcx(const std::shared_ptr<UcxChannel>& u);
+  // True if payloads should take UCX rather than the shared region.
+  bool PreferUcx() { return options.ucx_over_shared_memory && Ucx() != nullptr; }
+  // A Put of `blocks` over UCX. Its status, or a status IsUcxFallback accepts when the
+  // call should be redone over the stream (nothing was stored).
+  absl::Status PutUcx(const std::shared_ptr<UcxChannel>& u, std::string_view ns,
+                      std::span<const PutBlock> blocks, v1::PayloadFormat format,
+                      std::chrono::system_clock::time_point deadline, PutResult* result);
+  // A Get of `request`'s keys over UCX into `destination`.
+  absl::Status GetUcx(const std::shared_ptr<UcxChannel>& u, v1::GetRequest request,
+                      const protocol::GetStreamParser::DestinationFn& destination, size_t n,
+                      std::chrono::system_clock::time_point deadline,
+                      std::vector<v1::GetBlockInfo>* infos);
+  // True if a UCX call's `status` means "redo it over the stream".
+  static bool IsUcxFallback(const absl::Status& s);
+
   Channel& PickChannel() {
     return channels[next_channel.fetch_add(1, std::memory_order_relaxed) % channels.size()];
   }
@@ -237,7 +261,8 @@ struct Client::Impl {
   absl::Status PutStream(std::string_view ns, std::span<const PutBlock> blocks,
                          v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
                          SliceRefs* refs, PutResult* result, std::string_view shm_session = {},
-                         std::span<const uint64_t> shm_offsets = {});
+                         std::span<const uint64_t> shm_offsets = {},
+                         std::string_view ucx_session = {}, uint64_t ucx_transfer = 0);
 
   // One Get stream for keys[0, n) into buffers / allocated strings. With `buffers` (one
   // per key) and a shared region with room, the server writes the payloads into the
@@ -255,8 +280,8 @@ struct Client::Impl {
                                 const protocol::GetStreamParser::DestinationFn& destination,
                                 size_t n, std::vector<v1::GetBlockInfo>* infos);
 
-  // One attempt of a Get whose payloads the server writes into the shared region: the
-  // stream is the header alone.
+  // One attempt of a Get whose payloads do not come in the stream (shared region or
+  // UCX): the stream is the header alone.
   grpc::Status GetShmAttempt(grpc::ClientContext* ctx, Channel& ch, const v1::GetRequest& request,
                              std::vector<v1::GetBlockInfo>* infos);
 

@@ -28,7 +28,7 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
                                   v1::PayloadFormat format,
                                   std::chrono::system_clock::time_point deadline,
                                   PutResult* result) {
-  if (std::shared_ptr<SharedRegion> r = Region()) {
+  if (std::shared_ptr<SharedRegion> r = PreferUcx() ? nullptr : Region()) {
     std::vector<uint64_t> offsets, staged;
     bool staged_all = true;
     for (const PutBlock& b : blocks) {
@@ -56,6 +56,11 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
     if (staged_all && !IsLostSession(status)) return status;
     if (staged_all) DropRegion(r);
   }
+  if (std::shared_ptr<UcxChannel> u = Ucx()) {
+    absl::Status status = PutUcx(u, ns, blocks, format, deadline, result);
+    if (!IsUcxFallback(status)) return status;
+    if (!u->healthy() || protocol::HasErrorReason(status, v1::UCX_SESSION_UNKNOWN)) DropUcx(u);
+  }
   SliceRefs refs;
   absl::Status status = PutStream(ns, blocks, format, deadline, &refs, result);
   common::MutexLock lock(&refs.mu);
@@ -69,7 +74,8 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
                                      std::chrono::system_clock::time_point deadline,
                                      SliceRefs* refs, PutResult* result,
                                      std::string_view shm_session,
-                                     std::span<const uint64_t> shm_offsets) {
+                                     std::span<const uint64_t> shm_offsets,
+                                     std::string_view ucx_session, uint64_t ucx_transfer) {
   Channel& ch = PickChannel();
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
@@ -85,6 +91,10 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
   header->set_format(format);
   if (auto layout = KnownLayout(ns)) *header->mutable_layout() = *layout;
   if (!shm_session.empty()) header->set_shm_session(std::string(shm_session));
+  if (!ucx_session.empty()) {
+    header->set_ucx_session(std::string(ucx_session));
+    header->set_ucx_transfer(ucx_transfer);
+  }
   std::vector<uint64_t> sizes;
   sizes.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -106,7 +116,7 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
     grpc::ByteBuffer bb(&slice, 1);
     stream_ok = writer->Write(bb);
   }
-  if (stream_ok && shm_session.empty()) {
+  if (stream_ok && shm_session.empty() && ucx_session.empty()) {
     std::vector<grpc::Slice> slices;
     for (const auto& chunk : protocol::PlanChunks(sizes, options.chunk_bytes)) {
       uint64_t len = 0;
@@ -150,7 +160,7 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
   for (const auto& k : keys) request.add_keys(k);
   request.set_format(opts.format);
   request.set_lease_id(opts.lease_id);
-  if (std::shared_ptr<SharedRegion> r = buffers.empty() ? nullptr : Region()) {
+  if (std::shared_ptr<SharedRegion> r = buffers.empty() || PreferUcx() ? nullptr : Region()) {
     std::vector<std::pair<size_t, uint64_t>> staged;  // key index, region offset
     bool staged_all = true;
     for (size_t i = 0; i < buffers.size() && staged_all; ++i) {
@@ -195,6 +205,11 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
     if (staged_all) DropRegion(r);
     request.clear_shm_session();
     request.clear_shm_destinations();
+  }
+  if (std::shared_ptr<UcxChannel> u = Ucx()) {
+    absl::Status status = GetUcx(u, request, destination, keys.size(), deadline, infos);
+    if (!IsUcxFallback(status)) return status;
+    if (!u->healthy() || protocol::HasErrorReason(status, v1::UCX_SESSION_UNKNOWN)) DropUcx(u);
   }
   return Call(
       "Get", 0, true,

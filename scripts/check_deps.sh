@@ -12,6 +12,7 @@
 #      and kvtierd does not load libhiredis;
 #   5. every lock is a common::Mutex / MutexLock / CondVar / Notification (common/mutex.h),
 #      never the absl type directly, so the TSAN build (scripts/tsan.sh) sees it.
+#   6. transport/ (the bare UCX layer) includes nothing of kvtier but common/.
 # Every broken rule is reported (file:line or binary: symbol) and the exit status is 1;
 # 0 when all hold. Usage: scripts/check_deps.sh [SOURCE_DIR [BUILD_DIR]] (defaults: the
 # repository root and SOURCE_DIR/build). Rule 4 needs kvtierd and the libraries built
@@ -54,6 +55,8 @@ include_rule() {
 include_rule 'service/ includes the client library (use protocol/)' 'client/' service
 include_rule 'storage/ includes gRPC or protobuf headers' \
   'grpcpp/|grpc/|grpc\+\+/|kvtier/v1/|google/protobuf/|[^">]*\.pb\.h' storage
+include_rule 'transport/ includes more than common/ (it is the bare UCX layer)' \
+  'client/|service/|storage/|protocol/|events/|tools/|grpcpp/|grpc/|kvtier/v1/|[^">]*\.pb\.h' transport
 include_rule 'production code includes the offline tools (tools/)' 'tools/' \
   storage client protocol service -- client/cli/
 
@@ -61,7 +64,7 @@ include_rule 'production code includes the offline tools (tools/)' 'tools/' \
 # directly is invisible to TSAN (Debian's Abseil is not instrumented).
 direct_locks=$(grep -rnE --include='*.h' --include='*.cc' \
                  'absl::(Mutex|MutexLock|ReaderMutexLock|WriterMutexLock|CondVar|Notification)\b' \
-                 "$src"/{common,storage,protocol,client,service,events,tools,tests} 2>/dev/null |
+                 "$src"/{common,storage,protocol,transport,client,service,events,tools,tests} 2>/dev/null |
                sed "s#^$src/##" | grep -v '^common/mutex.h:')
 if [[ -n "$direct_locks" ]]; then
   fail 'locks must be common::Mutex & co. (common/mutex.h), not absl:: directly:'

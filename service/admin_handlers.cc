@@ -9,6 +9,7 @@
 #include "service/config.h"
 #include "service/kv_cache_service.h"
 #include "service/request_checks.h"
+#include "service/ucx_put.h"
 
 namespace kvtier::service {
 namespace {
@@ -51,6 +52,7 @@ UnaryWork StatsWork(ServiceContext* ctx, const v1::StatsRequest* request,
     if (ctx->shm != nullptr) {
       response->set_shm_sessions(static_cast<uint32_t>(ctx->shm->session_count()));
     }
+    FillUcxStats(*ctx, response);
     ctx->metrics.AppendLatencies(response);
     return absl::OkStatus();
   });

@@ -19,6 +19,7 @@
 #include "service/limits.h"
 #include "service/membership.h"
 #include "service/tenant_quotas.h"
+#include "service/ucx_server.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
@@ -231,6 +232,7 @@ absl::Status ValidateConfig(const v1::ServerConfig& c) {
   }
   RETURN_IF_ERROR(ValidateEventsConfig(c));
   RETURN_IF_ERROR(storage::ValidateTenantQuotas(TenantQuotasFromConfig(c)));
+  RETURN_IF_ERROR(ValidateUcxConfig(c));
   for (int i = 0; i < c.namespaces_size(); ++i) {
     const std::string field = absl::StrCat("namespaces[", i, "]");
     auto ns = NamespaceFromProto(c.namespaces(i), field);
@@ -270,6 +272,9 @@ constexpr FlagSpec kFlags[] = {
     {"--executor-threads", "N", "executor_threads"},
     {"--max-message-bytes", "SIZE", "max_message_bytes"},
     {"--shm-socket", "PATH|off", "shm_socket; off disables the shared-memory path"},
+    {"--ucx", nullptr, "ucx.enabled: payloads between hosts over UCX"},
+    {"--ucx-port", "N", "ucx.port; 0 (default) binds a free port"},
+    {"--ucx-transports", "LIST", "ucx.transports (UCX_TLS), e.g. tcp or rc,tcp"},
     {"--tls-cert", "FILE", "tls.cert_file (PEM); with --tls-key turns TLS on"},
     {"--tls-key", "FILE", "tls.key_file (PEM)"},
     {"--tls-client-ca", "FILE", "tls.client_ca_file: verify client and peer certificates"},
@@ -326,6 +331,13 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
     c.set_max_message_bytes(v);
   } else if (flag == "--shm-socket") {
     c.set_shm_socket(value);
+  } else if (flag == "--ucx") {
+    c.mutable_ucx()->set_enabled(true);
+  } else if (flag == "--ucx-port") {
+    ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
+    c.mutable_ucx()->set_port(v);
+  } else if (flag == "--ucx-transports") {
+    c.mutable_ucx()->set_transports(value);
   } else if (flag == "--tls-cert") {
     c.mutable_tls()->set_cert_file(value);
   } else if (flag == "--tls-key") {

@@ -50,6 +50,7 @@ absl::Status RegisterNamespaceWork(ServiceContext* ctx, const v1::RegisterNamesp
   response->set_hash_scheme(HashSchemeVersion());
   response->set_node_id(ctx->node_id);
   FillShmOffer(*ctx, response->mutable_shared_memory());
+  FillUcxOffer(*ctx, response->mutable_ucx());
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "service/compact.h"
 #include "service/config.h"
 #include "service/request_checks.h"
+#include "service/ucx_put.h"
 #include "storage/kv/codec.h"
 
 namespace kvtier::service {
@@ -53,6 +54,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
           absl::Status s = Load();
           if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
+          if (ucx_) return SendOverUcx();
           WriteFrame();
         })) {
       FinishAndRecord(BusyStatus());
@@ -77,7 +79,22 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   struct Item {
     std::shared_ptr<const void> owner;
     std::span<const uint8_t> bytes;
+    uint32_t index = 0;  // position of its key in the request
   };
+
+  // UCX client (req_.ucx_session): the payloads go as active messages, and the header
+  // follows once the client has them all (service/ucx_server.h).
+  void SendOverUcx() {
+    std::vector<UcxOutgoing> out;
+    out.reserve(items_.size());
+    for (Item& item : items_) out.push_back({item.index, item.bytes, std::move(item.owner)});
+    items_.clear();
+    ctx_->ucx->SendGet(req_.ucx_session(), req_.ucx_transfer(), std::move(out),
+                       [this](absl::Status s) {
+                         if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
+                         WriteFrame();
+                       });
+  }
 
   // Checks the request, loads every key and serializes the header into frame_.
   absl::Status Load() {
@@ -89,6 +106,14 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(req_.keys(), ctx_->limits, false));
     if (!req_.shm_session().empty()) RETURN_IF_ERROR(OpenDestinations(keys.size()));
+    if (!req_.ucx_session().empty()) {
+      if (region_ != nullptr) {
+        return absl::InvalidArgumentError(
+            "shm_session and ucx_session are exclusive (one data path per Get)");
+      }
+      RETURN_IF_ERROR(CheckUcxSession(*ctx_, caller_, req_.ucx_session(), "ucx_session"));
+      ucx_ = true;
+    }
     v1::GetResponse header_msg;
     v1::GetHeader* header = header_msg.mutable_header();
     items_.reserve(keys.size());
@@ -168,7 +193,12 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       if (item.bytes.data() != to) std::memcpy(to, item.bytes.data(), item.bytes.size());
       return absl::OkStatus();
     }
-    remaining_ += item.bytes.size();
+    item.index = static_cast<uint32_t>(i);
+    if (ucx_) {
+      info->set_ucx(true);
+    } else {
+      remaining_ += item.bytes.size();
+    }
     items_.push_back(std::move(item));
     return absl::OkStatus();
   }
@@ -257,6 +287,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   Caller caller_;
   v1::GetRequest req_;
   std::shared_ptr<ShmRegion> region_;  // req_.shm_session's region, or null
+  bool ucx_ = false;                   // payloads go over UCX (req_.ucx_session)
   std::vector<Item> items_;
   size_t item_idx_ = 0;
   size_t item_off_ = 0;

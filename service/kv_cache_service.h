@@ -49,6 +49,8 @@
 
 namespace kvtier::service {
 
+class UcxServer;  // service/ucx_server.h
+
 // Namespaces seen by the service, so hot paths (Put headers) can check them inside a
 // reaction without calling the store. A registered spec never changes; DropNamespace
 // erases its entry, so entries never go stale. Thread-safe.
@@ -104,12 +106,16 @@ struct ServiceContext {
   PutWatchdog* put_watchdog = nullptr;
   // Same-node shared-memory data path (not owned); null = off. Set before `store`.
   ShmServer* shm = nullptr;
+  // Cross-node UCX data path (not owned); null = off. Set before serving.
+  UcxServer* ucx = nullptr;
   // Who may call, and which tenant's namespaces they may use. Set before serving.
   Authenticator auth;
 };
 
 // Fills `offer` with the shared-memory data path of ctx (left empty when there is none).
 void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer);
+// Fills `offer` with the UCX data path of ctx (left empty when there is none).
+void FillUcxOffer(const ServiceContext& ctx, v1::UcxOffer* offer);
 
 // Drops the namespace and tenant entries of `stats` that `caller` may not see.
 void RemoveOtherTenants(const Caller& caller, v1::StatsResponse* stats);

@@ -20,6 +20,7 @@
 #include "service/put_watchdog.h"
 #include "service/request_checks.h"
 #include "service/tenant_quotas.h"
+#include "service/ucx_put.h"
 #include "storage/kv/codec.h"
 
 namespace kvtier::service {
@@ -104,7 +105,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (watch_ != nullptr) watch_->Close();
     if (!peer_.empty()) ctx_->connection_puts.Release(peer_);
     ctx_->in_flight.fetch_sub(1);
-    delete this;
+    Unref();
   }
 
  private:
@@ -210,6 +211,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       ASSIGN_OR_RETURN(region_,
                        FindShmSession(*ctx_, header_.shm_session(), "header.shm_session"));
     }
+    if (!header_.ucx_session().empty()) {
+      if (region_ != nullptr) {
+        return absl::InvalidArgumentError(
+            "header: shm_session and ucx_session are exclusive (one data path per Put)");
+      }
+      RETURN_IF_ERROR(CheckUcxSession(*ctx_, caller_, header_.ucx_session(),
+                                      "header.ucx_session"));
+    }
     total_ = 0;
     for (int i = 0; i < n; ++i) {
       RETURN_IF_ERROR(ValidateBlock(i));
@@ -233,7 +242,42 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       received_ = total_;
       return absl::OkStatus();
     }
+    if (!header_.ucx_session().empty()) return StartUcx();
     return absl::OkStatus();
+  }
+
+  // The payloads come over UCX (service/ucx_put.h): reserve their bytes like a stream's,
+  // let the blocks view the landing buffers, and expect the transfer. The Put goes on
+  // once both the transfer and the stream's end are in (UcxStepDone).
+  absl::Status StartUcx() {
+    RETURN_IF_ERROR(Charge(total_));
+    std::vector<uint64_t> sizes;
+    for (const v1::PutBlock& b : header_.blocks()) sizes.push_back(b.size());
+    ucx_ = std::make_unique<UcxPut>(ctx_, header_.ucx_session(), header_.ucx_transfer(), sizes);
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      blocks_[i].pieces.push_back(ucx_->block(i));
+      blocks_[i].size = sizes[i];
+    }
+    received_ = total_;
+    ucx_pending_.store(2);
+    refs_.fetch_add(1);
+    ucx_->Start([this](absl::Status s) {
+      ucx_status_ = std::move(s);
+      UcxStepDone();
+      Unref();
+    });
+    return absl::OkStatus();
+  }
+
+  // One of the two things a UCX Put waits for (its transfer, its stream's end) is done.
+  void UcxStepDone() {
+    if (ucx_pending_.fetch_sub(1) != 1) return;
+    if (!ucx_status_.ok()) return Fail(ucx_status_);
+    ScheduleStore();
+  }
+
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
   }
 
   // Charges `bytes` just received to the server-wide Put budget, fairly shared across
@@ -269,6 +313,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   absl::Status ConsumeChunkMessage() {
+    if (ucx_ != nullptr) {
+      return absl::InvalidArgumentError(
+          "chunk: a Put with header.ucx_session carries its payloads over UCX, not in chunk "
+          "messages");
+    }
     if (region_ != nullptr) {
       return absl::InvalidArgumentError(
           "chunk: a Put with header.shm_session carries its payloads in shared memory, not "
@@ -319,6 +368,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (!have_header_) {
       return Fail(absl::InvalidArgumentError("header: the stream ended before the header"));
     }
+    if (ucx_ != nullptr) return UcxStepDone();
     if (received_ != total_) {
       const int i = static_cast<int>(std::min<size_t>(cur_, blocks_.size() - 1));
       return Fail(absl::InvalidArgumentError(
@@ -326,6 +376,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                        " payload bytes (in header.blocks[", i, "], key ",
                        KeyForMessage(header_.blocks(i).key()), ")")));
     }
+    ScheduleStore();
+  }
+
+  // Transcodes and stores every block on the executor, then answers.
+  void ScheduleStore() {
     if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
           absl::Status s = StoreAll();
           if (!s.ok()) return Fail(s);
@@ -461,6 +516,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void FinishAndRecord(const grpc::Status& s) {
     if (state_.exchange(kFinished) == kFinished) return;
     ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
+    // A UCX transfer still in flight ends (its buffers go with it); its payload messages
+    // that come later are dropped.
+    if (!header_.ucx_session().empty()) {
+      EndUcxPut(*ctx_, header_.ucx_session(), header_.ucx_transfer());
+    }
     ReleaseBuffers();
     // Release the connection's slot and the stream's budget before the status goes out,
     // so a client that saw this stream end may open another at once (OnDone runs later).
@@ -494,6 +554,13 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::shared_ptr<PutWatch> watch_;  // null without a watchdog
   std::string peer_;                 // counted in ctx_->connection_puts (empty: not counted)
   uint64_t reserved_ = 0;          // bytes charged to ServiceContext::put_budget
+  // UCX data path (header.ucx_session): the transfer, its result, and how many of
+  // {transfer, end of stream} are still awaited.
+  std::unique_ptr<UcxPut> ucx_;
+  absl::Status ucx_status_;
+  std::atomic<int> ucx_pending_{0};
+  // gRPC's reference (dropped in OnDone) plus one while a UCX transfer may call back.
+  std::atomic<int> refs_{1};
 };
 }  // namespace
 

@@ -186,6 +186,8 @@ absl::Status KvtierServer::OpenStore() {
     }
   }
   RETURN_IF_ERROR(StartShm());
+  ASSIGN_OR_RETURN(ucx_, StartUcxFromConfig(config_));
+  ctx_.ucx = ucx_.get();
   ctx_.open_micros = common::RealClock()->NowMicros();
   ctx_.store.store(store_.get(), std::memory_order_release);
   server_->GetHealthCheckService()->SetServingStatus(true);
@@ -246,6 +248,7 @@ absl::Status KvtierServer::Shutdown() {
   const int64_t t0 = common::RealClock()->NowMicros();
   executor_.reset();  // runs whatever is queued, joins
   shm_.reset();
+  ucx_.reset();
   exporter_.reset();
   absl::Status flushed = absl::OkStatus();
   if (store_ != nullptr) {

@@ -67,6 +67,8 @@ constexpr char kBenchUsage[] =
     "  --grpc-window SIZE, --grpc-frame SIZE, --grpc-read-chunk SIZE\n"
     "                      HTTP/2 stream window, max frame, min socket read (0 = gRPC default)\n"
     "  --no-shm            never use the same-node shared-memory path (payloads over TCP)\n"
+    "  --ucx               payloads over the server's UCX data path (ucx.enabled), even on\n"
+    "                      its host; transports from UCX_TLS (default: off, gRPC streams)\n"
     "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
     "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
@@ -600,6 +602,8 @@ absl::Status Bench(const cli::Flags& flags) {
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
     options.shared_memory = !flags.Has("no-shm");
+    options.ucx = flags.Has("ucx");
+    options.ucx_over_shared_memory = flags.Has("ucx");
     // Room for every thread's put staging, get staging and SharedBuffers at once.
     options.shared_memory_bytes =
         static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
@@ -616,6 +620,12 @@ absl::Status Bench(const cli::Flags& flags) {
     spec.set_codec(v1::CODEC_FP16);
     options.namespace_spec = spec;
     ASSIGN_OR_RETURN(client, client::Client::Connect(options));
+    if (options.ucx && !client->uses_ucx()) {
+      const std::string& why = client->connect_info().ucx_error;
+      return absl::UnavailableError(
+          absl::StrCat("--ucx: the UCX path is not available: ",
+                       why.empty() ? "the server offers none (start it with --ucx)" : why));
+    }
     if (options.shared_memory && !client->uses_shared_memory() &&
         !client->connect_info().shared_memory_error.empty()) {
       std::fprintf(stderr, "kvtier bench: shared memory not used: %s\n",
@@ -651,12 +661,13 @@ absl::Status Bench(const cli::Flags& flags) {
 
   const bool progress = isatty(STDERR_FILENO);
   // kvtier = payloads over TCP; kvtier-shm = staged through the shared region;
-  // kvtier-shm-zc = put from / got into SharedBuffers.
+  // kvtier-shm-zc = put from / got into SharedBuffers; kvtier-ucx = over UCX (--ucx).
   std::string system = redis ? (flags.Has("redis-raw-get") ? "redis-raw" : "redis") : "kvtier";
   if (redis && target.rfind("unix:", 0) == 0) system += "-unix";
   if (!redis && client->uses_shared_memory()) {
     system = flags.Has("shared-buffers") ? "kvtier-shm-zc" : "kvtier-shm";
   }
+  if (!redis && client->uses_ucx()) system = "kvtier-ucx";
   if (!json) {
     std::printf("# %s %s: %lld threads, %s blocks (%llu B), %lld keys, %.1fs per phase%s\n",
                 system.c_str(), target.c_str(), static_cast<long long>(threads),
@@ -677,7 +688,7 @@ absl::Status Bench(const cli::Flags& flags) {
 
 int RunBench(int argc, char** argv) {
   cli::Flags flags = cli::Flags::Parse(
-      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "shared-buffers", "tls", "help"});
+      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "ucx", "shared-buffers", "tls", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
@@ -685,7 +696,7 @@ int RunBench(int argc, char** argv) {
   absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
-                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
+                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm", "ucx",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {

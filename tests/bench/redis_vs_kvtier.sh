@@ -15,8 +15,10 @@
 #                  client's default on the same host)
 #   kvtier-shm-zc  shared memory with --shared-buffers (payloads already in the region)
 # prints every run and the medians (GB/s, latency, CPU seconds per GB of client and
-# server) with the kvtier/Redis ratios, and stops both servers by PID. Needs
-# redis-server, redis-cli and python3.
+# server) with the kvtier/Redis ratios, and stops both servers by PID. Then (UCX=1, the
+# default) the cross-host rounds of ucx_rounds below: redis over TCP vs kvtier-ucx at
+# 2 MiB and 256 KiB, printing `ratio remote/redis put|get: N.NNx`. Needs redis-server,
+# redis-cli and python3.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -37,11 +39,12 @@ command -v redis-server >/dev/null || { echo "redis-server not found" >&2; exit 
 tmp=$(mktemp -d)
 redis_pid=""
 kvtierd_pid=""
+ucx_kvtierd_pid=""
 cleanup() {
-  for pid in $redis_pid $kvtierd_pid; do
+  for pid in $redis_pid $kvtierd_pid $ucx_kvtierd_pid; do
     kill "$pid" 2>/dev/null || true
   done
-  for pid in $redis_pid $kvtierd_pid; do
+  for pid in $redis_pid $kvtierd_pid $ucx_kvtierd_pid; do
     wait "$pid" 2>/dev/null || true
   done
   rm -rf "$tmp"
@@ -123,3 +126,66 @@ for k in ("kvtier", "kvtier-shm", "kvtier-shm-zc"):
 if ("redis-raw", "get") in med:
     print("ratio kvtier-shm/redis-raw get: %.2fx" % (med["kvtier-shm", "get"][0] / med["redis-raw", "get"][0]))
 PY
+
+# ---------------------------------------------------------------------------------------
+# Cross-host path over UCX (issue 12). A second kvtierd with --ucx, UCX forced onto its
+# TCP transport (UCX_TLS=tcp, so no shared-memory transport can flatter it), clients with
+# the shared-memory path off and UCX forced (`kvtier bench --ucx --no-shm`), against Redis
+# over TCP in the same run, REPEAT rounds alternating, at 2 MiB and 256 KiB blocks.
+# Prints the medians and `ratio remote/redis put: N.NNx` / `ratio remote/redis get:
+# N.NNx` (2 MiB), then the same with "256KiB" for the small blocks.
+ucx_rounds() {
+  UCX_TLS=tcp "$KVTIERD" --port 0 --data-dir "$tmp/data-ucx" --hot-capacity 1GiB --ucx \
+    --shm-socket off >"$tmp/kvtierd-ucx.out" 2>"$tmp/kvtierd-ucx.err" &
+  ucx_kvtierd_pid=$!
+  for _ in $(seq 300); do
+    grep -q "listening on" "$tmp/kvtierd-ucx.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q "listening on" "$tmp/kvtierd-ucx.out" ||
+    { echo "kvtierd --ucx did not start" >&2; cat "$tmp/kvtierd-ucx.err" >&2; exit 1; }
+  local addr
+  addr=$(sed -n 's/^kvtierd listening on //p' "$tmp/kvtierd-ucx.out")
+  echo
+  echo "# cross-host path: kvtierd --ucx $addr with UCX_TLS=tcp vs redis over TCP"
+  for block in 2MiB 256KiB; do
+    local c=(--threads "$THREADS" --keys "$KEYS" --seconds "$PHASE_SECONDS" --block-size "$block"
+             --ops put,get --json)
+    for _ in $(seq "$REPEAT"); do
+      "$KVTIER" bench --redis "127.0.0.1:$port" --server-pid "$redis_pid" "${c[@]}" |
+        tee -a "$tmp/ucx-$block.jsonl"
+      UCX_TLS=tcp "$KVTIER" bench --server "$addr" --server-pid "$ucx_kvtierd_pid" "${c[@]}" \
+        --no-shm --ucx | tee -a "$tmp/ucx-$block.jsonl"
+    done
+  done
+  python3 - "$tmp/ucx-2MiB.jsonl" "$tmp/ucx-256KiB.jsonl" <<'PY'
+import json, statistics, sys
+for path, label in ((sys.argv[1], ""), (sys.argv[2], " 256KiB")):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    med = {}
+    for s in ("redis", "kvtier-ucx"):
+        for p in ("put", "get"):
+            runs = [r for r in rows if r["system"] == s and r["phase"] == p]
+            if runs:
+                med[s, p] = {k: statistics.median(r[k] for r in runs)
+                             for k in ("gb_per_s", "p50_us", "p99_us", "client_cpu_s_per_gb",
+                                       "server_cpu_s_per_gb")}
+    print()
+    print("%-11s %-4s %-7s %8s %9s %9s %22s" % ("system", "op", "block", "GB/s", "p50 us",
+                                                "p99 us", "CPU s/GB client+server"))
+    for (s, p), m in med.items():
+        print("%-11s %-4s %-7s %8.2f %9.0f %9.0f %10.3f + %.3f" % (
+            s, p, label.strip() or "2MiB", m["gb_per_s"], m["p50_us"], m["p99_us"],
+            m["client_cpu_s_per_gb"], m["server_cpu_s_per_gb"]))
+    for p in ("put", "get"):
+        if ("kvtier-ucx", p) in med and ("redis", p) in med:
+            print("ratio remote/redis%s %s: %.2fx" % (
+                label, p, med["kvtier-ucx", p]["gb_per_s"] / med["redis", p]["gb_per_s"]))
+PY
+  kill "$ucx_kvtierd_pid" 2>/dev/null || true
+  wait "$ucx_kvtierd_pid" 2>/dev/null || true
+  ucx_kvtierd_pid=""
+}
+if [[ ${UCX:-1} == 1 ]]; then
+  ucx_rounds
+fi

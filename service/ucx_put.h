@@ -1,0 +1,60 @@
+// The service's side of a Put or Get whose payloads move over UCX (service/ucx_server.h):
+// the session check both reactors share and UcxPut, the landing buffers and transfer of
+// one Put (service/put_reactor.cc keeps only its hooks).
+#ifndef KVTIER_SERVICE_UCX_PUT_H_
+#define KVTIER_SERVICE_UCX_PUT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "service/auth.h"
+#include "service/kv_cache_service.h"
+#include "service/ucx_server.h"
+
+namespace kvtier::service {
+
+// The identity a UCX session is bound to: the caller's tenant, "*" for operators.
+std::string UcxIdentity(const Caller& caller);
+
+// OK if ctx has a UCX server and `session` is a live session of `caller`;
+// FAILED_PRECONDITION with ErrorReason UCX_SESSION_UNKNOWN naming `field` otherwise
+// (also when this server has UCX off).
+absl::Status CheckUcxSession(const ServiceContext& ctx, const Caller& caller,
+                             const std::string& session, std::string_view field);
+
+// Fills the UCX fields of a StatsResponse (offer, sessions, bytes); none when UCX is off.
+void FillUcxStats(const ServiceContext& ctx, v1::StatsResponse* response);
+
+// One Put's UCX transfer. Not thread-safe: the reactor drives it; its callback runs on
+// the UCX progress thread.
+class UcxPut {
+ public:
+  // Allocates one landing buffer per block (sizes[i] bytes, not zeroed).
+  UcxPut(ServiceContext* ctx, std::string session, uint64_t transfer,
+         std::span<const uint64_t> sizes);
+
+  // Block i's bytes (valid once Start's callback said OK, as long as this object lives).
+  std::string_view block(size_t i) const;
+
+  // Expects the transfer; `done` runs exactly once (UcxServer::ExpectPut's statuses).
+  void Start(std::function<void(absl::Status)> done);
+
+ private:
+  UcxServer* const server_;
+  const std::string session_;
+  const uint64_t transfer_;
+  std::shared_ptr<UcxPutBuffers> buffers_;
+};
+
+// Ends the Put transfer (session, transfer) whatever its state: an expected one fails
+// with CANCELLED, its payload messages (early or late) are dropped. No-op without UCX.
+void EndUcxPut(const ServiceContext& ctx, const std::string& session, uint64_t transfer);
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_SERVICE_UCX_PUT_H_
