@@ -56,7 +56,7 @@ absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::B
 }
 
 grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                                   Op op, UnaryWork work) {
+                                   Op op, UnaryWork work, Dispatch dispatch) {
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
   const int64_t start = NowMicros();
   storage::TieredStore* store = nullptr;
@@ -69,6 +69,10 @@ grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerCont
     ctx->metrics.Record(op, NowMicros() - start, s.ok());
     reactor->Finish(protocol::ToGrpcStatus(s));
   };
+  if (dispatch == Dispatch::kInline) {
+    work(*store, caller, std::move(finish));
+    return reactor;
+  }
   const bool queued =
       ctx->executor->TrySchedule([store, caller = std::move(caller), work = std::move(work),
                                   finish = std::move(finish)]() mutable {
