@@ -41,6 +41,11 @@
 // mallopt(M_TRIM_THRESHOLD, 512 MiB) at startup (the `kvtier` tool does), otherwise gRPC's
 // receive buffers are fresh pages every time (about 40% of a Get's client CPU here).
 //
+// Small calls: concurrent PutBlocks / GetBlocksInto calls of several threads are coalesced
+// into shared streams (ClientOptions::coalesce_max_delay_us, client/coalescer.h states
+// what is shared), with results and errors still per call. Lookup asks the server for the
+// compact answer (protocol/lookup_form.h) and, by default, expands it into `blocks`.
+//
 // Thread-safe: one Client may be used from many threads at once.
 #ifndef KVTIER_CLIENT_CLIENT_H_
 #define KVTIER_CLIENT_CLIENT_H_

@@ -8,28 +8,59 @@
 namespace kvtier::protocol {
 namespace {
 
-// Index of holder (owner, lease_id) in `response`'s table, added if new. The table stays
-// small (a few entries per node), so a linear scan beats a map.
-uint32_t HolderIndex(v1::LookupResponse* response, std::string_view owner, uint64_t lease_id) {
-  const int n = response->owners_size();
-  for (int h = 0; h < n; ++h) {
-    const uint64_t id = h < response->owner_lease_ids_size() ? response->owner_lease_ids(h) : 0;
-    if (id == lease_id && response->owners(h) == owner) return static_cast<uint32_t>(h);
+// Writes the compact fields of `n` keys (key i: tier_of(i), owner_of(i), lease_of(i))
+// into `r`. `default_owner` names holder 0 when no key is resident.
+template <typename TierFn, typename OwnerFn, typename LeaseFn>
+void EncodeCompact(size_t n, TierFn tier_of, OwnerFn owner_of, LeaseFn lease_of,
+                   std::string_view default_owner, v1::LookupResponse* r) {
+  std::string* tiers = r->mutable_tiers();
+  tiers->reserve(tiers->size() + n);
+  // The short form (no owner_index) fits when every resident key has one (owner, lease)
+  // and no absent key names an owner: one node's answer.
+  bool simple = true;
+  bool seen = false;
+  std::string_view owner0 = default_owner;
+  uint64_t lease0 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const v1::Tier tier = tier_of(i);
+    tiers->push_back(static_cast<char>(tier));
+    if (tier == v1::TIER_NONE) {
+      simple &= owner_of(i).empty() && lease_of(i) == 0;
+    } else if (!seen) {
+      owner0 = owner_of(i);
+      lease0 = lease_of(i);
+      seen = true;
+    } else {
+      simple &= owner_of(i) == owner0 && lease_of(i) == lease0;
+    }
   }
-  response->add_owners(std::string(owner));
-  // owner_lease_ids is one per holder as soon as one is leased.
-  if (lease_id != 0 || response->owner_lease_ids_size() > 0) {
-    while (response->owner_lease_ids_size() < n) response->add_owner_lease_ids(0);
-    response->add_owner_lease_ids(lease_id);
+  if (simple) {
+    if (seen || !owner0.empty()) r->add_owners(std::string(owner0));
+    if (lease0 != 0) r->add_owner_lease_ids(lease0);
+    return;
   }
-  return static_cast<uint32_t>(n);
+  // Holders stay few (about two per node), so a linear scan beats a map.
+  std::vector<std::pair<std::string_view, uint64_t>> holders;
+  r->mutable_owner_index()->Reserve(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) {
+    const std::pair<std::string_view, uint64_t> holder(owner_of(i), lease_of(i));
+    size_t h = 0;
+    while (h < holders.size() && holders[h] != holder) ++h;
+    if (h == holders.size()) holders.push_back(holder);
+    r->add_owner_index(static_cast<uint32_t>(h));
+  }
+  bool any_lease = false;
+  for (const auto& h : holders) any_lease |= h.second != 0;
+  for (const auto& h : holders) {
+    r->add_owners(std::string(h.first));
+    if (any_lease) r->add_owner_lease_ids(h.second);
+  }
 }
 
-// Sets key `key`'s holder to `h`, materializing owner_index when it is first non-zero.
-void SetHolder(v1::LookupResponse* response, uint32_t key, uint32_t h) {
-  if (h == 0 && response->owner_index_size() == 0) return;
-  while (static_cast<uint32_t>(response->owner_index_size()) < key) response->add_owner_index(0);
-  response->add_owner_index(h);
+// Key i's holder in a compact response, or -1 for none.
+int HolderOf(const v1::LookupResponse& r, size_t i) {
+  if (r.owner_index_size() > 0) return static_cast<int>(r.owner_index(static_cast<int>(i)));
+  return LookupTier(r, i) == v1::TIER_NONE ? -1 : 0;
 }
 
 void PutVarint(uint64_t v, std::string* out) {
@@ -88,43 +119,52 @@ bool IsCompactLookup(const v1::LookupResponse& response) {
   return !response.tiers().empty() || response.owners_size() > 0;
 }
 
+void EncodeCompactLookup(std::span<const v1::Tier> tiers, std::span<const uint64_t> lease_ids,
+                         std::string_view owner, v1::LookupResponse* response) {
+  EncodeCompact(
+      tiers.size(), [&](size_t i) { return tiers[i]; },
+      [&](size_t i) { return tiers[i] == v1::TIER_NONE ? std::string_view() : owner; },
+      [&](size_t i) { return tiers[i] == v1::TIER_NONE ? uint64_t{0} : lease_ids[i]; }, owner,
+      response);
+}
+
 void CompactLookup(v1::LookupResponse* response) {
   if (IsCompactLookup(*response)) return;
   auto blocks = std::move(*response->mutable_blocks());
   response->clear_blocks();
-  std::string* tiers = response->mutable_tiers();
-  tiers->reserve(blocks.size());
-  for (int i = 0; i < blocks.size(); ++i) {
-    const v1::BlockLocation& b = blocks[i];
-    tiers->push_back(static_cast<char>(b.tier()));
-    if (b.tier() == v1::TIER_NONE) continue;
-    SetHolder(response, static_cast<uint32_t>(i), HolderIndex(response, b.owner(), b.lease_id()));
-  }
-  // Trailing absent keys need no owner_index entries, but the form says one per key.
-  if (response->owner_index_size() > 0) {
-    while (response->owner_index_size() < blocks.size()) response->add_owner_index(0);
-  }
+  EncodeCompact(
+      static_cast<size_t>(blocks.size()),
+      [&](size_t i) { return blocks[static_cast<int>(i)].tier(); },
+      [&](size_t i) { return std::string_view(blocks[static_cast<int>(i)].owner()); },
+      [&](size_t i) { return blocks[static_cast<int>(i)].lease_id(); }, {}, response);
 }
 
 absl::Status CheckLookup(const v1::LookupResponse& response) {
   if (!IsCompactLookup(response)) return absl::OkStatus();
   const size_t n = response.tiers().size();
   const size_t holders = static_cast<size_t>(response.owners_size());
-  if (response.owner_index_size() != 0 && static_cast<size_t>(response.owner_index_size()) != n) {
-    return absl::DataLossError(
-        absl::StrCat("owner_index has ", response.owner_index_size(), " entries for ", n, " keys"));
-  }
   if (response.owner_lease_ids_size() != 0 &&
       static_cast<size_t>(response.owner_lease_ids_size()) != holders) {
     return absl::DataLossError(absl::StrCat("owner_lease_ids has ", response.owner_lease_ids_size(),
                                             " entries for ", holders, " owners"));
   }
+  if (response.owner_index_size() == 0) {
+    for (size_t i = 0; i < n && holders == 0; ++i) {
+      if (LookupTier(response, i) != v1::TIER_NONE) {
+        return absl::DataLossError(absl::StrCat("tiers[", i, "] is resident but owners is empty"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (static_cast<size_t>(response.owner_index_size()) != n) {
+    return absl::DataLossError(
+        absl::StrCat("owner_index has ", response.owner_index_size(), " entries for ", n, " keys"));
+  }
   for (size_t i = 0; i < n; ++i) {
-    if (static_cast<uint8_t>(response.tiers()[i]) == v1::TIER_NONE) continue;
-    const uint32_t h = response.owner_index_size() == 0 ? 0 : response.owner_index(i);
-    if (h >= holders) {
-      return absl::DataLossError(
-          absl::StrCat("owner_index[", i, "] is ", h, " but owners has ", holders, " entries"));
+    if (response.owner_index(static_cast<int>(i)) >= holders) {
+      return absl::DataLossError(absl::StrCat("owner_index[", i, "] is ",
+                                              response.owner_index(static_cast<int>(i)),
+                                              " but owners has ", holders, " entries"));
     }
   }
   return absl::OkStatus();
@@ -140,25 +180,16 @@ v1::Tier LookupTier(const v1::LookupResponse& response, size_t i) {
   return static_cast<v1::Tier>(static_cast<uint8_t>(response.tiers()[i]));
 }
 
-namespace {
-// Key i's holder in a compact response (the key is resident).
-int HolderOf(const v1::LookupResponse& response, size_t i) {
-  return response.owner_index_size() == 0
-             ? 0
-             : static_cast<int>(response.owner_index(static_cast<int>(i)));
-}
-}  // namespace
-
 std::string_view LookupOwner(const v1::LookupResponse& response, size_t i) {
   if (!IsCompactLookup(response)) return response.blocks(static_cast<int>(i)).owner();
-  if (LookupTier(response, i) == v1::TIER_NONE) return {};
-  return response.owners(HolderOf(response, i));
+  const int h = HolderOf(response, i);
+  return h < 0 ? std::string_view() : std::string_view(response.owners(h));
 }
 
 uint64_t LookupLeaseId(const v1::LookupResponse& response, size_t i) {
   if (!IsCompactLookup(response)) return response.blocks(static_cast<int>(i)).lease_id();
-  if (LookupTier(response, i) == v1::TIER_NONE || response.owner_lease_ids_size() == 0) return 0;
-  return response.owner_lease_ids(HolderOf(response, i));
+  const int h = HolderOf(response, i);
+  return h < 0 || response.owner_lease_ids_size() == 0 ? 0 : response.owner_lease_ids(h);
 }
 
 absl::Status ExpandLookup(v1::LookupResponse* response) {
@@ -169,10 +200,9 @@ absl::Status ExpandLookup(v1::LookupResponse* response) {
   blocks.Reserve(static_cast<int>(n));
   for (size_t i = 0; i < n; ++i) {
     v1::BlockLocation* b = blocks.Add();
-    const v1::Tier tier = LookupTier(*response, i);
-    b->set_tier(tier);
-    if (tier == v1::TIER_NONE) continue;
-    b->set_owner(std::string(LookupOwner(*response, i)));
+    b->set_tier(LookupTier(*response, i));
+    const std::string_view owner = LookupOwner(*response, i);
+    if (!owner.empty()) b->set_owner(std::string(owner));
     b->set_lease_id(LookupLeaseId(*response, i));
   }
   response->clear_tiers();
@@ -181,30 +211,6 @@ absl::Status ExpandLookup(v1::LookupResponse* response) {
   response->clear_owner_index();
   *response->mutable_blocks() = std::move(blocks);
   return absl::OkStatus();
-}
-
-CompactLookupBuilder::CompactLookupBuilder(v1::LookupResponse* response, std::string_view owner)
-    : response_(response), tiers_(response->mutable_tiers()), owner_(owner) {
-  keys_ = static_cast<uint32_t>(tiers_->size());
-  HolderIndex(response_, owner_, 0);  // holder 0: the owner, not leased
-}
-
-void CompactLookupBuilder::Add(v1::Tier tier, uint64_t lease_id) {
-  tiers_->push_back(static_cast<char>(tier));
-  const uint32_t key = keys_++;
-  if (tier == v1::TIER_NONE) {
-    if (response_->owner_index_size() > 0) response_->add_owner_index(0);
-    return;
-  }
-  uint32_t h = 0;
-  if (lease_id != 0) {
-    if (lease_id != last_lease_id_) {
-      last_holder_ = HolderIndex(response_, owner_, lease_id);
-      last_lease_id_ = lease_id;
-    }
-    h = last_holder_;
-  }
-  SetHolder(response_, key, h);
 }
 
 }  // namespace kvtier::protocol

@@ -109,8 +109,7 @@ void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
   response->set_leased_blocks(leased_prefix);
   if (leased_prefix < r.prefix_blocks) response->set_lease_limit(local.lease_limit);
   if (request->compact()) {
-    protocol::CompactLookupBuilder compact(response, ctx->node_id);
-    for (size_t i = 0; i < local.tiers.size(); ++i) compact.Add(local.tiers[i], local.lease_ids[i]);
+    protocol::EncodeCompactLookup(local.tiers, local.lease_ids, ctx->node_id, response);
     return finish(absl::OkStatus());
   }
   response->mutable_blocks()->Reserve(static_cast<int>(local.tiers.size()));

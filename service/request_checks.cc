@@ -53,8 +53,9 @@ absl::StatusOr<std::vector<std::string>> CheckKeys(
   return std::vector<std::string>(keys.begin(), keys.end());
 }
 
-absl::StatusOr<std::vector<std::string>> TakeKeys(google::protobuf::RepeatedPtrField<std::string>* keys,
-                                                  const ServiceLimits& limits, bool allow_empty) {
+absl::StatusOr<std::vector<std::string>> TakeKeys(
+    google::protobuf::RepeatedPtrField<std::string>* keys, const ServiceLimits& limits,
+    bool allow_empty) {
   RETURN_IF_ERROR(ValidateKeys(*keys, limits, allow_empty));
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(keys->size()));

@@ -54,30 +54,50 @@ TEST(LookupFormTest, SeveralOwnersAndLeasesRoundTrip) {
   AddBlock(&verbose, v1::TIER_NONE, "", 0);
   v1::LookupResponse compact = verbose;
   CompactLookup(&compact);
-  EXPECT_EQ(compact.owners_size(), 3);  // (n1, 0), (n2, 7), (n1, 9)
-  EXPECT_EQ(compact.owner_lease_ids_size(), 3);
+  EXPECT_EQ(compact.owners_size(), 4);  // (n1, 0), (n2, 7), ("", 0), (n1, 9)
+  EXPECT_EQ(compact.owner_lease_ids_size(), 4);
   EXPECT_EQ(compact.owner_index_size(), 6);
   ASSERT_TRUE(ExpandLookup(&compact).ok());
   ExpectSameBlocks(compact, verbose);
 }
 
-TEST(LookupFormTest, BuilderMatchesCompactOfVerbose) {
-  v1::LookupResponse verbose, built;
-  CompactLookupBuilder b(&built, "node-a");
-  const v1::Tier tiers[] = {v1::TIER_NONE, v1::TIER_HOT, v1::TIER_HOT, v1::TIER_COLD,
-                            v1::TIER_NONE};
-  const uint64_t leases[] = {0, 0, 5, 5, 0};
-  for (int i = 0; i < 5; ++i) {
-    b.Add(tiers[i], leases[i]);
-    AddBlock(&verbose, tiers[i], "node-a", tiers[i] == v1::TIER_NONE ? 0 : leases[i]);
-  }
-  EXPECT_EQ(built.owner_index_size(), 5);
-  ASSERT_TRUE(ExpandLookup(&built).ok());
-  ExpectSameBlocks(built, verbose);
+TEST(LookupFormTest, ClusterAnswerNamesOwnersOfAbsentKeys) {
+  v1::LookupResponse verbose;  // PeerFanout names each absent key's primary
+  AddBlock(&verbose, v1::TIER_HOT, "n1", 0);
+  v1::BlockLocation* absent = verbose.add_blocks();
+  absent->set_tier(v1::TIER_NONE);
+  absent->set_owner("n3");
+  v1::LookupResponse compact = verbose;
+  CompactLookup(&compact);
+  EXPECT_EQ(compact.owner_index_size(), 2);
+  EXPECT_EQ(LookupOwner(compact, 1), "n3");
+  ASSERT_TRUE(ExpandLookup(&compact).ok());
+  ExpectSameBlocks(compact, verbose);
+}
 
+TEST(LookupFormTest, OneNodesAnswerMatchesCompactOfVerbose) {
+  const std::vector<v1::Tier> tiers = {v1::TIER_NONE, v1::TIER_HOT,  v1::TIER_HOT,
+                                       v1::TIER_COLD, v1::TIER_NONE, v1::TIER_HOT};
+  for (const std::vector<uint64_t>& leases :
+       {std::vector<uint64_t>{0, 0, 0, 0, 0, 0}, std::vector<uint64_t>{0, 5, 5, 5, 0, 5},
+        std::vector<uint64_t>{0, 5, 5, 5, 0, 0}}) {
+    v1::LookupResponse verbose, encoded;
+    EncodeCompactLookup(tiers, leases, "node-a", &encoded);
+    for (size_t i = 0; i < tiers.size(); ++i) {
+      AddBlock(&verbose, tiers[i], "node-a", tiers[i] == v1::TIER_NONE ? 0 : leases[i]);
+      EXPECT_EQ(LookupTier(encoded, i), tiers[i]);
+      EXPECT_EQ(LookupOwner(encoded, i), tiers[i] == v1::TIER_NONE ? "" : "node-a");
+      EXPECT_EQ(LookupLeaseId(encoded, i), tiers[i] == v1::TIER_NONE ? 0 : leases[i]);
+    }
+    // One lease over every resident key still needs no owner_index.
+    EXPECT_EQ(encoded.owner_index_size(), leases.back() == 0 && leases[1] != 0 ? 6 : 0);
+    ASSERT_TRUE(CheckLookup(encoded).ok());
+    ASSERT_TRUE(ExpandLookup(&encoded).ok());
+    ExpectSameBlocks(encoded, verbose);
+  }
   v1::LookupResponse plain;
-  CompactLookupBuilder p(&plain, "node-a");
-  for (int i = 0; i < 2048; ++i) p.Add(v1::TIER_HOT, 0);
+  const std::vector<v1::Tier> hot(2048, v1::TIER_HOT);
+  EncodeCompactLookup(hot, std::vector<uint64_t>(2048, 0), "node-a", &plain);
   EXPECT_LT(plain.ByteSizeLong(), 2100u);  // one byte per key plus the table
 }
 

@@ -17,25 +17,27 @@ def is_compact(resp):
 
 def expand(resp):
     """Rewrites compact `resp` into the verbose form (blocks[i].tier/owner/lease_id) and
-    returns it; a verbose resp is returned as is. Raises errors.KvtierError (DATA_LOSS)
-    when owner_index or owner_lease_ids do not match the key and owner counts."""
+    returns it; a verbose resp is returned as is. Raises errors.DataLossError when
+    owner_index or owner_lease_ids do not match the key and owner counts. The rules are
+    kvtier.proto's LookupResponse: with owner_index empty every resident key is held by
+    holder 0 and absent keys have no owner; otherwise key i is holder owner_index[i]'s."""
     if not is_compact(resp):
         return resp
     tiers = resp.tiers
     owners = list(resp.owners)
     index = list(resp.owner_index)
     leases = list(resp.owner_lease_ids)
-    if index and len(index) != len(tiers):
-        raise _data_loss("owner_index has %d entries for %d keys" % (len(index), len(tiers)))
     if leases and len(leases) != len(owners):
         raise _data_loss("owner_lease_ids has %d entries for %d owners"
                          % (len(leases), len(owners)))
+    if index and len(index) != len(tiers):
+        raise _data_loss("owner_index has %d entries for %d keys" % (len(index), len(tiers)))
     blocks = []
     for i, tier in enumerate(tiers):
-        if tier == pb.TIER_NONE:
+        h = index[i] if index else (0 if tier != pb.TIER_NONE else None)
+        if h is None:
             blocks.append(pb.BlockLocation(tier=tier))
             continue
-        h = index[i] if index else 0
         if h >= len(owners):
             raise _data_loss("owner_index[%d] is %d but owners has %d entries"
                              % (i, h, len(owners)))
