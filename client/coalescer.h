@@ -10,14 +10,17 @@
 // A call whose own payload is more than half of max_bytes is never coalesced.
 //
 // What is shared and what is not: the callers of one batch share one stream, whose
-// deadline is the earliest of theirs. Results stay per caller: each gets its own blocks'
+// deadline is the earliest of theirs, and each returns when the whole batch has (a
+// coalesced call is one stream, never split over max_streams_per_call). Results stay per caller: each gets its own blocks'
 // PutResult (blocks_stored, bytes_stored from the server's block_bytes_stored) or its own
 // keys' GetBlockInfos. When the shared stream fails, no caller sees that error: each
 // caller's part is re-sent alone (its own stream, its own deadline) and the caller gets
 // what that call returns, so one caller's bad block or too-small buffer fails only its
-// call. The cost of a failure is one extra call per caller of the batch. A batch's Put is
-// stored all or nothing by the server (it validates every block first), so the re-sent
-// parts are stored once; a Get's buffers may have been partly written before it fails.
+// call. The cost of a failure is one extra call per caller of the batch. The server
+// validates a Put's blocks as a whole before storing any, so after a refusal the re-sent
+// parts are stored once; after a transport failure (the stream broke after the store) a
+// re-sent block may be stored again, the same bytes under the same key. A Get's buffers
+// may have been partly written before it fails.
 //
 // Thread-safe. Private to the client library (client.cc holds one per Client).
 #ifndef KVTIER_CLIENT_COALESCER_H_
