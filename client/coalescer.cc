@@ -97,22 +97,24 @@ void Coalescer::Submit(Call* call) {
     if (batch->bytes >= max_bytes_) {
       batch->sealed = true;
       group->open = nullptr;
-      changed_.SignalAll();
     }
+    if (!leader) changed_.SignalAll();  // the batch's leader may wait for this call
     if (!leader) {
       while (!call->done) changed_.Wait(&mu_);
     } else {
-      // Leave at once when nothing of this group is on the wire; else when the batch on
-      // the wire returns, this one fills up, or max_delay_us has passed.
+      // Leave when nothing of this group is on the wire and the batch holds as many calls
+      // as the group's last one (the callers seen together: under steady load they come
+      // back together), when it fills up, or once max_delay_us has passed.
       const auto until =
           std::chrono::steady_clock::now() + std::chrono::microseconds(max_delay_us_);
-      while (!mine.sealed && group->in_flight > 0) {
+      while (!mine.sealed && (group->in_flight > 0 || mine.calls.size() < group->last_calls)) {
         const auto now = std::chrono::steady_clock::now();
         if (now >= until) break;
         changed_.WaitWithTimeout(&mu_, absl::FromChrono(until - now));
       }
       mine.sealed = true;
       if (group->open == &mine) group->open = nullptr;
+      group->last_calls = mine.calls.size();
       ++group->in_flight;
     }
   }

@@ -3,24 +3,24 @@
 // to the same namespace with the same payload format are sent as one Put or Get stream,
 // so each pays a share of the server's fixed per-call cost instead of all of it.
 //
-// Batching rule, per (call kind, namespace, format) group: a call that finds no batch of
-// its group on the wire is sent at once (no added latency when idle). Otherwise it joins
-// the group's open batch, which leaves when the batch on the wire returns, when it holds
-// max_bytes of payload, or max_delay_us after its first call arrived, whichever is first.
+// Batching rule, per (call kind, namespace, format) group: a call joins the group's open
+// batch (or opens one). A batch leaves once no batch of its group is on the wire and it
+// holds as many calls as the group's previous batch (so a lone caller never waits, and
+// callers that come back together leave together), or when it holds max_bytes of
+// payload, or max_delay_us after its first call arrived, whichever is first.
 // A call whose own payload is more than half of max_bytes is never coalesced.
 //
 // What is shared and what is not: the callers of one batch share one stream, whose
 // deadline is the earliest of theirs, and each returns when the whole batch has (a
-// coalesced call is one stream, never split over max_streams_per_call). Results stay per caller: each gets its own blocks'
-// PutResult (blocks_stored, bytes_stored from the server's block_bytes_stored) or its own
-// keys' GetBlockInfos. When the shared stream fails, no caller sees that error: each
-// caller's part is re-sent alone (its own stream, its own deadline) and the caller gets
-// what that call returns, so one caller's bad block or too-small buffer fails only its
-// call. The cost of a failure is one extra call per caller of the batch. The server
-// validates a Put's blocks as a whole before storing any, so after a refusal the re-sent
-// parts are stored once; after a transport failure (the stream broke after the store) a
-// re-sent block may be stored again, the same bytes under the same key. A Get's buffers
-// may have been partly written before it fails.
+// coalesced call is one stream, never split over max_streams_per_call). Results stay per caller:
+// each gets its own blocks' PutResult (blocks_stored, bytes_stored from the server's
+// block_bytes_stored) or its own keys' GetBlockInfos. When the shared stream fails, no caller sees
+// that error: each caller's part is re-sent alone (its own stream, its own deadline) and the caller
+// gets what that call returns, so one caller's bad block or too-small buffer fails only its call.
+// The cost of a failure is one extra call per caller of the batch. The server validates a Put's
+// blocks as a whole before storing any, so after a refusal the re-sent parts are stored once; after
+// a transport failure (the stream broke after the store) a re-sent block may be stored again, the
+// same bytes under the same key. A Get's buffers may have been partly written before it fails.
 //
 // Thread-safe. Private to the client library (client.cc holds one per Client).
 #ifndef KVTIER_CLIENT_COALESCER_H_
@@ -96,6 +96,7 @@ class Coalescer {
   struct Group {
     Batch* open = nullptr;  // the batch calls join now (owned by its leader's stack)
     int in_flight = 0;      // batches of this group on the wire
+    size_t last_calls = 0;  // calls in the group's last batch
   };
   using GroupKey = std::tuple<bool, std::string, int>;  // is_put, namespace, format
 
