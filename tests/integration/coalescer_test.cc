@@ -118,7 +118,7 @@ TEST_F(CoalescerTest, BatchesConcurrentCallsWithPerCallerResultsAndErrors) {
   auto transport = Connect("co-direct", 0);
   ASSERT_NE(transport, nullptr);
   std::atomic<int> put_calls{0};
-  auto co = MakeCoalescer(transport.get(), /*delay_us=*/2000000, &put_calls);
+  auto co = MakeCoalescer(transport.get(), /*delay_us=*/300000, &put_calls);
   const kv::Layout layout = SmallLayout();
   constexpr int kRounds = 6;
   std::vector<Sequence> seqs;
@@ -177,7 +177,7 @@ TEST_F(CoalescerTest, BatchesConcurrentCallsWithPerCallerResultsAndErrors) {
   EXPECT_EQ(small_get_errors.load(), kRounds / 2);
   const Coalescer::Counters c = co->counters();
   EXPECT_EQ(c.calls, uint64_t{kThreads * kRounds * 2 - kRounds / 2});
-  // Calls queue behind the one on the wire (for up to 2 s), so they share streams.
+  // Calls queue behind the one on the wire (for up to 300 ms), so they share streams.
   EXPECT_LT(c.batches, c.calls);
   EXPECT_LT(put_calls.load(), kThreads * kRounds);
 }
