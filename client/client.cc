@@ -9,6 +9,7 @@
 #include "client/prefix_keys.h"
 #include "common/status_macros.h"
 #include "protocol/convert.h"
+#include "protocol/lookup_form.h"
 #include "protocol/tls.h"
 
 namespace kvtier::client {
@@ -18,6 +19,7 @@ using internal::Channel;
 using internal::DeadlineAfter;
 using internal::FromGrpc;
 using internal::kGetMethod;
+using internal::kLookupMethod;
 using internal::kPutMethod;
 using internal::RunParallel;
 using internal::SplitRanges;
@@ -48,6 +50,21 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
       .cert_file = o.tls_cert_file, .key_file = o.tls_key_file, .ca_file = o.tls_ca_file};
   RETURN_IF_ERROR(protocol::CheckTlsFiles(files, "options.tls"));
   return protocol::ChannelTlsCredentials(files);
+}
+
+// GetBlocksInto's destinations: block i of a stream starting at key `base` goes to
+// buffers[base + i]; OUT_OF_RANGE when it does not fit.
+GetStreamParser::DestinationFn BufferDestination(std::span<const std::span<uint8_t>> buffers,
+                                                 size_t base) {
+  return [buffers, base](size_t i,
+                         const v1::GetBlockInfo& info) -> absl::StatusOr<std::span<uint8_t>> {
+    std::span<uint8_t> buf = buffers[base + i];
+    if (buf.size() < info.size()) {
+      return absl::OutOfRangeError(absl::StrCat("buffers[", base + i, "] holds ", buf.size(),
+                                                " bytes, block needs ", info.size()));
+    }
+    return buf;
+  };
 }
 
 }  // namespace
@@ -93,7 +110,26 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
         kPutMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch.channel);
     ch.get_method = std::make_unique<grpc::internal::RpcMethod>(
         kGetMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch.channel);
+    ch.lookup_method = std::make_unique<grpc::internal::RpcMethod>(
+        kLookupMethod, grpc::internal::RpcMethod::NORMAL_RPC, ch.channel);
     impl->channels.push_back(std::move(ch));
+  }
+  if (options.coalesce_max_delay_us > 0 && options.coalesce_max_bytes > 0) {
+    Impl* raw = impl.get();  // the coalescer is a member of *raw
+    impl->coalescer = std::make_unique<internal::Coalescer>(
+        options.coalesce_max_delay_us, options.coalesce_max_bytes,
+        [raw](std::string_view ns, std::span<const PutBlock> blocks, v1::PayloadFormat format,
+              internal::Coalescer::Deadline deadline, PutResult* result) {
+          return raw->PutRun(ns, blocks, format, deadline, result);
+        },
+        [raw](std::string_view ns, std::span<const std::string> keys, v1::PayloadFormat format,
+              internal::Coalescer::Deadline deadline, std::span<const std::span<uint8_t>> buffers,
+              std::vector<v1::GetBlockInfo>* infos) {
+          GetOptions opts;
+          opts.format = format;
+          return raw->GetRun(ns, keys, opts, deadline, BufferDestination(buffers, 0), buffers,
+                             infos);
+        });
   }
   std::unique_ptr<Client> client(new Client(std::move(impl)));
   Impl& im = *client->impl_;
@@ -219,6 +255,13 @@ absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns, std::span<const
   PutResult total;
   if (blocks.empty()) return total;
   const auto deadline = DeadlineAfter(impl_->DeadlineMs(options.deadline_ms));
+  if (impl_->coalescer != nullptr) {
+    uint64_t bytes = 0;
+    for (const PutBlock& b : blocks) bytes += b.payload.size();
+    if (impl_->coalescer->Accepts(bytes)) {
+      return impl_->coalescer->Put(ns, blocks, options.format, deadline);
+    }
+  }
   const auto ranges = SplitRanges(blocks.size(), impl_->options.max_streams_per_call);
   std::vector<PutResult> parts(ranges.size());
   RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
@@ -229,6 +272,8 @@ absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns, std::span<const
   for (const auto& p : parts) {
     total.blocks_stored += p.blocks_stored;
     total.bytes_stored += p.bytes_stored;
+    total.block_bytes_stored.insert(total.block_bytes_stored.end(), p.block_bytes_stored.begin(),
+                                    p.block_bytes_stored.end());
   }
   return total;
 }
@@ -240,19 +285,19 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
     return absl::InvalidArgumentError(
         absl::StrCat("buffers: ", buffers.size(), " buffers for ", keys.size(), " keys"));
   }
+  if (impl_->coalescer != nullptr && options.lease_id == 0) {
+    uint64_t bytes = 0;
+    for (const auto& b : buffers) bytes += b.size();
+    if (impl_->coalescer->Accepts(bytes)) {
+      return impl_->coalescer->GetInto(ns, keys, buffers, options.format,
+                                       DeadlineAfter(impl_->DeadlineMs(options.deadline_ms)));
+    }
+  }
   std::vector<v1::GetBlockInfo> infos;
   RETURN_IF_ERROR(impl_->GetParallel(
       ns, keys, options,
       [&](size_t base) -> GetStreamParser::DestinationFn {
-        return [&, base](size_t i,
-                         const v1::GetBlockInfo& info) -> absl::StatusOr<std::span<uint8_t>> {
-          std::span<uint8_t> buf = buffers[base + i];
-          if (buf.size() < info.size()) {
-            return absl::OutOfRangeError(absl::StrCat("buffers[", base + i, "] holds ", buf.size(),
-                                                      " bytes, block needs ", info.size()));
-          }
-          return buf;
-        };
+        return BufferDestination(buffers, base);
       },
       buffers, &infos));
   return infos;
@@ -293,11 +338,20 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
                                                   std::span<const std::string> keys,
                                                   const LookupOptions& options,
                                                   const CallOptions& call) {
-  auto req = KeyedRequest<v1::LookupRequest>(ns, keys);
-  req.set_local_only(options.local_only);
-  req.set_lease_ms(options.lease_ms);
+  // Encoded straight from `keys` (no per-key copy); servers that predate the compact
+  // form ignore it and answer verbosely.
+  grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, options.local_only, options.lease_ms,
+                                                 /*compact=*/true));
+  const grpc::ByteBuffer req(&body, 1);
   v1::LookupResponse resp;
-  RETURN_IF_ERROR(impl_->Unary("Lookup", call, true, &v1::KvCache::Stub::Lookup, req, &resp));
+  RETURN_IF_ERROR(impl_->Call("Lookup", impl_->DeadlineMs(call.deadline_ms), true,
+                              [&](grpc::ClientContext* ctx, Channel& ch) {
+                                return grpc::internal::BlockingUnaryCall(
+                                    ch.channel.get(), *ch.lookup_method, ctx, req, &resp);
+                              }));
+  absl::Status s =
+      options.keep_compact ? protocol::CheckLookup(resp) : protocol::ExpandLookup(&resp);
+  if (!s.ok()) return absl::DataLossError(absl::StrCat("Lookup: ", s.message()));
   return resp;
 }
 

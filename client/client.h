@@ -44,6 +44,11 @@
 // mallopt(M_TRIM_THRESHOLD, 512 MiB) at startup (the `kvtier` tool does), otherwise gRPC's
 // receive buffers are fresh pages every time (about 40% of a Get's client CPU here).
 //
+// Small calls: concurrent PutBlocks / GetBlocksInto calls of several threads are coalesced
+// into shared streams (ClientOptions::coalesce_max_delay_us, client/coalescer.h states
+// what is shared), with results and errors still per call. Lookup asks the server for the
+// compact answer (protocol/lookup_form.h) and, by default, expands it into `blocks`.
+//
 // Thread-safe: one Client may be used from many threads at once.
 #ifndef KVTIER_CLIENT_CLIENT_H_
 #define KVTIER_CLIENT_CLIENT_H_
@@ -139,6 +144,15 @@ struct ClientOptions {
   // The host to reach the server's UCX port at, when the offer names none and it differs
   // from the host of `server`. Default: the host of `server`.
   std::string ucx_host;
+  // Client-side coalescing (client/coalescer.h): concurrent PutBlocks / GetBlocksInto
+  // calls from several threads to the same namespace, each carrying at most
+  // coalesce_max_bytes / 2 of payload, are sent as one stream when a call of theirs is
+  // already on the wire; a batch waits at most coalesce_max_delay_us for it to return
+  // and carries at most coalesce_max_bytes. Results and errors stay per call (a failed
+  // batch is re-sent call by call). GetBlocksInto calls with a lease_id are not
+  // coalesced. 0 in either disables it. Defaults: 200 us, 2 MiB.
+  int64_t coalesce_max_delay_us = 200;
+  uint64_t coalesce_max_bytes = 2ull << 20;
 };
 
 // Per-call options.
@@ -171,6 +185,9 @@ struct PutResult {
   // ClusterClient only: block copies not stored because their owner was unreachable
   // (each such block is stored on at least one other owner).
   uint32_t replicas_skipped = 0;
+  // Encoded bytes stored per block, in the order of the call's blocks (empty when the
+  // server does not report it; Client only).
+  std::vector<uint64_t> block_bytes_stored = {};
 };
 
 struct GetOptions {
@@ -185,6 +202,12 @@ struct LookupOptions {
   bool local_only = false;  // do not fan out to cluster peers
   // > 0: lease the reported resident prefix for this long (LookupRequest.lease_ms).
   uint64_t lease_ms = 0;
+  // Return the response in the compact form when the server sent it (tiers, owners,
+  // owner_lease_ids, owner_index; see kvtier.proto LookupResponse) instead of expanding
+  // it into `blocks`: saves one BlockLocation per key. Read either form with
+  // protocol::LookupTier / LookupOwner / LookupLeaseId (protocol/lookup_form.h); an old
+  // server answers with `blocks` regardless.
+  bool keep_compact = false;
 };
 
 // One block returned by GetBlocks.

@@ -6,6 +6,7 @@
 #define KVTIER_CLIENT_CLIENT_IMPL_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -22,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/coalescer.h"
 #include "client/prefix_keys.h"
 #include "client/shared_region.h"
 #include "client/ucx_channel.h"
@@ -41,6 +43,7 @@ namespace v1 = ::kvtier::v1;
 
 inline constexpr char kPutMethod[] = "/kvtier.v1.KvCache/Put";
 inline constexpr char kGetMethod[] = "/kvtier.v1.KvCache/Get";
+inline constexpr char kLookupMethod[] = "/kvtier.v1.KvCache/Lookup";
 
 inline absl::Status FromGrpc(const char* rpc, const grpc::Status& status) {
   return protocol::FromGrpcStatus(rpc, status);
@@ -57,6 +60,7 @@ struct Channel {
   std::unique_ptr<v1::KvCacheAdmin::Stub> admin;
   std::unique_ptr<grpc::internal::RpcMethod> put_method;
   std::unique_ptr<grpc::internal::RpcMethod> get_method;
+  std::unique_ptr<grpc::internal::RpcMethod> lookup_method;  // raw request bytes
 };
 
 // Splits [0, n) into at most `parts` contiguous non-empty ranges.
@@ -100,6 +104,8 @@ struct Client::Impl {
   ConnectInfo info;
   std::vector<Channel> channels;
   std::atomic<uint64_t> next_channel{0};
+  // Batches concurrent small Put / Get calls (null when coalescing is off).
+  std::unique_ptr<internal::Coalescer> coalescer;
 
   // Layouts of the namespaces registered through this client, sent with every Put.
   common::Mutex mu;

@@ -146,6 +146,9 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
   if (!status.ok()) return FromGrpc("Put", status);
   result->blocks_stored += response.blocks_stored();
   result->bytes_stored += response.bytes_stored();
+  result->block_bytes_stored.insert(result->block_bytes_stored.end(),
+                                    response.block_bytes_stored().begin(),
+                                    response.block_bytes_stored().end());
   return absl::OkStatus();
 }
 

@@ -57,7 +57,7 @@ absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::B
 }
 
 grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                                   Op op, UnaryWork work) {
+                                   Op op, UnaryWork work, Dispatch dispatch) {
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(ctx);
   const int64_t start = NowMicros();
   storage::TieredStore* store = nullptr;
@@ -70,6 +70,10 @@ grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerCont
     ctx->metrics.Record(op, NowMicros() - start, s.ok());
     reactor->Finish(protocol::ToGrpcStatus(s));
   };
+  if (dispatch == Dispatch::kInline) {
+    work(*store, caller, std::move(finish));
+    return reactor;
+  }
   // Tenants take turns on the executor (common/thread_pool.h fairness keys).
   const std::string tenant = caller.tenant;
   const bool queued = ctx->executor->TrySchedule(

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "protocol/lookup_form.h"
 #include "service/admission.h"
 #include "service/compact.h"
 #include "service/config.h"
@@ -56,7 +57,7 @@ absl::Status RegisterNamespaceWork(ServiceContext* ctx, const v1::RegisterNamesp
 
 // Lookup's work once admitted: the local answer, or (cluster mode, unless local_only)
 // the local tiers merged with the owners' answers for the keys not held here.
-void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
+void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
                 v1::LookupResponse* response, storage::TieredStore& store, const Caller& caller,
                 FinishFn finish) {
   std::vector<std::string> keys;
@@ -66,7 +67,7 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
     ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
                      FindNamespace(*ctx, store, request->namespace_(), caller));
     ns_name = ns.name;
-    ASSIGN_OR_RETURN(keys, CheckKeys(request->keys(), ctx->limits, false));
+    ASSIGN_OR_RETURN(keys, TakeKeys(request->mutable_keys(), ctx->limits, false));
     if (request->lease_ms() > ctx->limits.max_lease_ms) {
       return absl::InvalidArgumentError(absl::StrCat("lease_ms ", request->lease_ms(),
                                                      " exceeds max_lease_ms ",
@@ -83,6 +84,8 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
   if (!s.ok()) return finish(s);
   PeerFanout::LocalAnswer local;
   local.lease_limit = static_cast<v1::LeaseLimit>(r.lease_limit);
+  local.tiers.reserve(keys.size());
+  local.lease_ids.reserve(keys.size());
   uint32_t leased = 0;  // the lease holds the first r.leased_blocks resident keys
   for (size_t i = 0; i < keys.size(); ++i) {
     const storage::Tier t = i < r.tiers.size() ? r.tiers[i] : storage::Tier::kNone;
@@ -93,8 +96,10 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
   }
   if (ctx->fanout != nullptr && !request->local_only()) {
     ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(),
-                             [response, finish](v1::LookupResponse merged) {
+                             [response, finish, compact = request->compact()](
+                                 v1::LookupResponse merged) {
                                *response = std::move(merged);
+                               if (compact) protocol::CompactLookup(response);
                                finish(absl::OkStatus());
                              });
     return;
@@ -104,6 +109,11 @@ void LookupWork(ServiceContext* ctx, const v1::LookupRequest* request,
   while (leased_prefix < r.prefix_blocks && local.lease_ids[leased_prefix] != 0) ++leased_prefix;
   response->set_leased_blocks(leased_prefix);
   if (leased_prefix < r.prefix_blocks) response->set_lease_limit(local.lease_limit);
+  if (request->compact()) {
+    protocol::EncodeCompactLookup(local.tiers, local.lease_ids, ctx->node_id, response);
+    return finish(absl::OkStatus());
+  }
+  response->mutable_blocks()->Reserve(static_cast<int>(local.tiers.size()));
   for (size_t i = 0; i < local.tiers.size(); ++i) {
     v1::BlockLocation* loc = response->add_blocks();
     loc->set_tier(local.tiers[i]);
@@ -120,7 +130,7 @@ UnaryWork RegisterNamespaceWorkFor(ServiceContext* ctx, const v1::RegisterNamesp
   });
 }
 
-UnaryWork LookupWorkFor(ServiceContext* ctx, const v1::LookupRequest* request,
+UnaryWork LookupWorkFor(ServiceContext* ctx, v1::LookupRequest* request,
                         v1::LookupResponse* response) {
   return [ctx, request, response](storage::TieredStore& store, const Caller& caller,
                                   FinishFn finish) {
@@ -212,7 +222,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Get(
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext* context,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
-  return RunParsed(ctx_, context, Op::kLookup, "Lookup", request, response, &LookupWorkFor);
+  // Inline: Lookup reads the in-memory index only (peer calls are asynchronous).
+  return RunParsed(ctx_, context, Op::kLookup, "Lookup", request, response, &LookupWorkFor,
+                   Dispatch::kInline);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Pin(grpc::CallbackServerContext* context,

@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 #include "common/mutex.h"
+#include "protocol/lookup_form.h"
 
 namespace kvtier::service {
 namespace {
@@ -313,6 +314,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
         batch->request.set_namespace_(ns);
         batch->request.set_local_only(true);
         batch->request.set_lease_ms(lease_ms_);
+        batch->request.set_compact(true);  // an older peer answers with blocks instead
         for (size_t j = start; j < std::min(entries.size(), start + per_call); ++j) {
           batch->request.add_keys(keys[entries[j].first]);
           batch->index.push_back(entries[j].first);
@@ -369,16 +371,17 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   // Takes the peer's copies that beat the current ones: the lowest ring rank (the
   // primary's copy) wins, then the faster tier.
   void Merge(const Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const auto& blocks = batch.response.blocks();
-    const size_t n = std::min(batch.index.size(), static_cast<size_t>(blocks.size()));
-    if (lease_limit_ == v1::LEASE_LIMIT_NONE) lease_limit_ = batch.response.lease_limit();
+    const v1::LookupResponse& r = batch.response;  // either form
+    if (!protocol::CheckLookup(r).ok()) return;     // a malformed answer: its keys are misses
+    const size_t n = std::min(batch.index.size(), protocol::LookupKeys(r));
+    if (lease_limit_ == v1::LEASE_LIMIT_NONE) lease_limit_ = r.lease_limit();
     for (size_t j = 0; j < n; ++j) {
-      const v1::Tier t = blocks[static_cast<int>(j)].tier();
+      const v1::Tier t = protocol::LookupTier(r, j);
       if (t == v1::TIER_NONE) continue;
       Answer& a = answers_[batch.index[j]];
       if (a.tier == v1::TIER_NONE || batch.rank[j] < a.rank ||
           (batch.rank[j] == a.rank && TierRank(t) > TierRank(a.tier))) {
-        a = Answer{t, batch.peer_id, batch.rank[j], blocks[static_cast<int>(j)].lease_id()};
+        a = Answer{t, batch.peer_id, batch.rank[j], protocol::LookupLeaseId(r, j)};
       }
     }
   }

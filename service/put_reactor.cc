@@ -145,7 +145,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     const uint64_t raw_size = ns_.layout.BytesPerBlock();
     // Generous bound for an encoded blob: the raw size plus header and codec metadata.
     const uint64_t max_encoded = raw_size + raw_size / 4 + 4096;
-    RETURN_IF_ERROR(CheckKey(b.key(), absl::StrCat("header.blocks[", i, "].key")));
+    if (b.key().empty() || b.key().size() > storage::kMaxKeyBytes) {  // names it only then
+      return CheckKey(b.key(), absl::StrCat("header.blocks[", i, "].key"));
+    }
     if (b.parent_key().size() > storage::kMaxKeyBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "header.blocks[", i, "].parent_key must be at most ", storage::kMaxKeyBytes, " bytes"));
@@ -396,6 +398,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     std::vector<storage::BlockPut> puts(n);
     std::vector<std::vector<std::string>> extra_keys(n);  // viewed by puts[i].extra_keys
     uint64_t bytes = 0;
+    v1::PutResponse resp;
+    resp.mutable_block_bytes_stored()->Reserve(n);
     for (int i = 0; i < n; ++i) {
       const v1::PutBlock& b = header_.blocks(i);
       Block& blk = blocks_[i];
@@ -417,10 +421,10 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         puts[i].pieces = blk.pieces;
         bytes += blk.size;
       }
+      resp.add_block_bytes_stored(payload.empty() ? blk.size : payload.size());
     }
     // At a tenant quota: RESOURCE_EXHAUSTED with ErrorDetail TENANT_QUOTA_EXHAUSTED.
     RETURN_IF_ERROR(WithTenantQuotaDetail(store_->Put(ns_.name, puts)));
-    v1::PutResponse resp;
     resp.set_blocks_stored(static_cast<uint32_t>(n));
     resp.set_bytes_stored(bytes);
     bool own = false;

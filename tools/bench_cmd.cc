@@ -37,6 +37,7 @@
 #include "client/client.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "protocol/lookup_form.h"
 #include "storage/kv/codec.h"
 #include "tools/commands.h"
 #include "tools/synthetic_blocks.h"
@@ -69,6 +70,10 @@ constexpr char kBenchUsage[] =
     "  --no-shm            never use the same-node shared-memory path (payloads over TCP)\n"
     "  --ucx               payloads over the server's UCX data path (ucx.enabled), even on\n"
     "                      its host; transports from UCX_TLS (default: off, gRPC streams)\n"
+    "  --coalesce-us US, --coalesce-bytes SIZE\n"
+    "                      the client's coalescing of concurrent calls (ClientOptions::\n"
+    "                      coalesce_max_delay_us / coalesce_max_bytes; 0 = off; default the\n"
+    "                      client's: 200 us, 2MiB)\n"
     "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
     "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
@@ -129,8 +134,8 @@ class KvtierBackend : public Backend {
   }
 
   absl::StatusOr<uint64_t> Do(Op op, const std::vector<size_t>& idx) override {
-    keys_.clear();
-    for (size_t i : idx) keys_.push_back(w_->keys[i]);
+    keys_.resize(idx.size());  // assign, not push_back: the strings keep their buffers
+    for (size_t j = 0; j < idx.size(); ++j) keys_[j].assign(w_->keys[idx[j]]);
     switch (op) {
       case Op::kPut: {
         std::vector<client::PutBlock> blocks(idx.size());
@@ -159,6 +164,7 @@ class KvtierBackend : public Backend {
       case Op::kLookup: {
         client::LookupOptions options;
         options.lease_ms = w_->lease_ms;
+        options.keep_compact = true;  // as an engine reads it: tiers and leases by index
         ASSIGN_OR_RETURN(auto r, client_->Lookup(w_->ns, keys_, options));
         if (w_->lease_ms > 0) {
           if (r.leased_blocks() != keys_.size()) {
@@ -166,7 +172,7 @@ class KvtierBackend : public Backend {
                 "lookup leased ", r.leased_blocks(), " of ", keys_.size(), " blocks (limit ",
                 v1::LeaseLimit_Name(r.lease_limit()), "; raise the server's max_leased_bytes)"));
           }
-          lease_id_ = r.blocks(0).lease_id();
+          lease_id_ = protocol::LookupLeaseId(r, 0);
         }
         return 0;
       }
@@ -613,6 +619,11 @@ absl::Status Bench(const cli::Flags& flags) {
     options.http2_stream_window_bytes = static_cast<int>(window);
     options.http2_max_frame_bytes = static_cast<int>(frame);
     options.tcp_min_read_chunk_bytes = static_cast<int>(read_chunk);
+    ASSIGN_OR_RETURN(options.coalesce_max_delay_us,
+                     flags.GetInt("coalesce-us", options.coalesce_max_delay_us));
+    ASSIGN_OR_RETURN(uint64_t coalesce_bytes,
+                     flags.GetBytes("coalesce-bytes", options.coalesce_max_bytes));
+    options.coalesce_max_bytes = coalesce_bytes;
     v1::NamespaceSpec spec;
     spec.set_name(w.ns);
     spec.set_model_id("kvtier-bench");
@@ -697,6 +708,7 @@ int RunBench(int argc, char** argv) {
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm", "ucx",
+                                         "coalesce-us", "coalesce-bytes",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {

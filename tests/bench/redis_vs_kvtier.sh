@@ -4,6 +4,7 @@
 #
 # usage: tests/bench/redis_vs_kvtier.sh [BUILD_DIR]        (default: build)
 # env:   THREADS (4) KEYS (64) PHASE_SECONDS (5) BLOCK (2MiB) REPEAT (3) EXTRA_KVTIER_FLAGS ("")
+#        SMALL_BLOCKS ("64KiB 256KiB"; "" skips the small-block rounds)
 #
 # Starts redis-server (persistence off, on a free port and a Unix socket) and kvtierd
 # (port 0, temp data dir), then REPEAT times, alternating:
@@ -15,10 +16,14 @@
 #                  client's default on the same host)
 #   kvtier-shm-zc  shared memory with --shared-buffers (payloads already in the region)
 # prints every run and the medians (GB/s, latency, CPU seconds per GB of client and
-# server) with the kvtier/Redis ratios, and stops both servers by PID. Then (UCX=1, the
-# default) the cross-host rounds of ucx_rounds below: redis over TCP vs kvtier-ucx at
-# 2 MiB and 256 KiB, printing `ratio remote/redis put|get: N.NNx`. Needs redis-server,
-# redis-cli and python3.
+# server) with the kvtier/Redis ratios. Then, for each of SMALL_BLOCKS, the small-block
+# rounds (small_block_rounds below): Redis over TCP and its Unix socket against kvtier with
+# the client's default settings (shared memory, and TCP with --no-shm), printing
+# `ratio small64k/redis put: N.NNx` (kvtier's default transport against Redis' faster one)
+# and the TCP ratio. Then (UCX=1, the default) the cross-host rounds of ucx_rounds below:
+# redis over TCP vs kvtier-ucx at 2 MiB and 256 KiB, printing
+# `ratio remote/redis put|get: N.NNx`. Both servers are stopped by PID on exit. Needs
+# redis-server, redis-cli and python3.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -126,6 +131,53 @@ for k in ("kvtier", "kvtier-shm", "kvtier-shm-zc"):
 if ("redis-raw", "get") in med:
     print("ratio kvtier-shm/redis-raw get: %.2fx" % (med["kvtier-shm", "get"][0] / med["redis-raw", "get"][0]))
 PY
+
+# --- Small-block rounds (issue 16): the per-call cost at 64 KiB and 256 KiB ---------------
+# kvtier with its client's defaults (no tuning flags: coalescing, channels, shared memory
+# as a same-host engine gets them) against Redis over TCP and its Unix socket; REPEAT
+# alternating rounds per size, medians of ops/s.
+small_block_rounds() {
+  local block=$1 label out
+  label=small$(python3 -c "
+import re
+m = re.fullmatch(r'(\d+)(KiB|MiB)', '$block')
+print(int(m.group(1)) * (1024 if m.group(2) == 'MiB' else 1), end='')")k
+  out=$tmp/$label.jsonl
+  local small=(--threads "$THREADS" --keys "$KEYS" --seconds "$PHASE_SECONDS" --block-size "$block" --ops put,get --json)
+  echo
+  echo "# $label: $THREADS threads, $block blocks, $KEYS keys, ${PHASE_SECONDS}s per phase, $REPEAT rounds"
+  for _ in $(seq "$REPEAT"); do
+    "$KVTIER" bench --redis "127.0.0.1:$port" --server-pid "$redis_pid" "${small[@]}" | tee -a "$out"
+    "$KVTIER" bench --redis "unix:$tmp/redis.sock" --server-pid "$redis_pid" "${small[@]}" | tee -a "$out"
+    "$KVTIER" bench --server "$kvtier_addr" --server-pid "$kvtierd_pid" "${small[@]}" | tee -a "$out"
+    "$KVTIER" bench --server "$kvtier_addr" --server-pid "$kvtierd_pid" "${small[@]}" --no-shm | tee -a "$out"
+  done
+  python3 - "$out" "$label" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+label = sys.argv[2]
+med = {}
+for s in ("redis", "redis-unix", "kvtier-shm", "kvtier"):
+    for p in ("put", "get"):
+        runs = [r for r in rows if r["system"] == s and r["phase"] == p]
+        if runs:
+            med[s, p] = (statistics.median(r["ops_per_s"] for r in runs),
+                         statistics.median(r["p50_us"] for r in runs),
+                         statistics.median(r["p99_us"] for r in runs))
+print("%-13s %-4s %12s %9s %9s" % ("system", "op", "ops/s median", "p50 us", "p99 us"))
+for (s, p), (ops, p50, p99) in med.items():
+    print("%-13s %-4s %12.0f %9.0f %9.0f" % (s, p, ops, p50, p99))
+for p in ("put", "get"):
+    best = max(("redis", "redis-unix"), key=lambda r: med.get((r, p), (0,))[0])
+    if ("kvtier-shm", p) in med:
+        print("ratio %s/redis %s: %.2fx" % (label, p, med["kvtier-shm", p][0] / med[best, p][0]))
+    if ("kvtier", p) in med:
+        print("ratio %s-tcp/redis %s: %.2fx" % (label, p, med["kvtier", p][0] / med[best, p][0]))
+PY
+}
+for small_block in ${SMALL_BLOCKS-64KiB 256KiB}; do
+  small_block_rounds "$small_block"
+done
 
 # ---------------------------------------------------------------------------------------
 # Cross-host path over UCX (issue 12). A second kvtierd with --ucx, UCX forced onto its

@@ -7,6 +7,7 @@ import pytest
 import blocks
 import kvtier
 from kvtier import codec
+from kvtier import lookup_form
 
 # Documented error per codec (storage/kv/codec.h): quantization step of a group
 # (range / qmax) for the integer codecs, 2^-4 relative (+ subnormal floor) for fp8.
@@ -123,6 +124,38 @@ def test_lookup_lease_and_release(server):
         assert c.lookup("leases", keys).leased_blocks == 0  # no lease asked
         with pytest.raises(kvtier.InvalidArgumentError):
             c.lookup("leases", keys, lease_ms=10**9)  # over max_lease_ms
+
+
+def test_compact_lookup_expands_to_the_verbose_answer(server):
+    lay = blocks.layout()
+    spec = kvtier.make_namespace("compact", lay)
+    with _client(server, spec) as c:
+        keys, puts, _ = blocks.sequence("compact", lay, 5, seed=6)
+        c.put_blocks("compact", puts[:3], format=kvtier.RAW)
+        keys = keys[:4] + [keys[1]]  # resident after a miss
+        with grpc.insecure_channel(server.address) as ch:
+            stub = kvtier.pb_grpc.KvCacheStub(ch)
+            for lease_ms in (0, 5000):
+                req = kvtier.pb.LookupRequest(namespace="compact", keys=keys, lease_ms=lease_ms)
+                verbose = stub.Lookup(req, timeout=5)  # an old client: no compact asked
+                req.compact = True
+                compact = stub.Lookup(req, timeout=5)
+                assert not lookup_form.is_compact(verbose) and len(verbose.blocks) == 5
+                assert lookup_form.is_compact(compact) and len(compact.blocks) == 0
+                assert compact.ByteSize() < verbose.ByteSize()
+                lookup_form.expand(compact)
+                assert compact.prefix_blocks == verbose.prefix_blocks == 3
+                assert compact.leased_blocks == verbose.leased_blocks
+                assert [(b.tier, b.owner, b.lease_id != 0) for b in compact.blocks] == \
+                    [(b.tier, b.owner, b.lease_id != 0) for b in verbose.blocks]
+        raw = c.lookup("compact", keys, compact=True)
+        assert lookup_form.is_compact(raw) and list(raw.owners) == [c.connect_info.node_id]
+        assert [b.tier for b in c.lookup("compact", keys).blocks] == \
+            [kvtier.pb.TIER_HOT] * 3 + [kvtier.pb.TIER_NONE, kvtier.pb.TIER_HOT]
+        bad = kvtier.pb.LookupResponse(tiers=bytes([kvtier.pb.TIER_HOT]), owners=["n"],
+                                       owner_index=[1])
+        with pytest.raises(kvtier.DataLossError):
+            lookup_form.expand(bad)
 
 
 def _raw_error(server, method, request):

@@ -8,10 +8,11 @@
 
 Modules: client (Client), cluster (ClusterClient), keys (prefix_keys), rendezvous
 (placement), codec (the KVTB header), shm (the same-node shared-memory path), errors,
-layout; kvtier.v1 holds the generated messages (kvtier.pb) and stubs.
+layout, lookup_form (the compact Lookup answer); kvtier.v1 holds the generated messages
+(kvtier.pb) and stubs.
 """
 
-from kvtier import codec, errors, layout, rendezvous, shm
+from kvtier import codec, errors, layout, lookup_form, rendezvous, shm
 from kvtier._proto import pb, pb_grpc
 from kvtier.client import (ENCODED, RAW, Client, ConnectInfo, FetchedBlock, PutBlock,
                            PutResult)

@@ -49,6 +49,7 @@ import numpy as np
 from kvtier import _grpc_fast
 from kvtier import errors
 from kvtier import layout as layout_mod
+from kvtier import lookup_form
 from kvtier import shm as shm_mod
 from kvtier import wire
 from kvtier._proto import pb, pb_grpc
@@ -637,15 +638,18 @@ class Client:
 
     # -- keyed unary calls ------------------------------------------------------------
 
-    def lookup(self, ns, keys, local_only=False, timeout=None, lease_ms=0):
+    def lookup(self, ns, keys, local_only=False, timeout=None, lease_ms=0, compact=False):
         """How much of the prefix chain `keys` (block 0 first) is resident, and where:
         a LookupResponse (prefix_blocks; blocks[i].tier, blocks[i].owner). With lease_ms
         > 0 the owners also keep the first leased_blocks loadable for that long
         (blocks[i].lease_id; lease_limit says why fewer than prefix_blocks were leased)
-        until release_lease."""
+        until release_lease. The server answers in the compact form (kvtier.lookup_form);
+        it is expanded into `blocks` unless `compact` is true (then check
+        lookup_form.is_compact: an old server answers with `blocks` regardless)."""
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],
-                               local_only=local_only, lease_ms=lease_ms)
-        return self._unary("Lookup", False, req, True, timeout)
+                               local_only=local_only, lease_ms=lease_ms, compact=True)
+        resp = self._unary("Lookup", False, req, True, timeout)
+        return resp if compact else lookup_form.expand(resp)
 
     def release_lease(self, ns, lease_id, timeout=None):
         """Ends lease `lease_id` (a blocks[i].lease_id of this server's Lookup); returns the
