@@ -18,6 +18,7 @@
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/membership.h"
+#include "storage/write_back.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
@@ -154,6 +155,10 @@ void ApplyDefaults(v1::ServerConfig& c) {
   }
   if (c.max_lease_ms() == 0) c.set_max_lease_ms(limits.max_lease_ms);
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
+  const storage::WriteBackBounds write_back =
+      storage::WriteBackBoundsForGrace(c.shutdown_grace_ms());
+  if (c.max_unflushed_bytes() == 0) c.set_max_unflushed_bytes(write_back.max_unflushed_bytes);
+  if (c.max_unflushed_blocks() == 0) c.set_max_unflushed_blocks(write_back.max_unflushed_blocks);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
   if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);
   if (c.shm_max_sessions() == 0) c.set_shm_max_sessions(64);
@@ -446,6 +451,8 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   o.warm_from_cold = c.warm_from_cold();
   o.max_leased_bytes = c.max_leased_bytes();
   o.max_leased_bytes_per_tenant = c.max_leased_bytes_per_tenant();
+  o.max_unflushed_bytes = c.max_unflushed_bytes();
+  o.max_unflushed_blocks = c.max_unflushed_blocks();
   return o;
 }
 

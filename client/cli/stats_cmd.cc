@@ -110,6 +110,11 @@ void PrintStatsTable(const v1::StatsResponse& s) {
               static_cast<unsigned long long>(l.released()),
               static_cast<unsigned long long>(l.expired_unused()),
               static_cast<unsigned long long>(l.active()), HumanBytes(l.leased_bytes()).c_str());
+  std::printf("write-back debt: %llu blocks, %s unflushed (bound %llu blocks, %s)\n",
+              static_cast<unsigned long long>(s.unflushed_blocks()),
+              HumanBytes(s.unflushed_bytes()).c_str(),
+              static_cast<unsigned long long>(s.max_unflushed_blocks()),
+              HumanBytes(s.max_unflushed_bytes()).c_str());
   if (s.cold_wal_dropped_ranges() > 0) {
     std::printf("cold tier started after WAL damage: %llu range(s), %s dropped (see the log)\n",
                 static_cast<unsigned long long>(s.cold_wal_dropped_ranges()),
