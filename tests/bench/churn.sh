@@ -8,7 +8,8 @@
 # usage: tests/bench/churn.sh [BUILD_DIR]              (default: build)
 # env:   HOT (256MiB) COLD (4GiB) KEYS (10240: 20 GiB of distinct 2 MiB blocks, written once
 #        by the untimed touch pass of `kvtier bench`) PUT_SECONDS (60) MIX_SECONDS (300)
-#        THREADS (2) BLOCK (2MiB) EXTRA_KVTIERD_FLAGS ("")
+#        MIX_KEYS (80% of COLD in blocks: the mixed phase's gets must hit) THREADS (2)
+#        BLOCK (2MiB) EXTRA_KVTIERD_FLAGS ("")
 # prints the samples (seconds, bytes on disk, ratio to COLD), the max ratio after warm-up
 # (once the cold tier first reached capacity) and each phase's `kvtier bench` line.
 set -euo pipefail
@@ -34,6 +35,7 @@ to_bytes() {
 u={'KiB':1<<10,'MiB':1<<20,'GiB':1<<30,None:1}[m.group(2)]; print(int(m.group(1))*u)" "$1"
 }
 cold_bytes=$(to_bytes "$COLD")
+MIX_KEYS=${MIX_KEYS:-$(( cold_bytes * 8 / 10 / $(to_bytes "$BLOCK") ))}
 
 tmp=$(mktemp -d)
 kvtierd_pid=""
@@ -66,9 +68,10 @@ start=$(date +%s)
 ) >"$tmp/samples" &
 sampler_pid=$!
 
-common=(--server "$addr" --block-size "$BLOCK" --keys "$KEYS" --threads "$THREADS" --no-shm)
-"$KVTIER" bench "${common[@]}" --ops put --seconds "$PUT_SECONDS" | tee "$tmp/put.txt"
-"$KVTIER" bench "${common[@]}" --mix put=1,get=1 --seconds "$MIX_SECONDS" | tee "$tmp/mix.txt"
+common=(--server "$addr" --block-size "$BLOCK" --threads "$THREADS" --no-shm)
+"$KVTIER" bench "${common[@]}" --keys "$KEYS" --ops put --seconds "$PUT_SECONDS" | tee "$tmp/put.txt"
+"$KVTIER" bench "${common[@]}" --keys "$MIX_KEYS" --mix put=1,get=1 --seconds "$MIX_SECONDS" |
+  tee "$tmp/mix.txt"
 kill "$sampler_pid"; sampler_pid=""
 
 echo "samples (s, bytes on disk, x cold capacity):"
@@ -80,3 +83,4 @@ awk -v cold="$cold_bytes" '
   END { if (warm) printf "max disk after warm-up: %.2fx cold capacity\n", max;
         else print "cold tier never reached capacity: raise KEYS" }' "$tmp/samples"
 "$KVTIER" stats --server "$addr" | head -3
+grep -h "Cumulative stall" "$tmp/data/LOG" | tail -1 || true

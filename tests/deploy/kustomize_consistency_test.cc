@@ -748,8 +748,10 @@ TEST(KustomizeCheckerTest, CatchesDeployTimeBreakages) {
       {"targetPort: metrics", "targetPort: metric", "unknown port metric"},
       {"containerPort: 5557", "containerPort: 5559", "container port kv-events=5559"},
       {"replay_endpoint: \"tcp://*:5558\"", "replay_endpoint: \"\"", "expose kv-replay"},
-      {"terminationGracePeriodSeconds: 180", "terminationGracePeriodSeconds: 25",
-       "terminationGracePeriodSeconds (25 s)"},
+      {"terminationGracePeriodSeconds: 25", "terminationGracePeriodSeconds: 20",
+       "terminationGracePeriodSeconds (20 s) != shutdown_grace_ms + 5 s (25 s)"},
+      {"shutdown_grace_ms: 20000", "shutdown_grace_ms: 20000 max_unflushed_bytes: 4294967296",
+       "max_unflushed_bytes / _blocks exceed"},
   };
   ExpectMutationsCaught(r.output, mutations);
 }
