@@ -389,8 +389,9 @@ std::string UsageText() {
   ApplyDefaults(d);
   std::string out =
       "usage: kvtierd [FLAGS]\n"
-      "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. Once ready it prints\n"
-      "`kvtierd listening on HOST:PORT` on stdout. Flags override --config FILE.\n";
+      "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. Once its port is bound\n"
+      "it prints `kvtierd bound on HOST:PORT` (health NOT_SERVING while the index loads),\n"
+      "once ready `kvtierd listening on HOST:PORT`, on stdout. Flags override --config FILE.\n";
   for (const FlagSpec& f : kFlags) {
     absl::StrAppend(&out, "  ", f.name, f.value != nullptr ? absl::StrCat(" ", f.value) : "",
                     "\n      ", f.help, "\n");

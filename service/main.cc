@@ -2,8 +2,8 @@
 // lifecycle. Ready contract (tests/testing/server_process.h): once the gRPC port is bound
 // (health NOT_SERVING while the index loads) prints `kvtierd bound on HOST:PORT`, and once
 // the store is open and health is SERVING exactly one line `kvtierd listening on
-// HOST:PORT` to stdout; every log line goes to stderr. SIGTERM / SIGINT: graceful shutdown, store flushed,
-// exit 0.
+// HOST:PORT` to stdout; every log line goes to stderr. SIGTERM / SIGINT: graceful
+// shutdown, store flushed, exit 0.
 #include <malloc.h>
 #include <signal.h>
 

@@ -17,6 +17,11 @@ namespace {
 // Flush marks this many index ids busy at a time (one pass of the index under mu_).
 constexpr BlockId kFlushScanIds = 4096;
 
+// Whether the store runs a background flusher (StartFlusher).
+bool FlusherEnabled(const StoreOptions& o) {
+  return o.background_demotion && (o.max_unflushed_bytes != 0 || o.max_unflushed_blocks != 0);
+}
+
 }  // namespace
 
 void TieredStoreImpl::CountDebtLocked(BlockId id, bool was_unflushed) {
@@ -36,7 +41,7 @@ void TieredStoreImpl::CountDebtLocked(BlockId id, bool was_unflushed) {
         return !Unflushed(index_.at(i));  // mu_ is held
       });
     }
-    if (flusher_.joinable() && DebtAboveLocked(3, 4)) flush_cv_.Signal();
+    if (FlusherEnabled(options_) && DebtAboveLocked(3, 4)) flush_cv_.Signal();
   } else {
     --unflushed_blocks_;
     unflushed_bytes_ -= e.payload_bytes;
@@ -90,9 +95,7 @@ void TieredStoreImpl::UnmarkBusyLocked(BlockId id) {
 }
 
 void TieredStoreImpl::StartFlusher() {
-  if (!options_.background_demotion) return;
-  if (options_.max_unflushed_bytes == 0 && options_.max_unflushed_blocks == 0) return;
-  flusher_ = std::thread([this] { FlusherLoop(); });
+  if (FlusherEnabled(options_)) flusher_ = std::thread([this] { FlusherLoop(); });
 }
 
 void TieredStoreImpl::FlusherLoop() {

@@ -455,7 +455,7 @@ int RunAdmin(int argc, char** argv) {
       {"server", "auth-token", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
        "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
        "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
-       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "help"});
+       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "max-ms", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier %s: %s\n\n%s", std::string(command).c_str(),
                  known.ok() ? "unexpected positional argument" : std::string(known.message()).c_str(),

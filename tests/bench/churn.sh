@@ -75,7 +75,7 @@ common=(--server "$addr" --block-size "$BLOCK" --threads "$THREADS" --no-shm)
 kill "$sampler_pid"; sampler_pid=""
 
 echo "samples (s, bytes on disk, x cold capacity):"
-awk -v cold="$cold_bytes" '{ printf "  %5d %14d %6.2fx\n", $1, $2, $2 / cold }' "$tmp/samples"
+awk -v cold="$cold_bytes" '{ printf "  %5d %14.0f %6.2fx\n", $1, $2, $2 / cold }' "$tmp/samples"
 # Warm-up ends at the first sample at or above the cold capacity.
 awk -v cold="$cold_bytes" '
   $2 >= cold { warm = 1 }

@@ -182,7 +182,8 @@ int Run(const std::string& kvtierd, uint64_t blocks, uint32_t chain, int lookups
   auto code = server->Terminate(600000);
   row->flush_ms = MsSince(f0);
   if (!code.ok() || *code != 0) {
-    std::fprintf(stderr, "SIGTERM: %s\n", code.ok() ? "non-zero exit" : code.status().ToString().c_str());
+    std::fprintf(stderr, "SIGTERM: %s\n",
+                 code.ok() ? "non-zero exit" : code.status().ToString().c_str());
     return 1;
   }
   const auto r0 = Clock::now();

@@ -4,6 +4,7 @@
 // deadlines answers every call in time with progress; health is NOT_SERVING (and data
 // calls UNAVAILABLE / SERVER_LOADING) until the index is loaded.
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -204,6 +205,41 @@ TEST(WriteBackShutdownTest, LongFlushUnderShortDeadlinesReportsProgress) {
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->unflushed_blocks(), 0u);
   EXPECT_EQ(st->unflushed_bytes(), 0u);
+}
+
+// Runs `command` (stderr folded in); returns its output.
+std::string RunCommand(const std::string& command) {
+  FILE* f = popen(absl::StrCat(command, " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof(buf), f)) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+TEST(WriteBackShutdownTest, CliFlushLoopsWithProgressUntilDone) {
+  TempDir dir;
+  const std::string config =
+      WriteConfig(dir, "max_unflushed_bytes: 1099511627776\nmax_unflushed_blocks: 1000000000\n");
+  auto server = ServerProcess::StartKvtierd(
+      dir.Sub("data"), {"--config", config, "--hot-capacity", "64MiB", "--shm-socket", "off"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = MustConnect(server->address(), Spec("cli", TinyLayout()));
+  ASSERT_NE(client, nullptr);
+  for (uint32_t c = 0; c < 10; ++c) {
+    const Sequence seq = MakeSequence("cli", TinyLayout(), 1000, 900 + c);
+    ASSERT_TRUE(client->PutBlocks("cli", seq.blocks).ok());
+  }
+  // 1 ms per call: many calls, each reporting progress, the last one done.
+  const std::string out =
+      RunCommand(absl::StrCat(testing::BinaryDir(), "/client/cli/kvtier flush --server ",
+                              server->address(), " --namespace cli --max-ms 1"));
+  EXPECT_NE(out.find("call 1: flushed "), std::string::npos) << out;
+  EXPECT_NE(out.find("flushed 10000 blocks in "), std::string::npos) << out;
+  EXPECT_NE(out.find("0 unflushed blocks (0 bytes) remain"), std::string::npos) << out;
+  auto st = client->Stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->unflushed_blocks(), 0u);
 }
 
 TEST(WriteBackShutdownTest, HealthIsNotServingUntilTheIndexIsLoaded) {

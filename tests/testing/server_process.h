@@ -1,7 +1,8 @@
 // Starts a real kvtierd process for integration tests and stops it.
 //
-// kvtierd's contract (service/main.cc): with `--port 0` it binds a free port and, once
-// the store is open and the health service is SERVING, prints exactly one line
+// kvtierd's contract (service/main.cc): with `--port 0` it binds a free port, prints
+// `kvtierd bound on HOST:PORT` (health NOT_SERVING while the store loads) and, once the
+// store is open and the health service is SERVING, exactly one line
 // `kvtierd listening on HOST:PORT` to stdout (flushed).
 #ifndef KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
 #define KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
