@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "client/prefix_keys.h"
 #include "common/status_macros.h"
@@ -437,11 +438,26 @@ absl::StatusOr<uint64_t> Client::Evict(std::string_view ns, std::span<const std:
   return resp.blocks();
 }
 
-absl::Status Client::Flush(std::string_view ns, const CallOptions& call) {
+absl::StatusOr<v1::FlushResponse> Client::FlushStep(std::string_view ns, uint32_t max_ms,
+                                                    const CallOptions& call) {
   v1::FlushRequest req;
   req.set_namespace_(std::string(ns));
+  req.set_max_ms(max_ms);
   v1::FlushResponse resp;
-  return impl_->Unary("Flush", call, true, &v1::KvCacheAdmin::Stub::Flush, req, &resp);
+  RETURN_IF_ERROR(impl_->Unary("Flush", call, true, &v1::KvCacheAdmin::Stub::Flush, req, &resp));
+  return resp;
+}
+
+absl::Status Client::Flush(std::string_view ns, const CallOptions& call) {
+  while (true) {
+    ASSIGN_OR_RETURN(v1::FlushResponse resp, FlushStep(ns, 0, call));
+    if (resp.done()) return absl::OkStatus();
+    if (resp.flushed_blocks() == 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "flush: no block written within the call deadline; ", resp.remaining_blocks(),
+          " blocks remain"));
+    }
+  }
 }
 
 absl::StatusOr<uint64_t> Client::DropNamespace(std::string_view ns, bool force,

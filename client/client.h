@@ -370,6 +370,12 @@ class Client {
   // tier with `drop`. Returns the number of blocks affected.
   absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
                                  bool drop, const CallOptions& call = {});
+  // One Flush call: the server writes hot blocks of `ns` (all when empty) to cold until
+  // near the call's deadline (or max_ms, when not 0) and answers how far it got.
+  absl::StatusOr<kvtier::v1::FlushResponse> FlushStep(std::string_view ns, uint32_t max_ms = 0,
+                                                      const CallOptions& call = {});
+  // FlushStep until done, each call under its own deadline. DEADLINE_EXCEEDED when a call
+  // ends with nothing written and not done (the deadline leaves no time to write).
   absl::Status Flush(std::string_view ns = {}, const CallOptions& call = {});
   // Drops namespace `ns` from the node called (every block, then the spec; see
   // DropNamespaceRequest). Returns the blocks removed. NOT_FOUND unknown namespace;

@@ -1,9 +1,14 @@
 // The kvtier.v1.KvCacheAdmin handlers (KvCacheAdminImpl), all through RunUnary
 // (service/admission.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "service/admission.h"
 #include "service/config.h"
@@ -77,10 +82,28 @@ UnaryWork EvictWork(ServiceContext* ctx, const v1::EvictRequest* request,
                     });
 }
 
+// The store-clock time (milliseconds) at which a Flush stops writing: half of the call's
+// remaining time (and 10 ms more) is left for the final sync of what it wrote, the
+// executor queue and the answer; request.max_ms bounds it further. No deadline and no
+// max_ms: never.
+int64_t FlushStopMillis(const grpc::CallbackServerContext& context,
+                        const v1::FlushRequest& request) {
+  const int64_t now_ms = common::RealClock()->NowMillis();
+  int64_t budget_ms = std::numeric_limits<int64_t>::max() / 2;
+  const auto remaining = context.deadline() - std::chrono::system_clock::now();
+  if (remaining < std::chrono::hours(24 * 365)) {
+    const int64_t left_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(remaining).count();
+    budget_ms = std::max<int64_t>(0, left_ms / 2 - 10);
+  }
+  if (request.max_ms() != 0) budget_ms = std::min<int64_t>(budget_ms, request.max_ms());
+  return now_ms + budget_ms;
+}
+
 UnaryWork FlushWork(ServiceContext* ctx, const v1::FlushRequest* request,
-                    v1::FlushResponse* /*response*/) {
-  return Synchronous([ctx, request](storage::TieredStore& store,
-                                    const Caller& caller) -> absl::Status {
+                    v1::FlushResponse* response, int64_t stop_ms) {
+  return Synchronous([ctx, request, response, stop_ms](storage::TieredStore& store,
+                                                       const Caller& caller) -> absl::Status {
     if (request->namespace_().empty()) {
       if (!caller.is_operator) {
         return absl::PermissionDeniedError(
@@ -89,7 +112,12 @@ UnaryWork FlushWork(ServiceContext* ctx, const v1::FlushRequest* request,
     } else {
       RETURN_IF_ERROR(FindNamespace(*ctx, store, request->namespace_(), caller).status());
     }
-    return store.Flush(request->namespace_());
+    ASSIGN_OR_RETURN(storage::FlushProgress progress, store.Flush(request->namespace_(), stop_ms));
+    response->set_flushed_blocks(progress.flushed_blocks);
+    response->set_remaining_blocks(progress.remaining_blocks);
+    response->set_remaining_bytes(progress.remaining_bytes);
+    response->set_done(progress.done);
+    return absl::OkStatus();
   });
 }
 
@@ -155,7 +183,11 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::Evict(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* KvCacheAdminImpl::Flush(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* request,
                                                   grpc::ByteBuffer* response) {
-  return RunParsed(ctx_, context, Op::kFlush, "Flush", request, response, &FlushWork);
+  return RunParsedWith<v1::FlushRequest, v1::FlushResponse>(
+      ctx_, context, Op::kFlush, "Flush", request, response,
+      [ctx = ctx_, context](const v1::FlushRequest* req, v1::FlushResponse* resp) {
+        return FlushWork(ctx, req, resp, FlushStopMillis(*context, *req));
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheAdminImpl::ClusterStatus(grpc::CallbackServerContext* context,

@@ -38,7 +38,10 @@ grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
   }
   *store = ctx->store.load(std::memory_order_acquire);
   if (*store == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is not open yet");
+    return protocol::ToGrpcStatus(protocol::WithErrorDetail(
+        absl::UnavailableError("kvtierd is loading its index from the cold tier (health "
+                               "NOT_SERVING); retry once it reports SERVING"),
+        v1::SERVER_LOADING, ""));
   }
   absl::StatusOr<Caller> who =
       ctx->auth.Authenticate(context->client_metadata(),

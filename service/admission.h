@@ -73,17 +73,17 @@ using MakeWorkFn = UnaryWork (*)(ServiceContext* ctx, Req* request, Resp* respon
 absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
 
 // RunUnary for a raw (grpc::ByteBuffer) unary method: parses `raw_request` as Req, runs
-// make_work(ctx, &request, &response) and, once it finishes OK, serializes the response
-// into `raw_response`. Request bytes that do not parse as Req are refused with
+// the UnaryWork that make_work(&request, &response) returns (any callable; it may capture
+// the call's context, e.g. its deadline) and, once it finishes OK, serializes the
+// response into `raw_response`. Request bytes that do not parse as Req are refused with
 // INVALID_ARGUMENT "<method>: request bytes do not parse as kvtier.v1.<Req>" (after
 // admission, so an unauthenticated caller still gets UNAUTHENTICATED).
-template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* RunParsed(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                                    Op op, const char* method,
-                                    const grpc::ByteBuffer* raw_request,
-                                    grpc::ByteBuffer* raw_response,
-                                    MakeWorkFn<Req, Resp> make_work,
-                                    Dispatch dispatch = Dispatch::kExecutor) {
+template <typename Req, typename Resp, typename MakeWork>
+grpc::ServerUnaryReactor* RunParsedWith(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                        Op op, const char* method,
+                                        const grpc::ByteBuffer* raw_request,
+                                        grpc::ByteBuffer* raw_response, MakeWork make_work,
+                                        Dispatch dispatch = Dispatch::kExecutor) {
   struct Messages {
     std::remove_const_t<Req> request;
     Resp response;
@@ -98,7 +98,7 @@ grpc::ServerUnaryReactor* RunParsed(ServiceContext* ctx, grpc::CallbackServerCon
                       finish(refusal);
                     });
   }
-  UnaryWork inner = make_work(ctx, &m->request, &m->response);
+  UnaryWork inner = make_work(&m->request, &m->response);
   return RunUnary(ctx, context, op,
                   [m, inner = std::move(inner), raw_response](
                       storage::TieredStore& store, const Caller& caller, FinishFn finish) {
@@ -108,6 +108,22 @@ grpc::ServerUnaryReactor* RunParsed(ServiceContext* ctx, grpc::CallbackServerCon
                     });
                   },
                   dispatch);
+}
+
+// RunParsedWith for a MakeWorkFn, called as make_work(ctx, &request, &response).
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* RunParsed(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                    Op op, const char* method,
+                                    const grpc::ByteBuffer* raw_request,
+                                    grpc::ByteBuffer* raw_response,
+                                    MakeWorkFn<Req, Resp> make_work,
+                                    Dispatch dispatch = Dispatch::kExecutor) {
+  return RunParsedWith<Req, Resp>(
+      ctx, context, op, method, raw_request, raw_response,
+      [ctx, make_work](Req* request, Resp* response) {
+        return make_work(ctx, request, response);
+      },
+      dispatch);
 }
 
 // Adapts synchronous work `fn(store, caller) -> absl::Status` to UnaryWork.

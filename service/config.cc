@@ -20,6 +20,7 @@
 #include "service/membership.h"
 #include "service/tenant_quotas.h"
 #include "service/ucx_server.h"
+#include "storage/write_back.h"
 #include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
@@ -156,6 +157,10 @@ void ApplyDefaults(v1::ServerConfig& c) {
   }
   if (c.max_lease_ms() == 0) c.set_max_lease_ms(limits.max_lease_ms);
   if (c.shutdown_grace_ms() == 0) c.set_shutdown_grace_ms(10000);
+  const storage::WriteBackBounds write_back =
+      storage::WriteBackBoundsForGrace(c.shutdown_grace_ms());
+  if (c.max_unflushed_bytes() == 0) c.set_max_unflushed_bytes(write_back.max_unflushed_bytes);
+  if (c.max_unflushed_blocks() == 0) c.set_max_unflushed_blocks(write_back.max_unflushed_blocks);
   if (c.max_concurrent_streams() == 0) c.set_max_concurrent_streams(256);
   if (c.shm_max_region_bytes() == 0) c.set_shm_max_region_bytes(1ull << 30);
   if (c.shm_max_sessions() == 0) c.set_shm_max_sessions(64);
@@ -402,8 +407,9 @@ std::string UsageText() {
   ApplyDefaults(d);
   std::string out =
       "usage: kvtierd [FLAGS]\n"
-      "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. Once ready it prints\n"
-      "`kvtierd listening on HOST:PORT` on stdout. Flags override --config FILE.\n";
+      "Serves the kvtier.v1 KvCache and KvCacheAdmin gRPC services. Once its port is bound\n"
+      "it prints `kvtierd bound on HOST:PORT` (health NOT_SERVING while the index loads),\n"
+      "once ready `kvtierd listening on HOST:PORT`, on stdout. Flags override --config FILE.\n";
   for (const FlagSpec& f : kFlags) {
     absl::StrAppend(&out, "  ", f.name, f.value != nullptr ? absl::StrCat(" ", f.value) : "",
                     "\n      ", f.help, "\n");
@@ -465,6 +471,8 @@ storage::StoreOptions ToStoreOptions(const v1::ServerConfig& c) {
   o.max_leased_bytes = c.max_leased_bytes();
   o.max_leased_bytes_per_tenant = c.max_leased_bytes_per_tenant();
   o.tenant_quotas = TenantQuotasFromConfig(c);
+  o.max_unflushed_bytes = c.max_unflushed_bytes();
+  o.max_unflushed_blocks = c.max_unflushed_blocks();
   return o;
 }
 

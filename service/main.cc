@@ -1,8 +1,9 @@
 // kvtierd: the kvtier server. See service/config.h for flags and service/server.h for the
-// lifecycle. Ready contract (tests/testing/server_process.h): once the store is open and
-// health is SERVING, prints exactly one line `kvtierd listening on HOST:PORT` to stdout;
-// every log line goes to stderr. SIGTERM / SIGINT: graceful shutdown, store flushed,
-// exit 0.
+// lifecycle. Ready contract (tests/testing/server_process.h): once the gRPC port is bound
+// (health NOT_SERVING while the index loads) prints `kvtierd bound on HOST:PORT`, and once
+// the store is open and health is SERVING exactly one line `kvtierd listening on
+// HOST:PORT` to stdout; every log line goes to stderr. SIGTERM / SIGINT: graceful
+// shutdown, store flushed, exit 0.
 #include <malloc.h>
 #include <signal.h>
 
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
     KVTIER_LOG(ERROR) << server.status().message();
     return 1;
   }
+  // Bound, health NOT_SERVING while the store rebuilds its index from the cold tier.
+  std::printf("kvtierd bound on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
   if (absl::Status s = (*server)->OpenStore(); !s.ok()) {
     KVTIER_LOG(ERROR) << "cannot open the store: " << s.message();
     (void)(*server)->Shutdown();

@@ -92,6 +92,10 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
   out->set_cold_used_bytes(stats.cold_used_bytes);
   out->set_cold_wal_dropped_ranges(stats.cold_recovery.wal_dropped_ranges);
   out->set_cold_wal_dropped_bytes(stats.cold_recovery.wal_dropped_bytes);
+  out->set_unflushed_bytes(stats.unflushed_bytes);
+  out->set_unflushed_blocks(stats.unflushed_blocks);
+  out->set_max_unflushed_bytes(stats.max_unflushed_bytes);
+  out->set_max_unflushed_blocks(stats.max_unflushed_blocks);
   for (const storage::NamespaceStats& n : stats.namespaces) {
     if (!only.empty() && n.name != only) continue;
     v1::NamespaceStats* o = out->add_namespaces();

@@ -1,5 +1,6 @@
 #include "service/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "grpcpp/resource_quota.h"
 #include "protocol/tls.h"
 #include "service/config.h"
+#include "storage/write_back.h"
 
 namespace kvtier::service {
 
@@ -26,6 +28,19 @@ std::string JoinHostPort(const std::string& host, int port) {
 }
 
 namespace {
+
+// What SIGTERM leaves in-flight calls: shutdown_grace_ms minus the time the store's
+// write-back debt takes to flush at the conservative rates (storage/write_back.h), but at
+// least half the grace (the debt bounds are sized to flush in the other half).
+uint32_t InFlightGraceMs(const v1::ServerConfig& config, storage::TieredStore* store) {
+  const uint64_t grace_ms = config.shutdown_grace_ms();
+  if (store == nullptr) return static_cast<uint32_t>(grace_ms);
+  const storage::StoreStats st = store->Stats();
+  const uint64_t flush_ms =
+      st.unflushed_bytes * 1000 / storage::kConservativeFlushBytesPerSecond +
+      st.unflushed_blocks * 1000 / storage::kConservativeFlushBlocksPerSecond;
+  return static_cast<uint32_t>(std::max(grace_ms / 2, grace_ms - std::min(grace_ms, flush_ms)));
+}
 
 protocol::TlsFiles ServerTlsFiles(const v1::TlsConfig& tls) {
   return {.cert_file = tls.cert_file(),
@@ -233,8 +248,8 @@ absl::Status KvtierServer::Shutdown() {
     // wait out the whole deadline while idle client connections stay open.
     ctx_.draining.store(true);
     server_->GetHealthCheckService()->SetServingStatus(false);
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.shutdown_grace_ms());
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(InFlightGraceMs(config_, store_.get()));
     while (ctx_.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -253,8 +268,11 @@ absl::Status KvtierServer::Shutdown() {
   absl::Status flushed = absl::OkStatus();
   if (store_ != nullptr) {
     ctx_.store.store(nullptr, std::memory_order_release);
+    const storage::StoreStats debt = store_->Stats();
     flushed = store_->Flush("");
     const int64_t t1 = common::RealClock()->NowMicros();
+    KVTIER_LOG(INFO) << "shutdown: flushed " << debt.unflushed_blocks << " write-back blocks ("
+                     << debt.unflushed_bytes << " bytes)";
     store_.reset();
     event_log_.reset();
     events_.reset();  // sends what the store reported last

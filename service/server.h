@@ -7,8 +7,10 @@
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
 // same-node shared-memory socket (service/shm_server.h) and flips health to SERVING
 // (with ServerConfig.events, a ZmqEventPublisher is created first and the store reports
-// every tier change into it); Shutdown() stops accepting, lets in-flight calls finish until the
-// grace deadline, drains the executor and flushes the store.
+// every tier change into it); Shutdown() stops accepting, lets in-flight calls finish for
+// the part of shutdown_grace_ms the store's write-back debt does not need (at least half;
+// the debt is bounded by max_unflushed_bytes / _blocks, storage/write_back.h), drains the
+// executor and flushes the store, so the whole stop fits the grace.
 #ifndef KVTIER_SERVICE_SERVER_H_
 #define KVTIER_SERVICE_SERVER_H_
 
@@ -46,8 +48,9 @@ class KvtierServer {
   // Errors from TieredStore::Open / RegisterNamespace / the metrics exporter.
   absl::Status OpenStore();
 
-  // Stops the server (grace: config.shutdown_grace_ms), drains the executor and flushes
-  // the store. Returns the flush status. Idempotent.
+  // Stops the server (in-flight calls: config.shutdown_grace_ms less the estimated flush
+  // time), drains the executor and flushes the store. Returns the flush status.
+  // Idempotent.
   absl::Status Shutdown();
 
   // "HOST:PORT" actually bound.

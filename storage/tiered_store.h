@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +31,7 @@
 #include "storage/kv/layout.h"
 #include "storage/lease_table.h"
 #include "storage/tenant_quota.h"
+#include "storage/write_back.h"
 
 namespace kvtier::storage {
 
@@ -99,6 +101,13 @@ struct StoreOptions {
   // Keep cold values in RocksDB blob files (BlobDB); see rocksdb_cold_tier.h for why it
   // is off. Default: false.
   bool cold_blob_files = false;
+  // Write-back debt bounds (storage/write_back.h): payload bytes and blocks of hot
+  // blocks without a cold copy. Above 3/4 of either a background flusher writes the
+  // oldest to cold; a Put that leaves either exceeded writes back synchronously before
+  // it returns. 0 = unbounded. Default: WriteBackBoundsForGrace(10 s), so that what a
+  // shutdown must flush fits half the default shutdown grace at a conservative disk rate.
+  uint64_t max_unflushed_bytes = WriteBackBoundsForGrace(10000).max_unflushed_bytes;  // ~320 MiB
+  uint64_t max_unflushed_blocks = WriteBackBoundsForGrace(10000).max_unflushed_blocks;  // 100k
   // Payload bytes all leases (Lookup with lease_ms) may hold at once; a Lookup beyond it
   // leases a shorter prefix (LeaseLimit::kNodeBytes). Default: 64 MiB.
   uint64_t max_leased_bytes = 64ull << 20;
@@ -233,6 +242,14 @@ struct NamespaceStats {
   uint64_t checksum_failures = 0;        // corrupt blocks found (deleted, served as misses)
 };
 
+// What one bounded Flush did (TieredStore::Flush with a deadline).
+struct FlushProgress {
+  uint64_t flushed_blocks = 0;    // blocks this call wrote to cold
+  uint64_t remaining_blocks = 0;  // unflushed blocks of the namespace(s) afterwards
+  uint64_t remaining_bytes = 0;   // ... and their payload bytes
+  bool done = false;  // every block unflushed when the call began was written (or is gone)
+};
+
 struct StoreStats {
   std::string hot_allocator;  // "cuda", "mlock" or "malloc": what the arena really uses
   uint64_t hot_capacity_bytes = 0;
@@ -243,6 +260,10 @@ struct StoreStats {
   uint64_t index_memory_bytes = 0;   // heap bytes of the index (entries + hash table)
   uint64_t policy_memory_bytes = 0;  // heap bytes of the hot policy's state
   LeaseStats leases;                 // leases granted by Lookup (node-wide)
+  uint64_t unflushed_blocks = 0;     // hot blocks without a cold copy (write-back debt)
+  uint64_t unflushed_bytes = 0;      // ... their payload bytes
+  uint64_t max_unflushed_bytes = 0;  // StoreOptions bounds (0 = unbounded)
+  uint64_t max_unflushed_blocks = 0;
   ColdTierRecovery cold_recovery;    // what the cold tier dropped at open (damaged WAL)
   std::vector<NamespaceStats> namespaces;  // sorted by name
   // Every tenant with a namespace or a quota, sorted by name.
@@ -259,7 +280,10 @@ struct StoreStats {
 // counters; payload copies, checksums and cold I/O run outside it. Cold writes and
 // deletes of one key are serialized by a striped per-key mutex, so the cold record and
 // the index never disagree. Index entries are 84 bytes (33 of them the key): ~63 bytes
-// per block beyond the key at 10^6 blocks (store_bench BM_IndexMemory).
+// per block beyond the key at 10^6 blocks (store_bench BM_IndexMemory). The whole process
+// grows more: kvtierd's RSS rises ~205 bytes per tiny block at 10^6 blocks and ~229 at
+// 10^5 (tests/bench/kvtier_scale: hash table, policy state, hot slot table, allocator
+// slack on top of the entry).
 //
 // Eviction: the hot tier's policy picks victims among eligible blocks; a victim is
 // written to cold unless a current cold copy exists, then its slot is freed (the entry
@@ -392,7 +416,13 @@ class TieredStore {
   // Makes every hot block of `ns` (all namespaces when empty) durable in the cold tier.
   // NOT_FOUND unknown namespace; UNAVAILABLE if some block could not be written (the
   // others are written, the failed ones stay hot); the cold tier's error if syncing fails.
-  virtual absl::Status Flush(std::string_view ns) = 0;
+  absl::Status Flush(std::string_view ns) {
+    return Flush(ns, std::numeric_limits<int64_t>::max()).status();
+  }
+  // As above, but stops writing once the store clock passes `deadline_ms` (checked after
+  // every block, so the overrun is one block's cold write) and returns how far it got;
+  // what it wrote is synced before it returns. Same errors as above.
+  virtual absl::StatusOr<FlushProgress> Flush(std::string_view ns, int64_t deadline_ms) = 0;
 
   // Returns a snapshot of the counters and capacities. Never fails.
   virtual StoreStats Stats() const = 0;

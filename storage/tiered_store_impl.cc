@@ -40,8 +40,10 @@ TieredStoreImpl::~TieredStoreImpl() {
     common::MutexLock lock(&mu_);
     stopping_ = true;
     demote_cv_.SignalAll();
+    flush_cv_.SignalAll();
   }
   if (demoter_.joinable()) demoter_.join();
+  if (flusher_.joinable()) flusher_.join();
 }
 
 absl::Status TieredStoreImpl::ValidateOptions(const StoreOptions& options) {
@@ -59,6 +61,7 @@ absl::Status TieredStoreImpl::ValidateOptions(const StoreOptions& options) {
 absl::Status TieredStoreImpl::Init() {
   RETURN_IF_ERROR(Recover());
   if (options_.background_demotion) demoter_ = std::thread([this] { BackgroundLoop(); });
+  StartFlusher();
   if (options_.warm_from_cold) WarmFromCold();
   return absl::OkStatus();
 }
@@ -94,7 +97,13 @@ absl::Status TieredStoreImpl::Recover() {
     RETURN_IF_ERROR(AddNamespaceLocked(id, opts));
   }
   absl::Status bad;
+  uint64_t loaded = 0;
+  const int64_t start_ms = clock_->NowMillis();
   RETURN_IF_ERROR(cold_->ForEachBlock([&](const ColdIndexRecord& rec) {
+    if (++loaded % (1u << 20) == 0) {
+      KVTIER_LOG(INFO) << "loading the index: " << loaded << " blocks in "
+                       << clock_->NowMillis() - start_ms << " ms";
+    }
     if (rec.ns_id >= namespaces_.size() || namespaces_[rec.ns_id] == nullptr || rec.key.empty() ||
         rec.key.size() > kMaxKeyBytes || rec.parent_key.size() > kMaxKeyBytes) {
       bad = absl::DataLossError("block index record names an unknown namespace or bad key");
@@ -113,6 +122,8 @@ absl::Status TieredStoreImpl::Recover() {
     EnterColdLocked(id, rec.stored_bytes);
   }));
   RETURN_IF_ERROR(bad);
+  KVTIER_LOG(INFO) << "index loaded: " << loaded << " blocks in "
+                   << clock_->NowMillis() - start_ms << " ms";
   // Ghosts whose real record never showed up (parent never stored) stay as ghosts: they
   // have children by construction.
   return absl::OkStatus();
@@ -262,6 +273,7 @@ void TieredStoreImpl::ReportLocked(BlockId id, bool stored, events::Medium mediu
 void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* origin) {
   Entry& e = index_.at(id);
   KVTIER_CHECK(!(e.flags & Entry::kHot)) << "block already hot";
+  const bool was_unflushed = Unflushed(e);
   e.slot = slot;
   hot_->Own(slot, id);
   NsState& ns = *namespaces_[e.ns];
@@ -272,12 +284,14 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* 
   policy_->OnInsert(id, InfoLocked(e));
   index_.SetHot(id, true);  // re-evaluates the parent
   UpdateEligibilityLocked(id);
+  CountDebtLocked(id, was_unflushed);
   ReportLocked(id, true, events::Medium::kCpuPinned, origin);
 }
 
 void TieredStoreImpl::LeaveHotLocked(BlockId id) {
   Entry& e = index_.at(id);
   if (!(e.flags & Entry::kHot)) return;
+  const bool was_unflushed = Unflushed(e);
   if (e.flags & Entry::kEligible) e.flags &= ~Entry::kEligible;
   policy_->OnRemove(id);
   NsState& ns = *namespaces_[e.ns];
@@ -292,6 +306,7 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
   }
   index_.SetHot(id, false);  // re-evaluates the parent
   if (!e.resident()) ns.stats.distinct_blocks--;
+  CountDebtLocked(id, was_unflushed);
   ReportLocked(id, false, events::Medium::kCpuPinned, nullptr);
 }
 
@@ -299,6 +314,7 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const B
   Entry& e = index_.at(id);
   NsState& ns = *namespaces_[e.ns];
   const bool was_cold = e.flags & Entry::kCold;
+  const bool was_unflushed = Unflushed(e);
   if (was_cold) {
     ns.stats.cold.bytes -= e.cold_bytes;
     ns.tenant->cold_used -= e.cold_bytes;
@@ -313,12 +329,14 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const B
   ns.tenant->cold_used += stored_bytes;
   cold_used_ += stored_bytes;
   index_.UpdateColdList(id, false);
+  CountDebtLocked(id, was_unflushed);
   if (!was_cold) ReportLocked(id, true, events::Medium::kDisk, origin);
 }
 
 void TieredStoreImpl::LeaveColdLocked(BlockId id) {
   Entry& e = index_.at(id);
   if (!(e.flags & Entry::kCold)) return;
+  const bool was_unflushed = Unflushed(e);
   NsState& ns = *namespaces_[e.ns];
   ns.stats.cold.blocks--;
   ns.stats.cold.bytes -= e.cold_bytes;
@@ -328,6 +346,7 @@ void TieredStoreImpl::LeaveColdLocked(BlockId id) {
   e.flags &= ~Entry::kCold;
   if (!e.resident()) ns.stats.distinct_blocks--;
   index_.UpdateColdList(id, false);
+  CountDebtLocked(id, was_unflushed);
   ReportLocked(id, false, events::Medium::kDisk, nullptr);
 }
 
@@ -476,35 +495,6 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
   return moved;
 }
 
-absl::Status TieredStoreImpl::Flush(std::string_view ns_name) {
-  std::vector<uint32_t> ids;
-  {
-    common::MutexLock lock(&mu_);
-    int ns_id = -1;
-    if (!ns_name.empty()) {
-      ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
-      ns_id = ns->id;
-    }
-    for (BlockId id = 0; id < index_.id_limit(); ++id) {
-      Entry& e = index_.at(id);
-      if ((e.flags & Entry::kHot) && !(e.flags & (Entry::kCold | Entry::kBusy)) &&
-          (ns_id < 0 || e.ns == ns_id)) {
-        e.flags |= Entry::kBusy;
-        UpdateEligibilityLocked(id);
-        ids.push_back(id);
-      }
-    }
-  }
-  bool failed = false;
-  for (BlockId id : ids) {
-    // kGone is fine: the block was deleted or replaced after Flush picked it.
-    if (DemoteMarked(id, DemoteMode::kCopyOnly) == DemoteResult::kFailed) failed = true;
-  }
-  RETURN_IF_ERROR(cold_->Sync());
-  if (failed) return absl::UnavailableError("flush: some blocks could not be written to cold");
-  return absl::OkStatus();
-}
-
 StoreStats TieredStoreImpl::Stats() const {
   common::MutexLock lock(&mu_);
   StoreStats out;
@@ -517,6 +507,10 @@ StoreStats TieredStoreImpl::Stats() const {
   out.index_memory_bytes = index_.MemoryBytes();
   out.policy_memory_bytes = policy_->MemoryBytes();
   out.leases = leases_.stats();
+  out.unflushed_blocks = unflushed_blocks_;
+  out.unflushed_bytes = unflushed_bytes_;
+  out.max_unflushed_bytes = options_.max_unflushed_bytes;
+  out.max_unflushed_blocks = options_.max_unflushed_blocks;
   out.cold_recovery = cold_->recovery();
   for (const auto& ns : namespaces_) {
     if (ns != nullptr && !ns->dropped) out.namespaces.push_back(ns->stats);

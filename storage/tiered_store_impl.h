@@ -19,7 +19,8 @@
 // residency, admin calls, stats), tiered_store_lookup.cc (Lookup, leases),
 // tiered_store_put.cc (Put), tiered_store_get.cc (Get, promotion, Pin) and
 // tiered_store_demotion.cc (room in the hot tier, demotion, cold-capacity eviction, the
-// background demoter) and tiered_store_drop.cc (DropNamespace).
+// background demoter), tiered_store_drop.cc (DropNamespace) and tiered_store_write_back.cc
+// (write-back debt, the flusher, Flush).
 //
 // Thread-safe (see TieredStore).
 #ifndef KVTIER_STORAGE_TIERED_STORE_IMPL_H_
@@ -28,7 +29,9 @@
 #include <xxhash.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -68,6 +71,8 @@ struct NsState {
   NamespaceStats stats;
   bool dropped = false;  // DropNamespace started: Put stores nothing more
   bool quiet = false;    // ... and its blocks' removals raise no events (AllBlocksCleared did)
+  uint64_t unflushed_blocks = 0;  // write-back debt of this namespace (guarded by mu_)
+  uint64_t unflushed_bytes = 0;
 };
 
 class TieredStoreImpl final : public TieredStore {
@@ -111,7 +116,9 @@ class TieredStoreImpl final : public TieredStore {
                             std::span<const float> scores) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> Evict(std::string_view ns, std::span<const std::string> keys,
                                  bool drop) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Flush(std::string_view ns) override ABSL_LOCKS_EXCLUDED(mu_);
+  using TieredStore::Flush;
+  absl::StatusOr<FlushProgress> Flush(std::string_view ns, int64_t deadline_ms) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> DropNamespace(std::string_view ns, bool force) override
       ABSL_LOCKS_EXCLUDED(mu_);
   StoreStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
@@ -260,6 +267,27 @@ class TieredStoreImpl final : public TieredStore {
   void OnHoldsEndedLocked(const std::vector<LeaseTable::Hold>& holds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Write-back debt (tiered_store_write_back.cc)
+  // True for a hot block without a cold record (what a shutdown must still write).
+  static bool Unflushed(const Entry& e) {
+    return (e.flags & (Entry::kUsed | Entry::kHot | Entry::kCold | Entry::kStandalone)) ==
+           (Entry::kUsed | Entry::kHot);
+  }
+  // Updates the debt counters after entry `id` changed residency; `was_unflushed` is
+  // Unflushed() before the change. Wakes the flusher above 3/4 of a bound.
+  void CountDebtLocked(BlockId id, bool was_unflushed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when the debt exceeds num/den of either bound.
+  bool DebtAboveLocked(uint64_t num, uint64_t den) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the oldest unflushed block to cold (copy only). False when there is none or
+  // its write failed.
+  bool FlushOldest() ABSL_LOCKS_EXCLUDED(mu_);
+  // Put's hard bound: while the debt exceeds a bound, writes the oldest blocks back.
+  void LimitUnflushed() ABSL_LOCKS_EXCLUDED(mu_);
+  // Clears the busy mark of a block picked but not written.
+  void UnmarkBusyLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlusherLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void StartFlusher();
   void MaybeWakeDemoterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
@@ -271,6 +299,8 @@ class TieredStoreImpl final : public TieredStore {
   const uint64_t low_bytes_;                      // ... and stops at or below this many
   std::array<common::Mutex, kNumStripes> stripes_;  // serialize cold writes per key
   std::thread demoter_;                           // started by Init, joined by the destructor
+  std::thread flusher_;                           // ditto (write-back debt)
+  std::atomic<bool> over_debt_{false};            // DebtAboveLocked(1, 1), read without mu_
 
   // State below is protected by mu_.
   mutable common::Mutex mu_;
@@ -287,6 +317,12 @@ class TieredStoreImpl final : public TieredStore {
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   uint64_t cold_used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+  common::CondVar flush_cv_;
+  uint64_t unflushed_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unflushed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Blocks in the order they became unflushed (may hold stale ids: checked when popped,
+  // compacted when it outgrows the debt).
+  std::deque<BlockId> unflushed_fifo_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::storage

@@ -131,6 +131,7 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
   }
   if (stale_cold_record) RETURN_IF_ERROR(DropStaleCold(*ns, block.key));
   DemoteIfSynchronous();
+  LimitUnflushed();
   EnforceColdCapacity();
   return absl::OkStatus();
 }

@@ -52,7 +52,9 @@ constexpr char kAdminUsage[] =
     "  get --namespace NS (--keys HEX,.. | --generate N [--seed S] [--shared-prefix P])\n"
     "        [--out PATH] [--raw]     fetches blocks; --out writes the first one\n"
     "  evict --namespace NS [--keys HEX,..] [--drop]   demote (or drop) blocks\n"
-    "  flush [--namespace NS]         make hot blocks durable in the cold tier\n"
+    "  flush [--namespace NS] [--max-ms MS]   make hot blocks durable in the cold tier;\n"
+    "        each call stops near its deadline (or after MS) and reports progress;\n"
+    "        kvtier loops until done, one progress line per call\n"
     "  drop-namespace --namespace NS [--force]\n"
     "        removes every block of NS and NS itself from this server (AllBlocksCleared);\n"
     "        refused while leases of NS are in force unless --force\n";
@@ -420,9 +422,40 @@ absl::Status RunDropNamespace(const Flags& flags) {
 
 absl::Status RunFlush(const Flags& flags) {
   ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
-  RETURN_IF_ERROR(client->Flush(flags.GetString("namespace", "")));
-  std::printf(flags.Has("json") ? "{\"ok\":true}\n" : "flushed\n");
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(int64_t max_ms, flags.GetInt("max-ms", 0));
+  if (max_ms < 0 || max_ms > 0xffffffffll) {
+    return absl::InvalidArgumentError("--max-ms must be 0..4294967295");
+  }
+  const std::string ns = flags.GetString("namespace", "");
+  const bool json = flags.Has("json");
+  uint64_t total = 0;
+  for (int call = 1;; ++call) {
+    ASSIGN_OR_RETURN(v1::FlushResponse r, client->FlushStep(ns, static_cast<uint32_t>(max_ms)));
+    total += r.flushed_blocks();
+    if (json) {
+      std::printf("{\"call\":%d,\"flushed_blocks\":%llu,\"remaining_blocks\":%llu,"
+                  "\"remaining_bytes\":%llu,\"done\":%s}\n",
+                  call, static_cast<unsigned long long>(r.flushed_blocks()),
+                  static_cast<unsigned long long>(r.remaining_blocks()),
+                  static_cast<unsigned long long>(r.remaining_bytes()), r.done() ? "true" : "false");
+    } else if (r.done()) {
+      std::printf("flushed %llu blocks in %d calls; %llu unflushed blocks (%llu bytes) remain\n",
+                  static_cast<unsigned long long>(total), call,
+                  static_cast<unsigned long long>(r.remaining_blocks()),
+                  static_cast<unsigned long long>(r.remaining_bytes()));
+    } else {
+      std::printf("call %d: flushed %llu blocks, %llu remain (%llu bytes)\n", call,
+                  static_cast<unsigned long long>(r.flushed_blocks()),
+                  static_cast<unsigned long long>(r.remaining_blocks()),
+                  static_cast<unsigned long long>(r.remaining_bytes()));
+    }
+    std::fflush(stdout);
+    if (r.done()) return absl::OkStatus();
+    if (r.flushed_blocks() == 0) {
+      return absl::DeadlineExceededError(
+          "flush: a call wrote nothing before its deadline; raise --timeout-ms");
+    }
+  }
 }
 
 }  // namespace
@@ -440,7 +473,7 @@ int RunAdmin(int argc, char** argv) {
       {"server", "auth-token", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
        "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
        "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
-       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "help", "force"});
+       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "max-ms", "help", "force"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier %s: %s\n\n%s", std::string(command).c_str(),
                  known.ok() ? "unexpected positional argument" : std::string(known.message()).c_str(),

@@ -116,6 +116,11 @@ void PrintStatsTable(const v1::StatsResponse& s) {
               static_cast<unsigned long long>(l.released()),
               static_cast<unsigned long long>(l.expired_unused()),
               static_cast<unsigned long long>(l.active()), HumanBytes(l.leased_bytes()).c_str());
+  std::printf("write-back debt: %llu blocks, %s unflushed (bound %llu blocks, %s)\n",
+              static_cast<unsigned long long>(s.unflushed_blocks()),
+              HumanBytes(s.unflushed_bytes()).c_str(),
+              static_cast<unsigned long long>(s.max_unflushed_blocks()),
+              HumanBytes(s.max_unflushed_bytes()).c_str());
   if (s.tenants_size() > 0) {
     // Per-tenant use against its quotas (ServerConfig.tenant_quotas); "-" = unlimited.
     auto used = [](uint64_t bytes, uint64_t limit) {

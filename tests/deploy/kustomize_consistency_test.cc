@@ -35,6 +35,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "storage/write_back.h"
 #include "tests/deploy/mini_yaml.h"
 #include "tests/deploy/tls_checks.h"
 #include "tests/testing/server_process.h"
@@ -516,13 +517,21 @@ std::vector<std::string> CheckDeployment(const std::string& yaml, Rendering* out
     for (const YamlNode& c : add->seq) ipc_lock |= c.scalar == "IPC_LOCK";
   }
   if (!ipc_lock) problem("kvtierd lacks the IPC_LOCK capability");
-  // SIGTERM: in-flight calls get shutdown_grace_ms, then the store flushes; leave the
-  // flush at least 10 s before the kubelet's SIGKILL.
-  const int64_t grace_ms = int64_t{ScalarInt(pod->Get("terminationGracePeriodSeconds"), 30)} * 1000;
+  // SIGTERM: in-flight calls and the bounded write-back flush fit shutdown_grace_ms
+  // (storage/write_back.h); the pod's grace is derived from it: + 5 s for the exit.
+  const int64_t grace_s = int64_t{ScalarInt(pod->Get("terminationGracePeriodSeconds"), 30)};
   const int64_t shutdown_ms = cfg.shutdown_grace_ms() != 0 ? cfg.shutdown_grace_ms() : 10000;
-  if (grace_ms < shutdown_ms + 10000) {
-    problem(absl::StrCat("terminationGracePeriodSeconds (", grace_ms / 1000,
-                         " s) < shutdown_grace_ms + 10 s to flush (", shutdown_ms + 10000, " ms)"));
+  const int64_t want_s = (shutdown_ms + 999) / 1000 + 5;
+  if (grace_s != want_s) {
+    problem(absl::StrCat("terminationGracePeriodSeconds (", grace_s,
+                         " s) != shutdown_grace_ms + 5 s (", want_s, " s)"));
+  }
+  const storage::WriteBackBounds bounds = storage::WriteBackBoundsForGrace(shutdown_ms);
+  if (cfg.max_unflushed_bytes() > bounds.max_unflushed_bytes ||
+      cfg.max_unflushed_blocks() > bounds.max_unflushed_blocks) {
+    problem(absl::StrCat("max_unflushed_bytes / _blocks exceed what half of shutdown_grace_ms "
+                         "flushes (", bounds.max_unflushed_bytes, " bytes, ",
+                         bounds.max_unflushed_blocks, " blocks)"));
   }
 
   // Disruption budget and network policy apply to the kvtierd pods.
@@ -739,8 +748,10 @@ TEST(KustomizeCheckerTest, CatchesDeployTimeBreakages) {
       {"targetPort: metrics", "targetPort: metric", "unknown port metric"},
       {"containerPort: 5557", "containerPort: 5559", "container port kv-events=5559"},
       {"replay_endpoint: \"tcp://*:5558\"", "replay_endpoint: \"\"", "expose kv-replay"},
-      {"terminationGracePeriodSeconds: 180", "terminationGracePeriodSeconds: 25",
-       "terminationGracePeriodSeconds (25 s)"},
+      {"terminationGracePeriodSeconds: 25", "terminationGracePeriodSeconds: 20",
+       "terminationGracePeriodSeconds (20 s) != shutdown_grace_ms + 5 s (25 s)"},
+      {"shutdown_grace_ms: 20000", "shutdown_grace_ms: 20000 max_unflushed_bytes: 4294967296",
+       "max_unflushed_bytes / _blocks exceed"},
   };
   ExpectMutationsCaught(r.output, mutations);
 }

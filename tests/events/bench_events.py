@@ -69,6 +69,8 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True)
         line = self.proc.stdout.readline()
+        while line.startswith("kvtierd bound on "):  # port bound, index still loading
+            line = self.proc.stdout.readline()
         assert line.startswith("kvtierd listening on "), line
         self.address = line.split()[-1]
 

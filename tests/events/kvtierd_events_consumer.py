@@ -322,6 +322,8 @@ class Kvtierd:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
         Kvtierd.started.append(self)
         line = self.proc.stdout.readline()
+        while line.startswith("kvtierd bound on "):  # port bound, index still loading
+            line = self.proc.stdout.readline()
         check(line.startswith(READY), "kvtierd did not start: %r" % line)
         self.address = line[len(READY):].strip()
 

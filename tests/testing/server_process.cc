@@ -20,8 +20,6 @@
 namespace kvtier::testing {
 namespace {
 
-constexpr char kReadyPrefix[] = "kvtierd listening on ";
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -67,7 +65,8 @@ absl::StatusOr<ServerProcess> ServerProcess::StartKvtierd(
 
 absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary,
                                                    const std::vector<std::string>& args,
-                                                   int timeout_ms) {
+                                                   int timeout_ms,
+                                                   std::string_view ready_prefix) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe failed");
   pid_t pid = fork();
@@ -94,8 +93,8 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary,
     if (auto nl = out.find('\n'); nl != std::string::npos) {
       std::string line = out.substr(0, nl);
       out.erase(0, nl + 1);
-      if (line.rfind(kReadyPrefix, 0) == 0) {
-        proc.address_ = line.substr(std::strlen(kReadyPrefix));
+      if (line.rfind(ready_prefix, 0) == 0) {
+        proc.address_ = line.substr(ready_prefix.size());
         auto colon = proc.address_.rfind(':');
         if (colon == std::string::npos ||
             !absl::SimpleAtoi(proc.address_.substr(colon + 1), &proc.port_)) {

@@ -1,7 +1,8 @@
 // Starts a real kvtierd process for integration tests and stops it.
 //
-// kvtierd's contract (service/main.cc): with `--port 0` it binds a free port and, once
-// the store is open and the health service is SERVING, prints exactly one line
+// kvtierd's contract (service/main.cc): with `--port 0` it binds a free port, prints
+// `kvtierd bound on HOST:PORT` (health NOT_SERVING while the store loads) and, once the
+// store is open and the health service is SERVING, exactly one line
 // `kvtierd listening on HOST:PORT` to stdout (flushed).
 #ifndef KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
 #define KVTIER_TESTS_TESTING_SERVER_PROCESS_H_
@@ -9,6 +10,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,9 +35,14 @@ class ServerProcess {
   // Spawns `binary args...` (args should include --port 0 and --data-dir), waits up to
   // `timeout_ms` for the "listening on" line and returns the process. Stderr of the child
   // goes to the test's stderr. DEADLINE_EXCEEDED / INTERNAL on failure (child killed).
+  // With ready_prefix "kvtierd bound on " it returns as soon as the port is bound (health
+  // NOT_SERVING while the store loads).
   static absl::StatusOr<ServerProcess> Start(const std::string& binary,
                                              const std::vector<std::string>& args,
-                                             int timeout_ms = 20000);
+                                             int timeout_ms = 20000,
+                                             std::string_view ready_prefix = kReadyPrefix);
+  static constexpr std::string_view kReadyPrefix = "kvtierd listening on ";
+  static constexpr std::string_view kBoundPrefix = "kvtierd bound on ";
   // Start(KvtierdPath(), {"--port", "0", "--data-dir", data_dir, extra_args...}).
   static absl::StatusOr<ServerProcess> StartKvtierd(
       const std::string& data_dir, const std::vector<std::string>& extra_args = {});

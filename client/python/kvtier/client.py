@@ -704,7 +704,14 @@ class Client:
         return self._unary("DropNamespace", True, req, False, timeout).blocks
 
     def flush(self, ns="", timeout=None):
-        self._unary("Flush", True, pb.FlushRequest(namespace=ns), True, timeout)
+        """Flushes until done: each call stops near its deadline and reports progress."""
+        while True:
+            r = self._unary("Flush", True, pb.FlushRequest(namespace=ns), True, timeout)
+            if r.done:
+                return
+            if r.flushed_blocks == 0:
+                raise errors.DeadlineExceededError(
+                    "no block written within the call deadline", rpc="Flush")
 
     def cluster_status(self, timeout=None):
         return self._unary("ClusterStatus", True, pb.ClusterStatusRequest(), True, timeout)

@@ -14,6 +14,7 @@ ERROR_DETAIL_TYPE_URL = "type.googleapis.com/kvtier.v1.ErrorDetail"
 # kvtier.v1.ErrorReason values.
 REASON_UNSPECIFIED = 0
 REASON_SHM_SESSION_UNKNOWN = 1
+REASON_SERVER_LOADING = 40
 
 
 class KvtierError(Exception):
