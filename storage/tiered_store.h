@@ -421,7 +421,9 @@ class TieredStore {
   }
   // As above, but stops writing once the store clock passes `deadline_ms` (checked after
   // every block, so the overrun is one block's cold write) and returns how far it got;
-  // what it wrote is synced before it returns. Same errors as above.
+  // what it wrote is synced before it returns. It always writes at least one block when
+  // one is unflushed, even past the deadline, so repeated calls always make progress.
+  // Same errors as above.
   virtual absl::StatusOr<FlushProgress> Flush(std::string_view ns, int64_t deadline_ms) = 0;
 
   // Returns a snapshot of the counters and capacities. Never fails.

@@ -152,7 +152,8 @@ absl::StatusOr<FlushProgress> TieredStoreImpl::Flush(std::string_view ns_name,
       }
     }
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (clock_->NowMillis() >= deadline_ms) {
+      // At least one block per call, so a caller looping on Flush always progresses.
+      if (progress.flushed_blocks > 0 && clock_->NowMillis() >= deadline_ms) {
         stopped = true;
         common::MutexLock lock(&mu_);
         for (size_t j = i; j < batch.size(); ++j) UnmarkBusyLocked(batch[j]);
