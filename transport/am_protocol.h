@@ -1,4 +1,5 @@
-// The active messages of kvtier's UCX data plane (docs/design.md §3 "Cross-node UCX"): ids and headers.
+// The active messages of kvtier's UCX data plane (docs/design.md §3 "Cross-node UCX"):
+// ids and headers.
 // Headers are fixed-size plain structs sent in the host's byte order (kvtier runs on
 // little-endian hosts only). gRPC carries every request; these carry only payloads and
 // the session handshake.
