@@ -3,11 +3,14 @@ code, the server's message, the RPC name and the structured error detail (if any
 
 The server attaches a kvtier.v1.RpcStatus (wire-compatible with google.rpc.Status) holding
 an Any(kvtier.v1.ErrorDetail) as the `grpc-status-details-bin` trailer on errors a client
-acts on (docs/design.md §8); decode_status_details reads it without the generated
-messages, so it works against servers built before ErrorDetail existed (no detail then).
+acts on (docs/design.md §8); decode_status_details reads it (servers that send no
+detail give reason 0).
 """
 
 import grpc
+from google.protobuf.message import DecodeError
+
+from kvtier._proto import pb
 
 ERROR_DETAIL_TYPE_URL = "type.googleapis.com/kvtier.v1.ErrorDetail"
 
@@ -113,64 +116,16 @@ def error_for(code, message, rpc="", reason=REASON_UNSPECIFIED, field=""):
     return _BY_CODE.get(code, KvtierError)(message, rpc, code, reason, field)
 
 
-def _varint(buf, i):
-    shift = value = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
-
-
-def _fields(buf):
-    """(field number, wire type, value) of a serialized message; bytes for wire type 2."""
-    i = 0
-    while i < len(buf):
-        tag, i = _varint(buf, i)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, i = _varint(buf, i)
-        elif wt == 2:
-            n, i = _varint(buf, i)
-            if i + n > len(buf):
-                raise ValueError("truncated field")
-            v, i = bytes(buf[i:i + n]), i + n
-        elif wt == 1:
-            v, i = buf[i:i + 8], i + 8
-        elif wt == 5:
-            v, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError("unsupported wire type %d" % wt)
-        yield num, wt, v
-
-
 def decode_status_details(data):
     """(reason, field) of the first kvtier.v1.ErrorDetail in a serialized RpcStatus
     (the grpc-status-details-bin trailer); (0, "") when there is none or it is garbled."""
     try:
-        for num, wt, v in _fields(data):
-            if num != 3 or wt != 2:
-                continue
-            type_url, value = "", b""
-            for n2, w2, v2 in _fields(v):
-                if n2 == 1 and w2 == 2:
-                    type_url = v2.decode("utf-8", "replace")
-                elif n2 == 2 and w2 == 2:
-                    value = v2
-            if type_url != ERROR_DETAIL_TYPE_URL:
-                continue
-            reason, field = REASON_UNSPECIFIED, ""
-            for n3, w3, v3 in _fields(value):
-                if n3 == 1 and w3 == 0:
-                    reason = v3
-                elif n3 == 2 and w3 == 2:
-                    field = v3.decode("utf-8", "replace")
-            return reason, field
-    except ValueError:
+        status = pb.RpcStatus.FromString(bytes(data))
+        for detail in status.details:
+            if detail.type_url == ERROR_DETAIL_TYPE_URL:
+                d = pb.ErrorDetail.FromString(detail.value)
+                return d.reason, d.field
+    except DecodeError:
         pass
     return REASON_UNSPECIFIED, ""
 
