@@ -191,25 +191,30 @@ class ClusterClient:
     def _preference(self, nodes):
         return sorted(range(len(nodes)), key=lambda i: self._rank(nodes[i]))
 
-    def _status_from_any(self, view, timeout):
-        nodes = view[0]
-        order = self._preference(nodes)
-        order.sort(key=lambda i: nodes[i].address != self.seed)
+    def _on_first_reachable(self, nodes, order, call):
+        """call(client) on the first connected member in `order` that answers; the next one
+        on unreachable errors (any other error is raised at once)."""
         last = errors.UnavailableError("no cluster member is connected")
         for i in order:
             n = nodes[i]
             if n.client is None:
                 continue
             try:
-                s = n.client.cluster_status(timeout)
+                r = call(n.client)
                 self._mark_up(n)
-                return s
+                return r
             except errors.KvtierError as e:
                 last = _node_error(e, n.id)
                 if e.code not in _UNREACHABLE:
                     raise last from None
                 self._mark_down(n)
         raise last
+
+    def _status_from_any(self, view, timeout):
+        nodes = view[0]
+        order = self._preference(nodes)
+        order.sort(key=lambda i: nodes[i].address != self.seed)
+        return self._on_first_reachable(nodes, order, lambda c: c.cluster_status(timeout))
 
     def cluster_status(self, timeout=None):
         return self._status_from_any(self._view, timeout)
@@ -375,18 +380,6 @@ class ClusterClient:
         """Client.lookup on one reachable member; the next one on unreachable errors. With
         lease_ms each owner leases its part (release_leases ends them)."""
         nodes = self._view[0]
-        last = errors.UnavailableError("no cluster member is connected")
-        for i in self._preference(nodes):
-            n = nodes[i]
-            if n.client is None:
-                continue
-            try:
-                r = n.client.lookup(ns, keys, False, timeout, lease_ms=lease_ms)
-                self._mark_up(n)
-                return r
-            except errors.KvtierError as e:
-                last = _node_error(e, n.id)
-                if e.code not in _UNREACHABLE:
-                    raise last from None
-                self._mark_down(n)
-        raise last
+        return self._on_first_reachable(
+            nodes, self._preference(nodes),
+            lambda c: c.lookup(ns, keys, False, timeout, lease_ms=lease_ms))
