@@ -16,6 +16,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -41,12 +42,7 @@ constexpr char kTenantsConfig[] =
     "\"9e2006e6e1c2d212766e683d1182cc30c65325954c6644e9d60c3bacb80901d0\" }\n";  // token-op
 
 v1::NamespaceSpec Spec(const std::string& name, const std::string& tenant = "") {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  spec.set_tenant(tenant);
-  *spec.mutable_layout() = ToProto(kLayout);
-  spec.set_codec(v1::CODEC_FP16);
-  return spec;
+  return testing::NamespaceSpecOf(name, kLayout, v1::CODEC_FP16, tenant);
 }
 
 std::vector<std::string> Names(const v1::ListNamespacesResponse& list) {

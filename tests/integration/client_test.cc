@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "storage/kv/codec.h"
 #include "tests/integration/sequences.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -40,12 +41,7 @@ kv::Layout BigLayout() {
 
 v1::NamespaceSpec Spec(const std::string& name, const kv::Layout& layout,
                        v1::Codec codec = v1::CODEC_FP16) {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  spec.set_model_id("client-test");
-  *spec.mutable_layout() = ToProto(layout);
-  spec.set_codec(codec);
-  return spec;
+  return testing::NamespaceSpecOf(name, layout, codec, "", "client-test");
 }
 
 class ClientTest : public ::testing::Test {

@@ -17,6 +17,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "protocol/lookup_form.h"
 #include "tests/integration/sequences.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -38,12 +39,7 @@ kv::Layout SmallLayout() {
 }
 
 v1::NamespaceSpec Spec(const std::string& name) {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  spec.set_model_id("coalescer-test");
-  *spec.mutable_layout() = ToProto(SmallLayout());
-  spec.set_codec(v1::CODEC_FP16);
-  return spec;
+  return testing::NamespaceSpecOf(name, SmallLayout(), v1::CODEC_FP16, "", "coalescer-test");
 }
 
 class CoalescerTest : public ::testing::Test {

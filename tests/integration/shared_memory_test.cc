@@ -14,6 +14,7 @@
 #include "storage/kv/codec.h"
 #include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -29,11 +30,7 @@ using testing::TempDir;
 constexpr kv::Layout kLayout = testing::SmallLayout();  // 32 KiB raw blocks
 
 v1::NamespaceSpec Spec(const std::string& name, v1::Codec codec = v1::CODEC_FP16) {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  *spec.mutable_layout() = ToProto(kLayout);
-  spec.set_codec(codec);
-  return spec;
+  return testing::NamespaceSpecOf(name, kLayout, codec);
 }
 
 // MakeSequence's blocks with payloads from `payloads` instead.

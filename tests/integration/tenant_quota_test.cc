@@ -14,6 +14,7 @@
 #include "protocol/error_detail.h"
 #include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -41,11 +42,7 @@ constexpr char kTenantsConfig[] =
     "eviction_policy: \"prefix_lru\"\n";
 
 v1::NamespaceSpec Spec(const std::string& name) {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  *spec.mutable_layout() = ToProto(kLayout);
-  spec.set_codec(v1::CODEC_FP16);
-  return spec;
+  return testing::NamespaceSpecOf(name, kLayout);
 }
 
 class TenantQuotaTest : public ::testing::Test {

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -36,12 +37,7 @@ constexpr kv::Layout kLayout = testing::SmallLayout();
 const std::vector<std::string> kLocalSans = {"IP:127.0.0.1", "DNS:localhost"};
 
 v1::NamespaceSpec Spec(const std::string& name, const std::string& tenant = "") {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  spec.set_tenant(tenant);
-  *spec.mutable_layout() = ToProto(kLayout);
-  spec.set_codec(v1::CODEC_FP16);
-  return spec;
+  return testing::NamespaceSpecOf(name, kLayout, v1::CODEC_FP16, tenant);
 }
 
 ClientOptions TlsOptions(const std::string& server, const std::string& ca,

@@ -22,6 +22,7 @@
 #include "storage/tiered_store.h"
 #include "storage/write_back.h"
 #include "tests/integration/sequences.h"
+#include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -34,12 +35,7 @@ using testing::TempDir;
 constexpr uint32_t kGraceMs = 4000;
 
 v1::NamespaceSpec Spec(const std::string& name, const kv::Layout& layout) {
-  v1::NamespaceSpec spec;
-  spec.set_name(name);
-  spec.set_model_id("write-back-test");
-  *spec.mutable_layout() = ToProto(layout);
-  spec.set_codec(v1::CODEC_FP16);
-  return spec;
+  return testing::NamespaceSpecOf(name, layout, v1::CODEC_FP16, "", "write-back-test");
 }
 
 // One 64 KiB fp16 block: 1 layer x 8 heads x 128 x 16 tokens.
