@@ -98,9 +98,6 @@ struct StoreOptions {
   // On open, promote cold blocks into the hot tier up to the low watermark.
   // Default: false.
   bool warm_from_cold = false;
-  // Keep cold values in RocksDB blob files (BlobDB); see rocksdb_cold_tier.h for why it
-  // is off. Default: false.
-  bool cold_blob_files = false;
   // Write-back debt bounds (storage/write_back.h): payload bytes and blocks of hot
   // blocks without a cold copy. Above 3/4 of either a background flusher writes the
   // oldest to cold; a Put that leaves either exceeded writes back synchronously before

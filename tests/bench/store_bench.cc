@@ -6,8 +6,8 @@
 // over a pool larger than the LLC. BM_PutHot copies the payload into the hot arena (plus
 // header parse, XXH3 and index work). BM_GetHot returns a zero-copy handle; BM_GetHotCopy
 // also copies the bytes out (what a gRPC response costs at least). BM_GetCold reads from
-// RocksDB (warm page cache), verifies XXH3 and promotes into the arena; arg blob:1 uses
-// BlobDB instead of plain SSTs. BM_PutWriteThrough acknowledges after the RocksDB write.
+// the cold slab file (warm page cache), verifies XXH3 and promotes into the arena.
+// BM_PutWriteThrough acknowledges after the slab write and the RocksDB index write.
 // BM_Lookup measures a 2,048-key prefix lookup, without and with a lease of it. BM_IndexMemory reports index bytes per
 // block at 10^6 blocks as counters.
 #include <benchmark/benchmark.h>
@@ -87,13 +87,12 @@ struct Fixture {
 };
 
 std::unique_ptr<Fixture> MakeFixture(int64_t kib, size_t nkeys, uint64_t hot_bytes,
-                                     bool write_through, bool blob_files = false) {
+                                     bool write_through) {
   auto f = std::make_unique<Fixture>();
   StoreOptions o;
   o.data_dir = f->dir.Sub("db");
   o.hot_capacity_bytes = hot_bytes;
   o.background_demotion = false;
-  o.cold_blob_files = blob_files;
   auto store = TieredStore::Open(o);
   if (!store.ok()) abort();
   f->store = *std::move(store);
@@ -168,15 +167,9 @@ void BM_PutHot(benchmark::State& state) {
 }
 BENCHMARK(BM_PutHot)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
 
-// Args {KiB, blob}: 2 MiB and 64 KiB blocks, each without and with RocksDB blob files.
-void KiBAndBlobArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"KiB", "blob"})->Args({2048, 0})->Args({2048, 1})->Args({64, 0})->Args({64, 1});
-}
-
 void BM_PutWriteThrough(benchmark::State& state) {
   const size_t n = PoolBlocks(state.range(0));
-  auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, true,
-                       state.range(1) != 0);
+  auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, true);
   size_t i = 0;
   const double cpu0 = ProcessCpuSeconds();
   for (auto _ : state) {
@@ -187,7 +180,7 @@ void BM_PutWriteThrough(benchmark::State& state) {
   SetProcessCpuPerOp(state, cpu0);
   state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
 }
-BENCHMARK(BM_PutWriteThrough)->Apply(KiBAndBlobArgs)->UseRealTime();
+BENCHMARK(BM_PutWriteThrough)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
 
 void GetHot(benchmark::State& state, bool copy_out) {
   const size_t n = PoolBlocks(state.range(0));
@@ -214,9 +207,8 @@ BENCHMARK(BM_GetHotCopy)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
 
 void BM_GetCold(benchmark::State& state) {
   const size_t n = PoolBlocks(state.range(0));
-  const bool blob = state.range(1) != 0;
   // A hot tier of 8 blocks: every Get of the rotating pool is a cold hit + promotion.
-  auto f = MakeFixture(state.range(0), n, 8 * SlotFor(state.range(0)), false, blob);
+  auto f = MakeFixture(state.range(0), n, 8 * SlotFor(state.range(0)), false);
   PutPool(*f);
   if (!f->store->Evict("bench", {}, false).ok()) abort();
   size_t i = 0;
@@ -233,7 +225,7 @@ void BM_GetCold(benchmark::State& state) {
   SetProcessCpuPerOp(state, cpu0);
   state.SetBytesProcessed(state.iterations() * f->payloads[0].size());
 }
-BENCHMARK(BM_GetCold)->Apply(KiBAndBlobArgs)->UseRealTime();
+BENCHMARK(BM_GetCold)->ArgName("KiB")->Arg(2048)->Arg(64)->UseRealTime();
 
 kv::Layout TinyLayout(uint32_t head_dim, uint32_t tokens) {
   kv::Layout l;

@@ -96,11 +96,10 @@ inline Tier TierOf(TieredStore* store, const std::string& key, const std::string
   return r.ok() ? r->tiers[0] : Tier::kNone;
 }
 
-// Flips one byte of `payload` where it is stored in a RocksDB write-ahead log (*.log)
-// under `db_dir`, damaging the WAL record that holds it. A record may be split at the
-// log's 32 KiB block boundaries, so the byte is looked up by a 64-byte window of the
-// payload, tried at several offsets. Returns false if no WAL holds any window.
-inline bool FlipByteInWal(const std::string& db_dir, const std::string& payload) {
+// Flips the middle byte of the first occurrence of `needle` (e.g. a block key, which
+// its index record holds) in a RocksDB write-ahead log (*.log) under `db_dir`, damaging
+// the WAL record that holds it. Returns false if no WAL holds it.
+inline bool FlipByteInWal(const std::string& db_dir, const std::string& needle) {
   for (const auto& f : std::filesystem::directory_iterator(db_dir)) {
     if (f.path().extension() != ".log") continue;
     std::string bytes;
@@ -108,14 +107,12 @@ inline bool FlipByteInWal(const std::string& db_dir, const std::string& payload)
       std::ifstream in(f.path(), std::ios::binary);
       bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    for (size_t off = payload.size() / 2; off + 64 <= payload.size(); off += 512) {
-      const size_t at = bytes.find(payload.substr(off, 64));
-      if (at == std::string::npos) continue;
-      bytes[at + 32] ^= 0x40;
-      std::ofstream out(f.path(), std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      return out.good();
-    }
+    const size_t at = bytes.find(needle);
+    if (at == std::string::npos) continue;
+    bytes[at + needle.size() / 2] ^= 0x40;
+    std::ofstream out(f.path(), std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return out.good();
   }
   return false;
 }

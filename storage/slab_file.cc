@@ -1,0 +1,146 @@
+#include "storage/slab_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace kvtier::storage {
+namespace {
+
+absl::Status Errno(const char* what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat("cold slab ", what, " ", path, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SlabFile>> SlabFile::Open(const std::string& path,
+                                                         uint64_t limit_bytes) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("open", path);
+  return std::unique_ptr<SlabFile>(new SlabFile(path, fd, limit_bytes));
+}
+
+SlabFile::~SlabFile() { ::close(fd_); }
+
+absl::Status SlabFile::Reset(const std::vector<Extent>& used) {
+  common::MutexLock lock(&mu_);
+  free_by_offset_.clear();
+  free_by_size_.clear();
+  end_ = 0;
+  used_ = 0;
+  for (const Extent& e : used) {
+    if (e.offset < end_ || e.offset % kUnitBytes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cold slab extent at ", e.offset, " overlaps or is misaligned"));
+    }
+    if (e.offset > end_) AddFreeLocked(end_, e.offset - end_);
+    end_ = e.offset + Round(e.bytes);
+    used_ += Round(e.bytes);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<uint64_t> SlabFile::Allocate(uint64_t bytes) {
+  const uint64_t need = Round(bytes);
+  common::MutexLock lock(&mu_);
+  auto fit = free_by_size_.lower_bound({need, 0});
+  if (fit != free_by_size_.end()) {
+    const auto [length, offset] = *fit;
+    free_by_size_.erase(fit);
+    free_by_offset_.erase(offset);
+    if (length > need) {
+      free_by_offset_.emplace(offset + need, length - need);
+      free_by_size_.emplace(length - need, offset + need);
+    }
+    used_ += need;
+    return offset;
+  }
+  if (limit_ != 0 && end_ + need > limit_) return std::nullopt;
+  const uint64_t offset = end_;
+  end_ += need;
+  used_ += need;
+  return offset;
+}
+
+void SlabFile::Free(uint64_t offset, uint64_t bytes) {
+  const uint64_t length = Round(bytes);
+  common::MutexLock lock(&mu_);
+  KVTIER_CHECK(used_ >= length && offset + length <= end_) << "free of an unallocated extent";
+  used_ -= length;
+  AddFreeLocked(offset, length);
+}
+
+void SlabFile::AddFreeLocked(uint64_t offset, uint64_t length) {
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      length += prev->second;
+      free_by_size_.erase({prev->second, prev->first});
+      free_by_offset_.erase(prev);
+    }
+  }
+  if (next != free_by_offset_.end() && offset + length == next->first) {
+    length += next->second;
+    free_by_size_.erase({next->second, next->first});
+    free_by_offset_.erase(next);
+  }
+  if (offset + length == end_) {  // the top of the used part: give it back to the end
+    end_ = offset;
+    return;
+  }
+  free_by_offset_.emplace(offset, length);
+  free_by_size_.emplace(length, offset);
+}
+
+absl::Status SlabFile::Write(uint64_t offset, std::string_view data, bool sync) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Errno("write", path_);
+    done += static_cast<size_t>(n);
+  }
+  return sync ? Sync() : absl::OkStatus();
+}
+
+absl::Status SlabFile::Read(uint64_t offset, uint64_t bytes, std::string* out) const {
+  out->resize(bytes);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n =
+        ::pread(fd_, out->data() + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("read", path_);
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat("cold slab ", path_, " ends inside the extent at ",
+                                              offset, " (truncated)"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlabFile::Sync() {
+  if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_);
+  return absl::OkStatus();
+}
+
+uint64_t SlabFile::used_bytes() const {
+  common::MutexLock lock(&mu_);
+  return used_;
+}
+
+uint64_t SlabFile::end_bytes() const {
+  common::MutexLock lock(&mu_);
+  return end_;
+}
+
+}  // namespace kvtier::storage
