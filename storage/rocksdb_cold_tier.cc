@@ -175,7 +175,8 @@ absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
     return absl::FailedPreconditionError(absl::StrCat(
         "data_dir '", options.dir,
         "' holds a cold tier of the earlier layout (payloads inside RocksDB, column family "
-        "'blocks'); this version keeps payloads in ", kSlabFileName,
+        "'blocks'); this version keeps payloads in ",
+        kSlabFileName,
         " and cannot read it: empty the directory (the cache refills) or run the earlier "
         "kvtierd"));
   }
@@ -217,9 +218,9 @@ absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
   }
   tier->default_cf_ = handles[0];
   tier->meta_cf_ = handles[1];
-  ASSIGN_OR_RETURN(tier->slab_, SlabFile::Open((std::filesystem::path(options.dir) / kSlabFileName)
-                                                   .string(),
-                                               options.slab_bytes));
+  ASSIGN_OR_RETURN(tier->slab_,
+                   SlabFile::Open((std::filesystem::path(options.dir) / kSlabFileName).string(),
+                                  options.slab_bytes));
   RETURN_IF_ERROR(tier->RebuildSlab());
   return tier;
 }

@@ -13,7 +13,8 @@ namespace kvtier::storage {
 namespace {
 
 absl::Status Errno(const char* what, const std::string& path) {
-  return absl::UnavailableError(absl::StrCat("cold slab ", what, " ", path, ": ", std::strerror(errno)));
+  return absl::UnavailableError(
+      absl::StrCat("cold slab ", what, " ", path, ": ", std::strerror(errno)));
 }
 
 }  // namespace
@@ -102,8 +103,8 @@ void SlabFile::AddFreeLocked(uint64_t offset, uint64_t length) {
 absl::Status SlabFile::Write(uint64_t offset, std::string_view data, bool sync) {
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done,
-                               static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return Errno("write", path_);
     done += static_cast<size_t>(n);
@@ -120,8 +121,8 @@ absl::Status SlabFile::Read(uint64_t offset, uint64_t bytes, std::string* out) c
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Errno("read", path_);
     if (n == 0) {
-      return absl::DataLossError(absl::StrCat("cold slab ", path_, " ends inside the extent at ",
-                                              offset, " (truncated)"));
+      return absl::DataLossError(
+          absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
     }
     done += static_cast<size_t>(n);
   }

@@ -77,7 +77,9 @@ class SlabFile {
  private:
   SlabFile(std::string path, int fd, uint64_t limit)
       : path_(std::move(path)), fd_(fd), limit_(limit) {}
-  static uint64_t Round(uint64_t bytes) { return (bytes + kUnitBytes - 1) / kUnitBytes * kUnitBytes; }
+  static uint64_t Round(uint64_t bytes) {
+    return (bytes + kUnitBytes - 1) / kUnitBytes * kUnitBytes;
+  }
   void AddFreeLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;

@@ -192,7 +192,8 @@ TEST(ColdTierTest, FullSlabIsUnavailableAndKeepsThePreviousRecord) {
   auto cold = RocksDbColdTier::Open(o);
   ASSERT_TRUE(cold.ok());
   const size_t block = 64 * 1024 - 20;
-  for (int k = 0; k < 3; ++k) ASSERT_TRUE(PutKey(**cold, absl::StrCat("k", k), RandomBytes(block, k)).ok());
+  for (int k = 0; k < 3; ++k)
+    ASSERT_TRUE(PutKey(**cold, absl::StrCat("k", k), RandomBytes(block, k)).ok());
   absl::Status full = PutKey(**cold, "k3", RandomBytes(block, 3));
   EXPECT_TRUE(absl::IsUnavailable(full)) << full;
   EXPECT_NE(full.message().find("slab full"), std::string::npos) << full;

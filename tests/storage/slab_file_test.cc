@@ -15,9 +15,9 @@ TEST(SlabFileTest, BestFitReuseMergesAndRespectsTheLimit) {
   auto slab = SlabFile::Open(dir.Sub("slab"), 10 * kUnit);
   ASSERT_TRUE(slab.ok()) << slab.status();
   SlabFile& s = **slab;
-  EXPECT_EQ(s.Allocate(1), 0u);              // rounds up to one unit
-  EXPECT_EQ(s.Allocate(3 * kUnit), kUnit);   // [1, 4)
-  EXPECT_EQ(s.Allocate(kUnit), 4 * kUnit);   // [4, 5)
+  EXPECT_EQ(s.Allocate(1), 0u);                 // rounds up to one unit
+  EXPECT_EQ(s.Allocate(3 * kUnit), kUnit);      // [1, 4)
+  EXPECT_EQ(s.Allocate(kUnit), 4 * kUnit);      // [4, 5)
   EXPECT_EQ(s.Allocate(2 * kUnit), 5 * kUnit);  // [5, 7)
   EXPECT_EQ(s.end_bytes(), 7 * kUnit);
   s.Free(kUnit, 3 * kUnit);      // hole of 3 at 1
@@ -44,7 +44,7 @@ TEST(SlabFileTest, ResetRebuildsFreeGapsAndWritesReadBack) {
   ASSERT_TRUE(s.Reset({{kUnit, 100}, {4 * kUnit, kUnit + 1}}).ok());
   EXPECT_EQ(s.end_bytes(), 6 * kUnit);
   EXPECT_EQ(s.used_bytes(), 3 * kUnit);
-  EXPECT_EQ(s.Allocate(kUnit), 0u);            // the gap before the first extent
+  EXPECT_EQ(s.Allocate(kUnit), 0u);             // the gap before the first extent
   EXPECT_EQ(s.Allocate(2 * kUnit), 2 * kUnit);  // the gap [2, 4)
   EXPECT_EQ(s.Allocate(kUnit), 6 * kUnit);      // unbounded: from the end
   EXPECT_TRUE(absl::IsInvalidArgument(s.Reset({{0, kUnit + 1}, {kUnit, 1}})));  // overlap
