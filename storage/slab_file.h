@@ -1,5 +1,5 @@
-// SlabFile: the file that holds the cold tier's payloads (docs/design.md §4 Cold tier
-// layout) and the allocator of its space. RocksDbColdTier (rocksdb_cold_tier.h) writes
+// SlabFile: the file that holds the cold tier's payloads (docs/design.md §4 Tiers and
+// eviction) and the allocator of its space. RocksDbColdTier (rocksdb_cold_tier.h) writes
 // each block's record into one extent and keeps the extent's offset in the block's index
 // record; nothing is ever compacted or rewritten, so the file never grows past the
 // highest extent in use, which never ends past `limit_bytes`.
