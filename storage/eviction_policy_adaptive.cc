@@ -45,7 +45,31 @@ void AdaptivePolicy::Push(BlockId id, uint32_t packed) {
   std::vector<HeapItem>& heap = heaps_[ClassOf(packed)];
   PushBack(&heap, MakeItem(packed, id, kTickMask));
   std::push_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
-  if (++heap_items_ > eligible_ + eligible_ / 2 + 64) RebuildHeaps();
+  if (++heap_items_ > eligible_ + eligible_ / 2 + 64) DropStaleItems();
+}
+
+bool AdaptivePolicy::Live(HeapItem item, int c) const {
+  auto it = states_.find(static_cast<BlockId>(item));
+  if (it == states_.end()) return false;
+  const uint32_t s = it->second;
+  return (s & kEligible) && ClassOf(s) == c && (s & kTickMask) == (item >> 32);
+}
+
+void AdaptivePolicy::DropStaleItems() {
+  // O(heap items), not O(resident) like RebuildHeaps: in long prefix chains few of the
+  // resident blocks are eligible (leaves), and rebuilding from every state each time the
+  // stale items pile up made the Put rate fall with the index size (kvtier_scale).
+  heap_items_ = 0;
+  for (int c = 0; c < 2; ++c) {
+    std::vector<HeapItem>& heap = heaps_[c];
+    std::erase_if(heap, [&](HeapItem item) { return !Live(item, c); });
+    if (heap.capacity() > 2 * heap.size() + 64) heap.shrink_to_fit();
+    std::make_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
+    heap_items_ += heap.size();
+  }
+  // Duplicates (a block referenced twice in one tick) survive the filter; the states
+  // have none.
+  if (heap_items_ > eligible_ + eligible_ / 2 + 64) RebuildHeaps();
 }
 
 void AdaptivePolicy::RebuildHeaps() {
@@ -66,12 +90,7 @@ void AdaptivePolicy::RebuildHeaps() {
 bool AdaptivePolicy::CleanTop(int c) {
   std::vector<HeapItem>& heap = heaps_[c];
   while (!heap.empty()) {
-    const HeapItem top = heap.front();
-    auto it = states_.find(static_cast<BlockId>(top));
-    if (it != states_.end()) {
-      const uint32_t s = it->second;
-      if ((s & kEligible) && ClassOf(s) == c && (s & kTickMask) == (top >> 32)) return true;
-    }
+    if (Live(heap.front(), c)) return true;
     std::pop_heap(heap.begin(), heap.end(), std::greater<HeapItem>());
     heap.pop_back();
     --heap_items_;

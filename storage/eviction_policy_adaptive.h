@@ -39,8 +39,8 @@
 //
 // Memory, all bounded by the hot-tier size (nothing per cold key or per id): per hot
 // block a 4-byte packed state in a hash map keyed by id (a 9-byte slot at a load factor
-// of 7/16..7/8), one or two 8-byte heap items (stale items are compacted past 1.5x the
-// eligible blocks; vectors grow by 1.5x), and per remembered victim 4 bytes of ring plus
+// of 7/16..7/8), one or two 8-byte heap items (stale items are dropped past 1.5x the
+// eligible blocks, in O(heap items); vectors grow by 1.5x), and per remembered victim 4 bytes of ring plus
 // 4-byte index slots at a load factor of at most 3/4. MemoryBytes() counts what is
 // allocated (slots, slack); tests/tools/store_model_test.cc bounds it by 64 bytes per hot
 // block on every trace family. Ticks are kept relative to a base in 30 bits; the base
@@ -97,6 +97,10 @@ class AdaptivePolicy final : public EvictionPolicy {
   void Reference(BlockId id, const BlockInfo& info);
   void Push(BlockId id, uint32_t packed);
   void RebuildHeaps();
+  // Whether `item` in heap `c` is the current one of an eligible block.
+  bool Live(HeapItem item, int c) const;
+  // Compacts the heaps to their live items (RebuildHeaps when duplicates remain).
+  void DropStaleItems();
   bool CleanTop(int c);
   void Learn(BlockId id);
   void AddGhost(BlockId id, int c);

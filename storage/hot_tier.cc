@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 
@@ -9,6 +10,10 @@ namespace kvtier::storage {
 
 absl::StatusOr<std::unique_ptr<HotTier>> HotTier::Create(uint64_t capacity_bytes,
                                                          std::string_view allocator) {
+  if (capacity_bytes > kMaxCapacityBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("hot_capacity_bytes must be at most ",
+                                                   kMaxCapacityBytes, ", got ", capacity_bytes));
+  }
   absl::StatusOr<std::unique_ptr<HotArena>> arena = HotArena::Create(capacity_bytes, allocator);
   if (!arena.ok()) return arena.status();
   return std::unique_ptr<HotTier>(new HotTier(*std::move(arena)));
@@ -25,6 +30,12 @@ uint64_t HotTier::used_bytes() const {
   return arena_->used_bytes();
 }
 
+size_t HotTier::MemoryBytes() const {
+  common::MutexLock lock(&mu_);
+  return chunks_.size() * sizeof(Slot) * kChunkSlots + chunks_.capacity() * sizeof(chunks_[0]) +
+         free_slots_.capacity() * sizeof(SlotId);
+}
+
 std::optional<SlotId> HotTier::Allocate(uint64_t bytes) {
   common::MutexLock lock(&mu_);
   std::optional<uint64_t> offset = arena_->Allocate(bytes);
@@ -34,30 +45,32 @@ std::optional<SlotId> HotTier::Allocate(uint64_t bytes) {
     slot = free_slots_.back();
     free_slots_.pop_back();
   } else {
-    slot = static_cast<SlotId>(slots_.size());
-    slots_.emplace_back();
+    slot = num_slots_++;
+    if ((slot >> kChunkShift) >= chunks_.size()) {
+      chunks_.push_back(std::make_unique<Slot[]>(kChunkSlots));
+    }
   }
-  Slot& s = slots_[slot];
+  Slot& s = SlotLocked(slot);
   s = Slot{};
-  s.offset = *offset;
-  s.alloc_bytes = bytes;
+  s.offset_granules = static_cast<uint32_t>(*offset / HotArena::kAlignment);
+  s.alloc_granules = static_cast<uint32_t>(HotArena::RoundUp(bytes) / HotArena::kAlignment);
   s.refs = 1;  // the caller's
   return slot;
 }
 
 HotTier::SlotView HotTier::ViewLocked(SlotId slot) const {
-  const Slot& s = slots_[slot];
+  const Slot& s = SlotLocked(slot);
   SlotView v;
-  v.data = base_ + s.offset;
-  v.alloc_bytes = s.alloc_bytes;
+  v.data = base_ + uint64_t{s.offset_granules} * HotArena::kAlignment;
+  v.alloc_bytes = uint64_t{s.alloc_granules} * HotArena::kAlignment;
   v.payload_bytes = s.payload_bytes;
-  if (s.has_checksum) v.checksum = s.checksum;
+  if (s.has_checksum) v.checksum = uint64_t{s.checksum_hi} << 32 | s.checksum_lo;
   return v;
 }
 
 HotTier::SlotView HotTier::Acquire(SlotId slot) {
   common::MutexLock lock(&mu_);
-  ++slots_[slot].refs;
+  ++SlotLocked(slot).refs;
   return ViewLocked(slot);
 }
 
@@ -67,17 +80,19 @@ HotTier::SlotView HotTier::View(SlotId slot) const {
 }
 
 void HotTier::MaybeFreeLocked(SlotId slot) {
-  Slot& s = slots_[slot];
+  Slot& s = SlotLocked(slot);
   if (s.owned || s.refs > 0) return;
-  arena_->Free(s.offset, s.alloc_bytes);
+  arena_->Free(uint64_t{s.offset_granules} * HotArena::kAlignment,
+               uint64_t{s.alloc_granules} * HotArena::kAlignment);
   s = Slot{};
   free_slots_.push_back(slot);
 }
 
 void HotTier::Release(SlotId slot) {
   common::MutexLock lock(&mu_);
-  KVTIER_CHECK(slots_[slot].refs > 0) << "hot slot reference underflow";
-  --slots_[slot].refs;
+  Slot& s = SlotLocked(slot);
+  KVTIER_CHECK(s.refs > 0) << "hot slot reference underflow";
+  --s.refs;
   MaybeFreeLocked(slot);
 }
 
@@ -91,34 +106,40 @@ BlockRef HotTier::NewRef(SlotId slot, Tier tier, uint32_t block_index) {
 
 void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes, std::optional<uint64_t> checksum) {
   common::MutexLock lock(&mu_);
-  Slot& s = slots_[slot];
+  Slot& s = SlotLocked(slot);
   s.payload_bytes = payload_bytes;
   s.has_checksum = checksum.has_value();
-  s.checksum = checksum.value_or(0);
+  s.checksum_lo = static_cast<uint32_t>(checksum.value_or(0));
+  s.checksum_hi = static_cast<uint32_t>(checksum.value_or(0) >> 32);
 }
 
 void HotTier::SetChecksum(SlotId slot, uint64_t checksum) {
   common::MutexLock lock(&mu_);
-  slots_[slot].checksum = checksum;
-  slots_[slot].has_checksum = true;
+  Slot& s = SlotLocked(slot);
+  s.checksum_lo = static_cast<uint32_t>(checksum);
+  s.checksum_hi = static_cast<uint32_t>(checksum >> 32);
+  s.has_checksum = true;
 }
 
 void HotTier::Own(SlotId slot, BlockId entry) {
   common::MutexLock lock(&mu_);
-  slots_[slot].owned = true;
-  slots_[slot].entry = entry;
+  Slot& s = SlotLocked(slot);
+  s.owned = true;
+  s.entry = entry;
 }
 
 void HotTier::Disown(SlotId slot) {
   common::MutexLock lock(&mu_);
-  slots_[slot].owned = false;
-  slots_[slot].entry = kInvalidBlock;
+  Slot& s = SlotLocked(slot);
+  s.owned = false;
+  s.entry = kInvalidBlock;
   MaybeFreeLocked(slot);
 }
 
 void HotTier::ForEachOwned(const std::function<void(BlockId entry)>& fn) const {
   common::MutexLock lock(&mu_);
-  for (const Slot& s : slots_) {
+  for (SlotId slot = 0; slot < num_slots_; ++slot) {
+    const Slot& s = SlotLocked(slot);
     if (s.owned) fn(s.entry);
   }
 }

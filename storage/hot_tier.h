@@ -9,6 +9,10 @@
 // slot. Bytes of a slot may be written without any lock by whoever allocated it, until
 // it is published (Own); after that they are read-only.
 //
+// Memory: 28 bytes per slot (offset and size in HotArena::kAlignment granules, so the
+// arena is at most 1 TiB), in chunks of kChunkSlots: a growing table never holds more
+// than one partly used chunk, unlike a doubling vector (MemoryBytes counts the chunks).
+//
 // Thread-safe: an internal mutex guards the slot table and the arena. Lock order: a
 // caller may hold TieredStoreImpl's index mutex while calling in; HotTier never calls out.
 #ifndef KVTIER_STORAGE_HOT_TIER_H_
@@ -42,7 +46,11 @@ class HotTier {
     std::optional<uint64_t> checksum;  // PayloadChecksum, once someone computed it
   };
 
-  // Creates the arena (HotArena::Create: same arguments, same errors).
+  // The largest arena a slot's granule offset can address.
+  static constexpr uint64_t kMaxCapacityBytes = (uint64_t{1} << 32) * HotArena::kAlignment;
+
+  // Creates the arena (HotArena::Create: same arguments, same errors; INVALID_ARGUMENT
+  // naming hot_capacity_bytes above kMaxCapacityBytes).
   static absl::StatusOr<std::unique_ptr<HotTier>> Create(uint64_t capacity_bytes,
                                                          std::string_view allocator);
   HotTier(const HotTier&) = delete;
@@ -54,8 +62,11 @@ class HotTier {
   const char* allocator_name() const { return allocator_name_; }
   // Bytes in allocated slots (rounded to HotArena::kAlignment).
   uint64_t used_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Heap bytes of the slot table (chunks and free list; the arena not included).
+  size_t MemoryBytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Returns a new slot of at least `bytes` (payload_bytes 0, no checksum) holding one
+  // Returns a new slot of at least `bytes` (alloc_bytes rounded up to
+  // HotArena::kAlignment, payload_bytes 0, no checksum) holding one
   // reference for the caller, or nullopt when no free extent is large enough.
   std::optional<SlotId> Allocate(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Takes a reference and returns the slot's current view. REQUIRES: the caller holds a
@@ -81,20 +92,31 @@ class HotTier {
   void ForEachOwned(const std::function<void(BlockId entry)>& fn) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // 28 bytes, 4-aligned (the checksum in two halves).
   struct Slot {
-    uint64_t offset = 0;
-    uint64_t alloc_bytes = 0;
+    uint32_t offset_granules = 0;  // offset / HotArena::kAlignment
+    uint32_t alloc_granules = 0;   // capacity / HotArena::kAlignment
     uint32_t payload_bytes = 0;
-    uint32_t refs = 0;
-    uint64_t checksum = 0;
-    bool has_checksum = false;      // computed lazily: only a cold write needs it
-    bool owned = false;             // an index entry points here
-    BlockId entry = kInvalidBlock;  // ... this one (when owned)
+    uint32_t checksum_lo = 0;
+    uint32_t checksum_hi = 0;
+    BlockId entry = kInvalidBlock;  // the owning entry (when owned)
+    uint32_t refs : 30 = 0;
+    uint32_t has_checksum : 1 = 0;  // computed lazily: only a cold write needs it
+    uint32_t owned : 1 = 0;         // an index entry points here
   };
+  static_assert(sizeof(Slot) == 28, "hot slot grew");
+  static constexpr uint32_t kChunkShift = 12;
+  static constexpr uint32_t kChunkSlots = 1u << kChunkShift;
 
   explicit HotTier(std::unique_ptr<HotArena> arena);
   SlotView ViewLocked(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFreeLocked(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Slot& SlotLocked(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return chunks_[slot >> kChunkShift][slot & (kChunkSlots - 1)];
+  }
+  const Slot& SlotLocked(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return chunks_[slot >> kChunkShift][slot & (kChunkSlots - 1)];
+  }
 
   // Constant after construction.
   const uint64_t capacity_bytes_;
@@ -104,7 +126,8 @@ class HotTier {
   // State below is protected by mu_.
   mutable common::Mutex mu_;
   const std::unique_ptr<HotArena> arena_ ABSL_PT_GUARDED_BY(mu_);
-  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Slot[]>> chunks_ ABSL_GUARDED_BY(mu_);
+  uint32_t num_slots_ ABSL_GUARDED_BY(mu_) = 0;  // high-water mark of slot ids
   std::vector<SlotId> free_slots_ ABSL_GUARDED_BY(mu_);
 };
 

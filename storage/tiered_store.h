@@ -256,6 +256,9 @@ struct StoreStats {
   uint64_t index_entries = 0;        // keys in the prefix index (resident blocks + ghosts)
   uint64_t index_memory_bytes = 0;   // heap bytes of the index (entries + hash table)
   uint64_t policy_memory_bytes = 0;  // heap bytes of the hot policy's state
+  uint64_t hot_slot_memory_bytes = 0;  // heap bytes of the hot tier's slot table
+  uint64_t write_back_memory_bytes = 0;  // heap bytes of the write-back queue (~4 per
+                                         // unflushed block)
   LeaseStats leases;                 // leases granted by Lookup (node-wide)
   uint64_t unflushed_blocks = 0;     // hot blocks without a cold copy (write-back debt)
   uint64_t unflushed_bytes = 0;      // ... their payload bytes
@@ -276,11 +279,15 @@ struct StoreStats {
 // production, rocksdb_cold_tier.h). One index mutex guards the index, policy and
 // counters; payload copies, checksums and cold I/O run outside it. Cold writes and
 // deletes of one key are serialized by a striped per-key mutex, so the cold record and
-// the index never disagree. Index entries are 84 bytes (33 of them the key): ~63 bytes
-// per block beyond the key at 10^6 blocks (store_bench BM_IndexMemory). The whole process
-// grows more: kvtierd's RSS rises ~205 bytes per tiny block at 10^6 blocks and ~229 at
-// 10^5 (tests/bench/kvtier_scale: hash table, policy state, hot slot table, allocator
-// slack on top of the entry).
+// the index never disagree.
+//
+// Memory per block (tiny blocks at 10^6, beyond the payload's hot slot; README "Scale"):
+// index entry 84 B (33 of them the key) in 16,384-entry chunks 85.3, index hash set
+// 10.5 (5 B per slot, half empty just after a doubling), policy 19.1, hot slot table
+// 28.1, write-back queue 4 per unflushed block: 143-147 B, all in Stats()
+// (*_memory_bytes; store_bench BM_IndexMemory total_B_per_block). kvtierd's RSS rises
+// 7-10% more (allocator slack, gRPC; tests/bench/kvtier_scale). A bounded RocksDB
+// memtable holds cold writes on top of that and is not counted.
 //
 // Eviction: the hot tier's policy picks victims among eligible blocks; a victim is
 // written to cold unless a current cold copy exists, then its slot is freed (the entry

@@ -506,6 +506,9 @@ StoreStats TieredStoreImpl::Stats() const {
   out.index_entries = index_.size();
   out.index_memory_bytes = index_.MemoryBytes();
   out.policy_memory_bytes = policy_->MemoryBytes();
+  out.hot_slot_memory_bytes = hot_->MemoryBytes();
+  // std::deque: 512-byte blocks (128 ids each) and a map of block pointers.
+  out.write_back_memory_bytes = (unflushed_fifo_.size() / 128 + 1) * (512 + sizeof(void*));
   out.leases = leases_.stats();
   out.unflushed_blocks = unflushed_blocks_;
   out.unflushed_bytes = unflushed_bytes_;

@@ -314,6 +314,13 @@ void BM_IndexMemory(benchmark::State& state) {
     // The key lives in the entry as 32 bytes + a length byte.
     state.counters["index_B_beyond_key"] = per_block - 33;
     state.counters["hot_policy_B_per_block"] = static_cast<double>(st.policy_memory_bytes) / n;
+    state.counters["hot_slot_B_per_block"] = static_cast<double>(st.hot_slot_memory_bytes) / n;
+    state.counters["write_back_B_per_block"] = static_cast<double>(st.write_back_memory_bytes) / n;
+    // Every per-block structure: what kvtierd's RSS delta (kvtier_scale) should match.
+    state.counters["total_B_per_block"] =
+        static_cast<double>(st.index_memory_bytes + st.policy_memory_bytes +
+                            st.hot_slot_memory_bytes + st.write_back_memory_bytes) /
+        n;
   }
 }
 BENCHMARK(BM_IndexMemory)->Arg(1000000)->Iterations(1)->Unit(benchmark::kMillisecond);

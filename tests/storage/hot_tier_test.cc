@@ -61,5 +61,35 @@ TEST(HotTierTest, AllocateFailsWhenFullAndChecksumsAreKept) {
   EXPECT_EQ(tier->used_bytes(), 0u);
 }
 
+TEST(HotTierTest, RejectsAnArenaItsSlotsCannotAddress) {
+  auto tier = HotTier::Create(HotTier::kMaxCapacityBytes + 1, "malloc");
+  ASSERT_EQ(tier.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tier.status().message().find("hot_capacity_bytes"), std::string::npos);
+}
+
+TEST(HotTierTest, SlotTableGrowsByChunksAndKeepsSlotsApart) {
+  constexpr int kSlots = 10000;
+  auto tier = MakeTier(kSlots * HotArena::kAlignment);
+  std::vector<SlotId> slots;
+  for (int i = 0; i < kSlots; ++i) {
+    std::optional<SlotId> slot = tier->Allocate(100);  // rounded up to one granule
+    ASSERT_TRUE(slot.has_value()) << i;
+    ASSERT_EQ(tier->View(*slot).alloc_bytes, HotArena::kAlignment);
+    tier->SetPayload(*slot, 100, uint64_t{0x123456789abcdef0} + i);
+    slots.push_back(*slot);
+  }
+  EXPECT_FALSE(tier->Allocate(1).has_value());  // full
+  for (int i = 0; i < kSlots; ++i) {
+    const HotTier::SlotView v = tier->View(slots[i]);
+    EXPECT_EQ(v.checksum, uint64_t{0x123456789abcdef0} + i);
+    EXPECT_EQ(v.payload_bytes, 100u);
+  }
+  // 28 bytes a slot, at most one chunk (4,096 slots) of slack, a little bookkeeping.
+  EXPECT_LE(tier->MemoryBytes(), (kSlots + 4096) * 28 + 1024);
+  EXPECT_GE(tier->MemoryBytes(), kSlots * 28);
+  for (SlotId slot : slots) tier->Release(slot);
+  EXPECT_EQ(tier->used_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::storage
