@@ -138,6 +138,11 @@ struct ClientOptions {
   // Prefer UCX over the shared-memory path even on the server's host (benchmarks,
   // tests). Default: false.
   bool ucx_over_shared_memory = false;
+  // Put / GetBlocksInto calls through the shared region go as frames on its Unix socket
+  // (docs/design.md §7 control path: no HTTP/2, served inline), falling back to gRPC
+  // streams naming the region when the socket fails or the server refuses the frame.
+  // false: always the gRPC streams.
+  bool shared_memory_socket_calls = true;
   // UCX_TLS for this client's UCX context (e.g. "tcp"); empty: the environment's
   // UCX_TLS, else UCX's choice. Default: empty.
   std::string ucx_transports;
@@ -278,6 +283,9 @@ class Client {
   // turns false for good if the server forgets the session (it restarted); calls then
   // use TCP (a new Client gets shared memory again).
   bool uses_shared_memory() const;
+  // Put / Get calls answered over the shared region's socket so far (the rest of the
+  // shared-memory calls went as gRPC streams).
+  uint64_t shared_memory_socket_calls() const;
 
   // `bytes` of memory in the shared region, for payloads a caller writes (e.g. a
   // device-to-host copy of KV) or reads in place. FAILED_PRECONDITION without the
