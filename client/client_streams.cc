@@ -59,10 +59,9 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
     }
     absl::Status status;
     v1::PutResponse response;
-    if (staged_all &&
-        SocketCall(*r, protocol::shm::FrameOp::kPut,
-                   PutHeaderMessage(ns, blocks, format, r->session(), offsets), deadline, "Put",
-                   &response, &status)) {
+    if (staged_all && SocketCall(*r, protocol::shm::FrameOp::kPut,
+                                 PutHeaderMessage(ns, blocks, format, r->session(), offsets),
+                                 deadline, "Put", &response, &status)) {
       if (status.ok()) AddPutResponse(response, result);
     } else if (staged_all) {
       SliceRefs unused;
@@ -147,8 +146,7 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
   return absl::OkStatus();
 }
 
-v1::PutRequest Client::Impl::PutHeaderMessage(std::string_view ns,
-                                              std::span<const PutBlock> blocks,
+v1::PutRequest Client::Impl::PutHeaderMessage(std::string_view ns, std::span<const PutBlock> blocks,
                                               v1::PayloadFormat format,
                                               std::string_view shm_session,
                                               std::span<const uint64_t> shm_offsets) {
@@ -178,11 +176,9 @@ bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
                               std::chrono::system_clock::time_point deadline, const char* rpc,
                               google::protobuf::Message* response, absl::Status* status) {
   if (!options.shared_memory_socket_calls) return false;
-  const int64_t deadline_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  deadline.time_since_epoch())
-                                  .count();
-  absl::StatusOr<SharedRegion::Reply> reply =
-      r.Call(op, request.SerializeAsString(), deadline_ms);
+  const int64_t deadline_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count();
+  absl::StatusOr<SharedRegion::Reply> reply = r.Call(op, request.SerializeAsString(), deadline_ms);
   if (!reply.ok() && absl::IsDeadlineExceeded(reply.status())) {
     *status = absl::DeadlineExceededError(absl::StrCat(rpc, ": ", reply.status().message()));
     return true;
@@ -192,13 +188,12 @@ bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
     return false;
   }
   socket_calls.fetch_add(1, std::memory_order_relaxed);
-  const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message,
-                       reply->details);
+  const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message, reply->details);
   if (!g.ok()) {
     *status = FromGrpc(rpc, g);
   } else if (!response->ParseFromString(reply->body)) {
-    *status = absl::InternalError(absl::StrCat(rpc, ": the socket's reply does not parse as ",
-                                               response->GetTypeName()));
+    *status = absl::InternalError(
+        absl::StrCat(rpc, ": the socket's reply does not parse as ", response->GetTypeName()));
   } else {
     *status = absl::OkStatus();
   }

@@ -2,8 +2,8 @@
 
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -92,7 +92,11 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
 SharedRegion::SharedRegion(std::string socket_path, int sock, uint8_t* base, uint64_t size,
                            std::string session, const common::CudaRuntime* cuda)
     : socket_path_(std::move(socket_path)),
-      sock_(sock), base_(base), size_(size), session_(std::move(session)), cuda_(cuda) {
+      sock_(sock),
+      base_(base),
+      size_(size),
+      session_(std::move(session)),
+      cuda_(cuda) {
   free_[0] = size_;
 }
 
@@ -147,7 +151,8 @@ absl::StatusOr<SharedRegion::Reply> SharedRegion::Call(shm::FrameOp op, std::str
     pollfd p{fd, POLLIN, 0};
     int ready;
     do {
-      ready = poll(&p, 1, static_cast<int>(std::clamp<int64_t>(deadline_unix_ms - now, 0, 1 << 30)));
+      ready =
+          poll(&p, 1, static_cast<int>(std::clamp<int64_t>(deadline_unix_ms - now, 0, 1 << 30)));
     } while (ready < 0 && errno == EINTR);
     if (ready == 0) s = absl::DeadlineExceededError("shared memory: no reply before the deadline");
   }

@@ -14,8 +14,8 @@
 #ifndef KVTIER_CLIENT_SHARED_REGION_H_
 #define KVTIER_CLIENT_SHARED_REGION_H_
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -78,8 +78,8 @@ class SharedRegion {
   std::optional<uint64_t> OffsetOf(const void* p, uint64_t n) const;
 
  private:
-  SharedRegion(std::string socket_path, int sock, uint8_t* base, uint64_t size,
-               std::string session, const common::CudaRuntime* cuda);
+  SharedRegion(std::string socket_path, int sock, uint8_t* base, uint64_t size, std::string session,
+               const common::CudaRuntime* cuda);
   // An idle call connection, or a new one; -1 with *error set when none can be opened.
   int TakeConnection(std::string* error);
 

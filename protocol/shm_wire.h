@@ -65,14 +65,14 @@ enum class FrameOp : uint32_t { kPut = 1, kGet = 2 };
 
 struct FrameHeader {
   char magic[4];
-  uint32_t op;                // FrameOp
-  uint64_t request_id;        // echoed in the reply
-  int64_t deadline_unix_ms;   // the call's deadline (CLOCK_REALTIME), 0 for none
+  uint32_t op;               // FrameOp
+  uint64_t request_id;       // echoed in the reply
+  int64_t deadline_unix_ms;  // the call's deadline (CLOCK_REALTIME), 0 for none
 };
 
 struct ReplyHeader {
   char magic[4];
-  int32_t code;               // grpc::StatusCode
+  int32_t code;  // grpc::StatusCode
   uint64_t request_id;
   uint32_t message_bytes;
   uint32_t details_bytes;

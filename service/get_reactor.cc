@@ -191,8 +191,7 @@ class GetCore {
   std::vector<Item> items_;            // payloads for the stream (or UCX)
   uint64_t remaining_ = 0;             // their bytes still to send in the stream
 
-  friend absl::Status service::GetFromSharedMemory(ServiceContext* ctx,
-                                                   storage::TieredStore* store,
+  friend absl::Status service::GetFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
                                                    const Caller& caller, v1::GetRequest request,
                                                    v1::GetResponse* response);
 };

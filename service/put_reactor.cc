@@ -125,7 +125,8 @@ class PutCore {
     }
     if (!header_.shm_session().empty()) {
       ASSIGN_OR_RETURN(region_,
-                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session", caller_));
+                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session",
+                                      caller_));
     }
     if (!header_.ucx_session().empty()) {
       if (region_ != nullptr) {
@@ -278,8 +279,7 @@ class PutCore {
   std::shared_ptr<ShmRegion> region_;  // header.shm_session's region: the blocks view it
   uint64_t total_ = 0;                 // payload bytes declared by the header
 
-  friend absl::Status service::PutFromSharedMemory(ServiceContext* ctx,
-                                                   storage::TieredStore* store,
+  friend absl::Status service::PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
                                                    const Caller& caller, v1::PutHeader header,
                                                    v1::PutResponse* response);
 };
@@ -377,7 +377,6 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
         absl::StrCat("put: no message from the client for put_progress_timeout_ms (",
                      ctx_->put_watchdog->timeout_ms(), " ms); the stream is cancelled")));
   }
-
 
   // After a valid header: the payloads are in the region already, or come over UCX, or
   // come in the stream's chunk messages.

@@ -27,17 +27,17 @@ absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::strin
   if (bound.has_value()) return *std::move(bound);
   // An unknown session says so (the client then falls back as over gRPC).
   RETURN_IF_ERROR(FindShmSession(ctx, session, field, Caller{}).status());
-  return absl::UnauthenticatedError(absl::StrCat(
-      Sv(field), " names a shared-memory session no authenticated gRPC call has used yet: "
-      "its first Put or Get goes over gRPC, with the token or certificate"));
+  return absl::UnauthenticatedError(
+      absl::StrCat(Sv(field),
+                   " names a shared-memory session no authenticated gRPC call has used yet: "
+                   "its first Put or Get goes over gRPC, with the token or certificate"));
 }
 
 absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::FrameHeader& h,
                    std::string_view body, std::string* response) {
-  if (h.deadline_unix_ms != 0 &&
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-              .count() > h.deadline_unix_ms) {
+  if (h.deadline_unix_ms != 0 && std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                         .count() > h.deadline_unix_ms) {
     return absl::DeadlineExceededError("the call's deadline passed before the server read it");
   }
   if (h.op == static_cast<uint32_t>(shm::FrameOp::kPut)) {
@@ -109,8 +109,8 @@ std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame) {
     // The call ran (a Get's blocks are in the region), but its answer does not fit a
     // frame: UNAVAILABLE, which the client redoes over gRPC.
     r.code = static_cast<int32_t>(grpc::StatusCode::UNAVAILABLE);
-    const std::string text = absl::StrCat("the reply of ", reply.size(),
-                                          " bytes exceeds the socket's frame limit");
+    const std::string text =
+        absl::StrCat("the reply of ", reply.size(), " bytes exceeds the socket's frame limit");
     r.message_bytes = static_cast<uint32_t>(text.size());
     r.details_bytes = 0;
     reply.assign(reinterpret_cast<const char*>(&r), sizeof(r));

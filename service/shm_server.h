@@ -2,9 +2,9 @@
 // protocol/shm_wire.h). It listens on a Unix socket; each connection may ask once for a
 // region, gets a sealed memfd of that size (mapped here too) and a random 16-byte session
 // id, and keeps the session for as long as the connection stays open. Put and Get
-// (service/put_reactor.cc, service/get_reactor.cc) resolve PutHeader.shm_session / GetRequest.shm_session
-// with Find() and copy between the region and the store: one server-side copy per block,
-// no socket copies.
+// (service/put_reactor.cc, service/get_reactor.cc) resolve PutHeader.shm_session /
+// GetRequest.shm_session with Find() and copy between the region and the store: one server-side
+// copy per block, no socket copies.
 //
 // Safety: the client can write the region at any time, so the server treats region
 // bytes as untrusted input (a Put copies them into the hot tier before the store
@@ -24,11 +24,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <functional>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -61,7 +61,7 @@ struct ShmServerOptions {
   std::string socket_path;               // created (an old socket file is replaced)
   uint64_t max_region_bytes = 1ull << 30;
   uint32_t max_sessions = 64;
-  uint32_t max_call_connections = 256;   // connections carrying frames, all sessions
+  uint32_t max_call_connections = 256;  // connections carrying frames, all sessions
   // Answers one request frame with its reply frame (both whole messages). Called on the
   // connection's own thread, concurrently for different connections. Null: connections
   // that send frames are closed.

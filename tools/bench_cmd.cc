@@ -706,7 +706,8 @@ absl::Status Bench(const cli::Flags& flags) {
 
 int RunBench(int argc, char** argv) {
   cli::Flags flags = cli::Flags::Parse(
-      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "no-shm-socket", "ucx", "shared-buffers", "tls", "help"});
+      argc, argv, 1,
+      {"json", "redis-raw-get", "no-shm", "no-shm-socket", "ucx", "shared-buffers", "tls", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
@@ -714,7 +715,8 @@ int RunBench(int argc, char** argv) {
   absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
-                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm", "no-shm-socket", "ucx",
+                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
+                                         "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "json", "help"});

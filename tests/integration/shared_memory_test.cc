@@ -10,8 +10,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -389,8 +389,7 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   reply = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
   ASSERT_TRUE(reply.ok()) << reply.status();
   ASSERT_EQ(reply->code, 0) << reply->message;
-  EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, c.encoded[0].size()),
-            c.encoded[0]);
+  EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, c.encoded[0].size()), c.encoded[0]);
 }
 
 // A client that dies right after sending a Put frame: the frame is one message, so the
