@@ -46,7 +46,8 @@
 //
 // Small calls: concurrent PutBlocks / GetBlocksInto calls of several threads are coalesced
 // into shared streams (ClientOptions::coalesce_max_delay_us, client/coalescer.h states
-// what is shared), with results and errors still per call. Lookup asks the server for the
+// what is shared), with results and errors still per call; same-host calls over the shared
+// region's socket (ClientOptions::shared_memory_socket_calls) are cheap enough alone. Lookup asks the server for the
 // compact answer (protocol/lookup_form.h) and, by default, expands it into `blocks`.
 //
 // Thread-safe: one Client may be used from many threads at once.
@@ -155,7 +156,9 @@ struct ClientOptions {
   // already on the wire; a batch waits at most coalesce_max_delay_us for it to return
   // and carries at most coalesce_max_bytes. Results and errors stay per call (a failed
   // batch is re-sent call by call). GetBlocksInto calls with a lease_id are not
-  // coalesced. 0 in either disables it. Defaults: 200 us, 2 MiB.
+  // coalesced. 0 in either disables it. Defaults: 200 us, 2 MiB. Calls that go over the
+  // shared region's socket (shared_memory_socket_calls) are never coalesced: there a batch
+  // cost more than it saved.
   int64_t coalesce_max_delay_us = 200;
   uint64_t coalesce_max_bytes = 2ull << 20;
 };

@@ -156,6 +156,14 @@ struct Client::Impl {
     region = *std::move(r);
   }
 
+  // True if small Put / Get calls should go through the coalescer: it is on, and the calls
+  // do not go over the shared region's socket (where batching cost more than it saved:
+  // README "Per-call cost").
+  bool Coalesces() {
+    return coalescer != nullptr &&
+           !(options.shared_memory_socket_calls && !PreferUcx() && Region() != nullptr);
+  }
+
   // The UCX channel while the UCX path is usable, else null (client/client_ucx.cc).
   common::Mutex ucx_mu;
   std::shared_ptr<UcxChannel> ucx ABSL_GUARDED_BY(ucx_mu);

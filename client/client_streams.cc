@@ -59,9 +59,10 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
     }
     absl::Status status;
     v1::PutResponse response;
-    if (staged_all && SocketCall(*r, protocol::shm::FrameOp::kPut,
-                                 PutHeaderMessage(ns, blocks, format, r->session(), offsets),
-                                 deadline, "Put", &response, &status)) {
+    if (staged_all && options.shared_memory_socket_calls &&
+        SocketCall(*r, protocol::shm::FrameOp::kPut,
+                   PutHeaderMessage(ns, blocks, format, r->session(), offsets), deadline, "Put",
+                   &response, &status)) {
       if (status.ok()) AddPutResponse(response, result);
     } else if (staged_all) {
       SliceRefs unused;

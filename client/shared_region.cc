@@ -156,7 +156,7 @@ absl::StatusOr<SharedRegion::Reply> SharedRegion::Call(shm::FrameOp op, std::str
     } while (ready < 0 && errno == EINTR);
     if (ready == 0) s = absl::DeadlineExceededError("shared memory: no reply before the deadline");
   }
-  std::string buffer;
+  thread_local std::string buffer;  // sized once per thread (ReceiveFrame), not per call
   absl::StatusOr<std::string_view> got =
       s.ok() ? shm::ReceiveFrame(fd, &buffer) : absl::StatusOr<std::string_view>(s);
   shm::ReplyHeader r{};

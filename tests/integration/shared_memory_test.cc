@@ -494,7 +494,7 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   auto again = fresh->GetBlocksInto("fp16", c.keys, spans);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(bufs[1], c.encoded[1]);
-  EXPECT_EQ(fresh->shared_memory_socket_calls(), 1u);
+  EXPECT_GT(fresh->shared_memory_socket_calls(), 0u);
 }
 
 // With tokens on, a session's socket calls run as the identity of the first gRPC call
