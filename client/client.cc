@@ -188,6 +188,8 @@ const ConnectInfo& Client::connect_info() const { return impl_->info; }
 
 bool Client::uses_shared_memory() const { return impl_->Region() != nullptr; }
 
+uint64_t Client::shared_memory_socket_calls() const { return impl_->socket_calls.load(); }
+
 absl::StatusOr<SharedBuffer> Client::AllocateSharedBuffer(uint64_t bytes) {
   std::shared_ptr<SharedRegion> r = impl_->Region();
   if (r == nullptr) {
@@ -256,7 +258,7 @@ absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns, std::span<const
   PutResult total;
   if (blocks.empty()) return total;
   const auto deadline = DeadlineAfter(impl_->DeadlineMs(options.deadline_ms));
-  if (impl_->coalescer != nullptr) {
+  if (impl_->Coalesces()) {
     uint64_t bytes = 0;
     for (const PutBlock& b : blocks) bytes += b.payload.size();
     if (impl_->coalescer->Accepts(bytes)) {
@@ -286,7 +288,7 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
     return absl::InvalidArgumentError(
         absl::StrCat("buffers: ", buffers.size(), " buffers for ", keys.size(), " keys"));
   }
-  if (impl_->coalescer != nullptr && options.lease_id == 0) {
+  if (impl_->Coalesces() && options.lease_id == 0) {
     uint64_t bytes = 0;
     for (const auto& b : buffers) bytes += b.size();
     if (impl_->coalescer->Accepts(bytes)) {

@@ -46,7 +46,8 @@
 //
 // Small calls: concurrent PutBlocks / GetBlocksInto calls of several threads are coalesced
 // into shared streams (ClientOptions::coalesce_max_delay_us, client/coalescer.h states
-// what is shared), with results and errors still per call. Lookup asks the server for the
+// what is shared), with results and errors still per call; same-host calls over the shared
+// region's socket (ClientOptions::shared_memory_socket_calls) are cheap enough alone. Lookup asks the server for the
 // compact answer (protocol/lookup_form.h) and, by default, expands it into `blocks`.
 //
 // Thread-safe: one Client may be used from many threads at once.
@@ -138,6 +139,11 @@ struct ClientOptions {
   // Prefer UCX over the shared-memory path even on the server's host (benchmarks,
   // tests). Default: false.
   bool ucx_over_shared_memory = false;
+  // Put / GetBlocksInto calls through the shared region go as frames on its Unix socket
+  // (docs/design.md §7 control path: no HTTP/2, served inline), falling back to gRPC
+  // streams naming the region when the socket fails or the server refuses the frame.
+  // false: always the gRPC streams.
+  bool shared_memory_socket_calls = true;
   // UCX_TLS for this client's UCX context (e.g. "tcp"); empty: the environment's
   // UCX_TLS, else UCX's choice. Default: empty.
   std::string ucx_transports;
@@ -150,7 +156,9 @@ struct ClientOptions {
   // already on the wire; a batch waits at most coalesce_max_delay_us for it to return
   // and carries at most coalesce_max_bytes. Results and errors stay per call (a failed
   // batch is re-sent call by call). GetBlocksInto calls with a lease_id are not
-  // coalesced. 0 in either disables it. Defaults: 200 us, 2 MiB.
+  // coalesced. 0 in either disables it. Defaults: 200 us, 2 MiB. Calls that go over the
+  // shared region's socket (shared_memory_socket_calls) are never coalesced: there a batch
+  // cost more than it saved.
   int64_t coalesce_max_delay_us = 200;
   uint64_t coalesce_max_bytes = 2ull << 20;
 };
@@ -278,6 +286,9 @@ class Client {
   // turns false for good if the server forgets the session (it restarted); calls then
   // use TCP (a new Client gets shared memory again).
   bool uses_shared_memory() const;
+  // Put / Get calls answered over the shared region's socket so far (the rest of the
+  // shared-memory calls went as gRPC streams).
+  uint64_t shared_memory_socket_calls() const;
 
   // `bytes` of memory in the shared region, for payloads a caller writes (e.g. a
   // device-to-host copy of KV) or reads in place. FAILED_PRECONDITION without the

@@ -156,6 +156,14 @@ struct Client::Impl {
     region = *std::move(r);
   }
 
+  // True if small Put / Get calls should go through the coalescer: it is on, and the calls
+  // do not go over the shared region's socket (where batching cost more than it saved:
+  // README "Per-call cost").
+  bool Coalesces() {
+    return coalescer != nullptr &&
+           !(options.shared_memory_socket_calls && !PreferUcx() && Region() != nullptr);
+  }
+
   // The UCX channel while the UCX path is usable, else null (client/client_ucx.cc).
   common::Mutex ucx_mu;
   std::shared_ptr<UcxChannel> ucx ABSL_GUARDED_BY(ucx_mu);
@@ -260,6 +268,26 @@ struct Client::Impl {
   absl::Status PutRun(std::string_view ns, std::span<const PutBlock> blocks,
                       v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
                       PutResult* result);
+
+  // The header message of a Put of `blocks` (with `shm_session`: naming each payload's
+  // offset in the shared region).
+  v1::PutRequest PutHeaderMessage(std::string_view ns, std::span<const PutBlock> blocks,
+                                  v1::PayloadFormat format, std::string_view shm_session,
+                                  std::span<const uint64_t> shm_offsets);
+
+  // Calls handled as frames on the shared region's socket (ClientOptions::
+  // shared_memory_socket_calls), for Client::shared_memory_socket_calls().
+  std::atomic<uint64_t> socket_calls{0};
+  // Sends `request` as one call over `r`'s socket. True when the socket answered it:
+  // *status is the call's outcome (as FromGrpc(rpc, ...) would give it over gRPC) and, if
+  // OK, *response is parsed. False when the call must go over gRPC instead: the option is
+  // off, the request does not fit a frame, the socket failed, or the server answered
+  // UNAVAILABLE or UNAUTHENTICATED (a session not yet bound to this client's identity:
+  // the gRPC call binds it).
+  bool SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
+                  const google::protobuf::Message& request,
+                  std::chrono::system_clock::time_point deadline, const char* rpc,
+                  google::protobuf::Message* response, absl::Status* status);
 
   // One Put stream carrying `blocks`: the header message, then chunk messages whose
   // payload slices point into the callers' buffers; or, with `shm_session`, the header

@@ -13,6 +13,7 @@
 
 namespace kvtier::client {
 namespace {
+
 namespace v1 = ::kvtier::v1;
 using internal::Channel;
 using internal::DeadlineAfter;
@@ -22,6 +23,15 @@ using internal::kPutMethod;
 using internal::RunParallel;
 using internal::SplitRanges;
 using protocol::GetStreamParser;
+
+// Adds one Put call's response to the result of the whole Put.
+void AddPutResponse(const v1::PutResponse& response, PutResult* result) {
+  result->blocks_stored += response.blocks_stored();
+  result->bytes_stored += response.bytes_stored();
+  result->block_bytes_stored.insert(result->block_bytes_stored.end(),
+                                    response.block_bytes_stored().begin(),
+                                    response.block_bytes_stored().end());
+}
 }  // namespace
 
 absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock> blocks,
@@ -48,7 +58,13 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
       offsets.push_back(*at);
     }
     absl::Status status;
-    if (staged_all) {
+    v1::PutResponse response;
+    if (staged_all && options.shared_memory_socket_calls &&
+        SocketCall(*r, protocol::shm::FrameOp::kPut,
+                   PutHeaderMessage(ns, blocks, format, r->session(), offsets), deadline, "Put",
+                   &response, &status)) {
+      if (status.ok()) AddPutResponse(response, result);
+    } else if (staged_all) {
       SliceRefs unused;
       status = PutStream(ns, blocks, format, deadline, &unused, result, r->session(), offsets);
     }
@@ -85,31 +101,14 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
           ch.channel.get(), *ch.put_method, &ctx, &response));
 
-  v1::PutRequest header_msg;
-  auto* header = header_msg.mutable_header();
-  header->set_namespace_(std::string(ns));
-  header->set_format(format);
-  if (auto layout = KnownLayout(ns)) *header->mutable_layout() = *layout;
-  if (!shm_session.empty()) header->set_shm_session(std::string(shm_session));
+  v1::PutRequest header_msg = PutHeaderMessage(ns, blocks, format, shm_session, shm_offsets);
   if (!ucx_session.empty()) {
-    header->set_ucx_session(std::string(ucx_session));
-    header->set_ucx_transfer(ucx_transfer);
+    header_msg.mutable_header()->set_ucx_session(std::string(ucx_session));
+    header_msg.mutable_header()->set_ucx_transfer(ucx_transfer);
   }
   std::vector<uint64_t> sizes;
   sizes.reserve(blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const PutBlock& b = blocks[i];
-    auto* pb = header->add_blocks();
-    pb->set_key(b.key);
-    pb->set_parent_key(b.parent_key);
-    if (!b.token_ids.empty()) pb->mutable_token_ids()->Add(b.token_ids.begin(), b.token_ids.end());
-    if (!b.lora_name.empty()) pb->set_lora_name(b.lora_name);
-    for (const std::string& k : b.extra_keys) pb->add_extra_keys(k);
-    pb->set_block_index(b.block_index);
-    pb->set_size(b.payload.size());
-    if (!shm_session.empty()) pb->set_shm_offset(shm_offsets[i]);
-    sizes.push_back(b.payload.size());
-  }
+  for (const PutBlock& b : blocks) sizes.push_back(b.payload.size());
   bool stream_ok = true;
   {
     grpc::Slice slice(header_msg.SerializeAsString());
@@ -144,12 +143,62 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
   if (stream_ok) writer->WritesDone();
   const grpc::Status status = writer->Finish();
   if (!status.ok()) return FromGrpc("Put", status);
-  result->blocks_stored += response.blocks_stored();
-  result->bytes_stored += response.bytes_stored();
-  result->block_bytes_stored.insert(result->block_bytes_stored.end(),
-                                    response.block_bytes_stored().begin(),
-                                    response.block_bytes_stored().end());
+  AddPutResponse(response, result);
   return absl::OkStatus();
+}
+
+v1::PutRequest Client::Impl::PutHeaderMessage(std::string_view ns, std::span<const PutBlock> blocks,
+                                              v1::PayloadFormat format,
+                                              std::string_view shm_session,
+                                              std::span<const uint64_t> shm_offsets) {
+  v1::PutRequest header_msg;
+  auto* header = header_msg.mutable_header();
+  header->set_namespace_(std::string(ns));
+  header->set_format(format);
+  if (auto layout = KnownLayout(ns)) *header->mutable_layout() = *layout;
+  if (!shm_session.empty()) header->set_shm_session(std::string(shm_session));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const PutBlock& b = blocks[i];
+    auto* pb = header->add_blocks();
+    pb->set_key(b.key);
+    pb->set_parent_key(b.parent_key);
+    if (!b.token_ids.empty()) pb->mutable_token_ids()->Add(b.token_ids.begin(), b.token_ids.end());
+    if (!b.lora_name.empty()) pb->set_lora_name(b.lora_name);
+    for (const std::string& k : b.extra_keys) pb->add_extra_keys(k);
+    pb->set_block_index(b.block_index);
+    pb->set_size(b.payload.size());
+    if (!shm_session.empty()) pb->set_shm_offset(shm_offsets[i]);
+  }
+  return header_msg;
+}
+
+bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
+                              const google::protobuf::Message& request,
+                              std::chrono::system_clock::time_point deadline, const char* rpc,
+                              google::protobuf::Message* response, absl::Status* status) {
+  if (!options.shared_memory_socket_calls) return false;
+  const int64_t deadline_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count();
+  absl::StatusOr<SharedRegion::Reply> reply = r.Call(op, request.SerializeAsString(), deadline_ms);
+  if (!reply.ok() && absl::IsDeadlineExceeded(reply.status())) {
+    *status = absl::DeadlineExceededError(absl::StrCat(rpc, ": ", reply.status().message()));
+    return true;
+  }
+  if (!reply.ok() || reply->code == grpc::StatusCode::UNAVAILABLE ||
+      reply->code == grpc::StatusCode::UNAUTHENTICATED) {
+    return false;
+  }
+  socket_calls.fetch_add(1, std::memory_order_relaxed);
+  const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message, reply->details);
+  if (!g.ok()) {
+    *status = FromGrpc(rpc, g);
+  } else if (!response->ParseFromString(reply->body)) {
+    *status = absl::InternalError(
+        absl::StrCat(rpc, ": the socket's reply does not parse as ", response->GetTypeName()));
+  } else {
+    *status = absl::OkStatus();
+  }
+  return true;
 }
 
 absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::string> keys,
@@ -180,12 +229,20 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
     absl::Status status;
     if (staged_all) {
       request.set_shm_session(r->session());
-      status = Call(
-          "Get", 0, true,
-          [&](grpc::ClientContext* ctx, Channel& ch) {
-            return GetShmAttempt(ctx, ch, request, infos);
-          },
-          false, deadline);
+      v1::GetResponse response;
+      if (SocketCall(*r, protocol::shm::FrameOp::kGet, request, deadline, "Get", &response,
+                     &status)) {
+        if (status.ok()) {
+          infos->assign(response.header().blocks().begin(), response.header().blocks().end());
+        }
+      } else {
+        status = Call(
+            "Get", 0, true,
+            [&](grpc::ClientContext* ctx, Channel& ch) {
+              return GetShmAttempt(ctx, ch, request, infos);
+            },
+            false, deadline);
+      }
       if (status.ok() && infos->size() != keys.size()) {
         status = absl::InternalError(absl::StrCat("Get: header lists ", infos->size(),
                                                   " blocks for ", keys.size(), " keys"));

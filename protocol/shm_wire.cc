@@ -67,4 +67,19 @@ absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd) {
       absl::StrCat("shm socket: message of ", got, " bytes, expected ", n));
 }
 
+absl::StatusOr<std::string_view> ReceiveFrame(int sock, std::string* buffer) {
+  buffer->resize(kMaxFrameBytes);
+  ssize_t got;
+  do {
+    got = recv(sock, buffer->data(), buffer->size(), MSG_TRUNC);
+  } while (got < 0 && errno == EINTR);
+  if (got == 0) return absl::UnavailableError("shm socket: closed by peer");
+  if (got < 0) return absl::UnavailableError(absl::StrCat("shm socket receive: ", strerror(errno)));
+  if (static_cast<size_t>(got) > kMaxFrameBytes) {
+    return absl::UnavailableError(
+        absl::StrCat("shm socket: frame of ", got, " bytes exceeds ", kMaxFrameBytes));
+  }
+  return std::string_view(buffer->data(), static_cast<size_t>(got));
+}
+
 }  // namespace kvtier::protocol::shm

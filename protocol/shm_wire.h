@@ -9,14 +9,31 @@
 // before passing it on, so the client can never make the server's mapping fault. The
 // session lasts as long as the connection: when the client closes it (or exits) the
 // server forgets the session; the mapping itself goes once no call uses it any more.
-// Plain structs and two syscall wrappers; no gRPC.
+//
+// Calls (the same-node control path): a connection whose first message is a frame
+// rather than a ShmRequest carries Put and Get calls, one at a time, each one request
+// frame and one reply frame (each a single message of at most kMaxFrameBytes):
+//
+//   client -> server  FrameHeader {magic, op, request_id, deadline_unix_ms}
+//                     + the serialized kvtier.v1.PutHeader (op kPut) or GetRequest (kGet),
+//                       exactly what the gRPC call sends, naming its shm session
+//   server -> client  ReplyHeader {magic, code, request_id, message_bytes, details_bytes}
+//                     + the status message, the serialized grpc-status-details (as gRPC's
+//                       error_details), and, when code is 0, the serialized PutResponse /
+//                       GetResponse (the Get header; the payloads are in the region)
+//
+// Such a connection names no session of its own: every request names one, as over gRPC.
+// Plain structs and a few syscall wrappers; no gRPC.
 #ifndef KVTIER_PROTOCOL_SHM_WIRE_H_
 #define KVTIER_PROTOCOL_SHM_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace kvtier::protocol::shm {
 
@@ -41,6 +58,26 @@ struct ShmReply {
   char error[200];                   // NUL-terminated reason when !ok
 };
 
+inline constexpr char kFrameMagic[4] = {'K', 'V', 'F', '1'};
+inline constexpr size_t kMaxFrameBytes = 128 << 10;  // below a Unix socket's send buffer
+
+enum class FrameOp : uint32_t { kPut = 1, kGet = 2 };
+
+struct FrameHeader {
+  char magic[4];
+  uint32_t op;               // FrameOp
+  uint64_t request_id;       // echoed in the reply
+  int64_t deadline_unix_ms;  // the call's deadline (CLOCK_REALTIME), 0 for none
+};
+
+struct ReplyHeader {
+  char magic[4];
+  int32_t code;  // grpc::StatusCode
+  uint64_t request_id;
+  uint32_t message_bytes;
+  uint32_t details_bytes;
+};
+
 // Sends one message of `n` bytes, with `fd` attached when fd >= 0. Retries EINTR.
 // UNAVAILABLE with errno's text on failure.
 absl::Status SendMessage(int sock, const void* data, size_t n, int fd = -1);
@@ -48,6 +85,11 @@ absl::Status SendMessage(int sock, const void* data, size_t n, int fd = -1);
 // Receives one message of exactly `n` bytes; *fd gets an attached descriptor (the caller
 // owns it) or -1. UNAVAILABLE on EOF, errors or a message of another size.
 absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd);
+
+// Receives one message of at most kMaxFrameBytes into *buffer (sized kMaxFrameBytes once,
+// reused across calls) and returns its bytes. UNAVAILABLE on EOF, errors or a longer
+// message.
+absl::StatusOr<std::string_view> ReceiveFrame(int sock, std::string* buffer);
 
 }  // namespace kvtier::protocol::shm
 

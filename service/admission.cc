@@ -30,19 +30,22 @@ grpc::Status BusyStatus() {
   return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "server busy: executor queue is full");
 }
 
-grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                   storage::TieredStore** store, Caller* caller) {
+absl::Status AdmitToStore(ServiceContext* ctx, storage::TieredStore** store) {
   ctx->in_flight.fetch_add(1);
-  if (ctx->draining.load()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
-  }
+  if (ctx->draining.load()) return absl::UnavailableError("server is shutting down");
   *store = ctx->store.load(std::memory_order_acquire);
   if (*store == nullptr) {
-    return protocol::ToGrpcStatus(protocol::WithErrorDetail(
+    return protocol::WithErrorDetail(
         absl::UnavailableError("kvtierd is loading its index from the cold tier (health "
                                "NOT_SERVING); retry once it reports SERVING"),
-        v1::SERVER_LOADING, ""));
+        v1::SERVER_LOADING, "");
   }
+  return absl::OkStatus();
+}
+
+grpc::Status Admit(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                   storage::TieredStore** store, Caller* caller) {
+  if (absl::Status s = AdmitToStore(ctx, store); !s.ok()) return protocol::ToGrpcStatus(s);
   absl::StatusOr<Caller> who =
       ctx->auth.Authenticate(context->client_metadata(),
                              ctx->auth.enabled() ? context->auth_context().get() : nullptr);

@@ -37,6 +37,12 @@ int64_t NowMicros();
 // RESOURCE_EXHAUSTED "server busy: executor queue is full".
 grpc::Status BusyStatus();
 
+// Counts a call in ctx->in_flight (the caller decrements it when done, also when this
+// refuses it), sets *store and returns OK; or returns UNAVAILABLE while draining or before
+// the store is open. The part of Admit that does not depend on gRPC (the shared-memory
+// socket's calls use it alone: service/shm_calls.h).
+absl::Status AdmitToStore(ServiceContext* ctx, storage::TieredStore** store);
+
 // Counts the call in ctx->in_flight (the caller decrements it in OnDone, also when the
 // call is refused), sets *store and *caller and returns OK; or returns the status to
 // refuse the call with: UNAVAILABLE while draining or before the store is open,

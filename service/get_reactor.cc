@@ -36,68 +36,21 @@ bool IsRawCodec(kv::CodecId codec) {
   return codec == kv::CodecId::kFp16 || codec == kv::CodecId::kBf16;
 }
 
-class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  GetReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-             const grpc::ByteBuffer* request)
-      : ctx_(ctx), start_(NowMicros()) {
-    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
-      Finish(admit);
-      return;
-    }
-    grpc::ByteBuffer copy(*request);  // shares the slices
-    if (!grpc::SerializationTraits<v1::GetRequest>::Deserialize(&copy, &req_).ok()) {
-      FinishAndRecord(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: cannot parse GetRequest"));
-      return;
-    }
-    if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
-          absl::Status s = Load();
-          if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
-          if (ucx_) return SendOverUcx();
-          WriteFrame();
-        })) {
-      FinishAndRecord(BusyStatus());
-    }
-  }
+// The checks and the loads of one Get, whatever carried it (a gRPC stream, or a frame on
+// the shared-memory socket): the request checked, every key read, and each payload either
+// copied into the client's region or kept in items_ for the stream.
+class GetCore {
+ protected:
+  explicit GetCore(ServiceContext* ctx) : ctx_(ctx) {}
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      FinishAndRecord(grpc::Status(grpc::StatusCode::CANCELLED, "get: write failed"));
-      return;
-    }
-    NextFrame();
-    WriteFrame();
-  }
-
-  void OnDone() override {
-    ctx_->in_flight.fetch_sub(1);
-    delete this;
-  }
-
- private:
   struct Item {
     std::shared_ptr<const void> owner;
     std::span<const uint8_t> bytes;
     uint32_t index = 0;  // position of its key in the request
   };
 
-  // UCX client (req_.ucx_session): the payloads go as active messages, and the header
-  // follows once the client has them all (service/ucx_server.h).
-  void SendOverUcx() {
-    std::vector<UcxOutgoing> out;
-    out.reserve(items_.size());
-    for (Item& item : items_) out.push_back({item.index, item.bytes, std::move(item.owner)});
-    items_.clear();
-    ctx_->ucx->SendGet(req_.ucx_session(), req_.ucx_transfer(), std::move(out),
-                       [this](absl::Status s) {
-                         if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
-                         WriteFrame();
-                       });
-  }
-
-  // Checks the request, loads every key and serializes the header into frame_.
-  absl::Status Load() {
+  // Checks the request and loads every key; *header_msg gets the header.
+  absl::Status Load(v1::GetResponse* header_msg) {
     ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
                      FindNamespace(*ctx_, *store_, req_.namespace_(), caller_));
     if (req_.format() != v1::PAYLOAD_FORMAT_ENCODED && req_.format() != v1::PAYLOAD_FORMAT_RAW) {
@@ -114,8 +67,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       RETURN_IF_ERROR(CheckUcxSession(*ctx_, caller_, req_.ucx_session(), "ucx_session"));
       ucx_ = true;
     }
-    v1::GetResponse header_msg;
-    v1::GetHeader* header = header_msg.mutable_header();
+    v1::GetHeader* header = header_msg->mutable_header();
     items_.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       v1::GetBlockInfo* info = header->add_blocks();
@@ -124,17 +76,13 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     // The lease Lookup granted for these blocks has done its job once they are read.
     if (req_.lease_id() != 0) (void)store_->ReleaseLease(ns.name, req_.lease_id());
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::GetResponse>::Serialize(header_msg, &frame_, &own).ok()) {
-      return absl::InternalError("cannot serialize GetResponse header");
-    }
     return absl::OkStatus();
   }
 
   // Finds the request's shm session (region_) and checks one destination per key, each
   // inside the region.
   absl::Status OpenDestinations(size_t num_keys) {
-    ASSIGN_OR_RETURN(region_, FindShmSession(*ctx_, req_.shm_session(), "shm_session"));
+    ASSIGN_OR_RETURN(region_, FindShmSession(*ctx_, req_.shm_session(), "shm_session", caller_));
     if (req_.shm_destinations_size() != static_cast<int>(num_keys)) {
       return absl::InvalidArgumentError(absl::StrCat("shm_destinations: ",
                                                      req_.shm_destinations_size(), " ranges for ",
@@ -234,6 +182,76 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
+  ServiceContext* const ctx_;
+  storage::TieredStore* store_ = nullptr;
+  Caller caller_;
+  v1::GetRequest req_;
+  std::shared_ptr<ShmRegion> region_;  // req_.shm_session's region, or null
+  bool ucx_ = false;                   // payloads go over UCX (req_.ucx_session)
+  std::vector<Item> items_;            // payloads for the stream (or UCX)
+  uint64_t remaining_ = 0;             // their bytes still to send in the stream
+
+  friend absl::Status service::GetFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                                   const Caller& caller, v1::GetRequest request,
+                                                   v1::GetResponse* response);
+};
+
+class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, private GetCore {
+ public:
+  GetReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
+             const grpc::ByteBuffer* request)
+      : GetCore(ctx), start_(NowMicros()) {
+    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
+      Finish(admit);
+      return;
+    }
+    grpc::ByteBuffer copy(*request);  // shares the slices
+    if (!grpc::SerializationTraits<v1::GetRequest>::Deserialize(&copy, &req_).ok()) {
+      FinishAndRecord(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: cannot parse GetRequest"));
+      return;
+    }
+    if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
+          v1::GetResponse header_msg;
+          absl::Status s = Load(&header_msg);
+          if (s.ok()) s = SerializeResponse(header_msg, &frame_);
+          if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
+          if (ucx_) return SendOverUcx();
+          WriteFrame();
+        })) {
+      FinishAndRecord(BusyStatus());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishAndRecord(grpc::Status(grpc::StatusCode::CANCELLED, "get: write failed"));
+      return;
+    }
+    NextFrame();
+    WriteFrame();
+  }
+
+  void OnDone() override {
+    ctx_->in_flight.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  // UCX client (req_.ucx_session): the payloads go as active messages, and the header
+  // follows once the client has them all (service/ucx_server.h).
+  void SendOverUcx() {
+    std::vector<UcxOutgoing> out;
+    out.reserve(items_.size());
+    for (Item& item : items_) out.push_back({item.index, item.bytes, std::move(item.owner)});
+    items_.clear();
+    ctx_->ucx->SendGet(req_.ucx_session(), req_.ucx_transfer(), std::move(out),
+                       [this](absl::Status s) {
+                         if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
+                         WriteFrame();
+                       });
+  }
+
   // Writes frame_; the last frame goes out together with the status (one reaction less,
   // and no OnWriteDone for it).
   void WriteFrame() {
@@ -281,17 +299,9 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     Finish(s);
   }
 
-  ServiceContext* const ctx_;
   const int64_t start_;
-  storage::TieredStore* store_ = nullptr;
-  Caller caller_;
-  v1::GetRequest req_;
-  std::shared_ptr<ShmRegion> region_;  // req_.shm_session's region, or null
-  bool ucx_ = false;                   // payloads go over UCX (req_.ucx_session)
-  std::vector<Item> items_;
   size_t item_idx_ = 0;
   size_t item_off_ = 0;
-  uint64_t remaining_ = 0;
   std::vector<grpc::Slice> slices_;
   grpc::ByteBuffer frame_;
 };
@@ -302,6 +312,21 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGet(ServiceContext* ctx,
                                                      grpc::CallbackServerContext* context,
                                                      const grpc::ByteBuffer* request) {
   return new GetReactor(ctx, context, request);
+}
+
+absl::Status GetFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                 const Caller& caller, v1::GetRequest request,
+                                 v1::GetResponse* response) {
+  if (request.shm_session().empty()) {
+    return absl::InvalidArgumentError(
+        "shm_session is empty: a Get over the shared-memory socket returns its payloads in "
+        "the session's region");
+  }
+  GetCore core(ctx);
+  core.store_ = store;
+  core.caller_ = caller;
+  core.req_ = std::move(request);
+  return core.Load(response);
 }
 
 }  // namespace kvtier::service

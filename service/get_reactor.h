@@ -8,7 +8,9 @@
 #ifndef KVTIER_SERVICE_GET_REACTOR_H_
 #define KVTIER_SERVICE_GET_REACTOR_H_
 
+#include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "service/auth.h"
 #include "service/kv_cache_service.h"
 
 namespace kvtier::service {
@@ -23,6 +25,14 @@ namespace kvtier::service {
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGet(ServiceContext* ctx,
                                                      grpc::CallbackServerContext* context,
                                                      const grpc::ByteBuffer* request);
+
+// The same Get arriving as a frame on the shared-memory socket (service/shm_calls.h):
+// every payload goes into request.shm_session's region. Runs inline on the calling thread
+// with the same checks, errors and loads as StartGet's; INVALID_ARGUMENT if
+// request.shm_session is empty. Fills *response with the header on success.
+absl::Status GetFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                 const Caller& caller, v1::GetRequest request,
+                                 v1::GetResponse* response);
 
 }  // namespace kvtier::service
 

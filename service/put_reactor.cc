@@ -31,104 +31,12 @@ constexpr size_t kMaxLoraNameBytes = 256;
 constexpr int kMaxExtraKeys = 64;
 constexpr size_t kMaxExtraKeyBytes = 256;
 
-// Client-streaming Put: header, then payload chunks. One read in flight; header
-// validation and the final transcode + store run on the executor.
-class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
- public:
-  PutReactor(ServiceContext* ctx, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
-      : ctx_(ctx), context_(context), response_(response), start_(NowMicros()) {
-    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
-      Finish(admit);
-      return;
-    }
-    if (!ctx_->connection_puts.Acquire(context->peer(), ctx_->limits.max_puts_per_connection)) {
-      FinishAndRecord(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("put: this connection has max_puts_per_connection (",
-                       ctx_->limits.max_puts_per_connection, ") Put streams open")));
-      return;
-    }
-    peer_ = context->peer();
-    ctx_->put_budget.OpenStream(caller_.tenant);
-    if (ctx_->put_watchdog != nullptr) watch_ = ctx_->put_watchdog->Watch([this] { TimedOut(); });
-    ReadNext();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (watch_ != nullptr) watch_->StopWaiting();
-    // Lost the race with the watchdog: the call is finished already.
-    if (int waiting = kWaiting; !state_.compare_exchange_strong(waiting, kBusy)) return;
-    if (!ok) {
-      EndOfStream();
-      return;
-    }
-    if (!have_header_) {
-      v1::PutRequest req;
-      grpc::Status ps = grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req);
-      if (!ps.ok()) return Fail(absl::InvalidArgumentError("header: cannot parse PutRequest"));
-      if (!req.has_header()) {
-        return Fail(
-            absl::InvalidArgumentError("header: the first message of a Put must carry the header"));
-      }
-      have_header_ = true;
-      header_ = std::move(*req.mutable_header());
-      if (auto cached = ctx_->namespaces.Find(header_.namespace_())) {
-        // Known namespace: validation is pure CPU on the header, no store call.
-        ns_ = *cached;
-        absl::Status s = CheckNamespaceAccess(caller_, ns_.name, ns_.tenant);
-        if (s.ok()) s = ValidateHeader();
-        if (!s.ok()) return Fail(s);
-        ReadNext();
-        return;
-      }
-      if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
-            auto ns = FindNamespace(*ctx_, *store_, header_.namespace_(), caller_);
-            absl::Status s = ns.status();
-            if (s.ok()) {
-              ns_ = std::move(*ns);
-              s = ValidateHeader();
-            }
-            if (!s.ok()) return Fail(s);
-            ReadNext();
-          })) {
-        FinishAndRecord(BusyStatus());
-      }
-      return;
-    }
-    absl::Status s = ConsumeChunkMessage();
-    in_.Clear();
-    if (!s.ok()) return Fail(s);
-    ReadNext();
-  }
-
-  void OnDone() override {
-    if (watch_ != nullptr) watch_->Close();
-    if (!peer_.empty()) ctx_->connection_puts.Release(peer_);
-    ctx_->in_flight.fetch_sub(1);
-    Unref();
-  }
-
- private:
-  // state_: kBusy while a reaction or executor task works on the stream, kWaiting while a
-  // read is outstanding (the watchdog may then finish the call), kFinished once Finish
-  // was called.
-  enum State : int { kBusy, kWaiting, kFinished };
-
-  // Waits for the client's next message.
-  void ReadNext() {
-    state_.store(kWaiting);
-    if (watch_ != nullptr) watch_->StartWaiting(PutWatchdog::NowMs());
-    StartRead(&in_);
-  }
-
-  // The watchdog saw no message for put_progress_timeout_ms.
-  void TimedOut() {
-    if (int waiting = kWaiting; !state_.compare_exchange_strong(waiting, kBusy)) return;
-    FinishAndRecord(grpc::Status(
-        grpc::StatusCode::DEADLINE_EXCEEDED,
-        absl::StrCat("put: no message from the client for put_progress_timeout_ms (",
-                     ctx_->put_watchdog->timeout_ms(), " ms); the stream is cancelled")));
-  }
+// The checks and the store step of one Put, whatever carried it (a gRPC stream, or a frame
+// on the shared-memory socket): the header checked against its namespace, then every
+// block validated, transcoded when needed, and stored.
+class PutCore {
+ protected:
+  explicit PutCore(ServiceContext* ctx) : ctx_(ctx) {}
 
   struct Block {
     // Payload as received: views into held_ / owned_, no copy. `size` bytes in all.
@@ -137,6 +45,12 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     std::string data;     // the pieces joined, when the payload must be re-encoded
     std::string encoded;  // transcoded blob, or the codec header put in front of raw pieces
   };
+
+  // Finds header_'s namespace (as caller_) and checks the header against it.
+  absl::Status Resolve() {
+    ASSIGN_OR_RETURN(ns_, FindNamespace(*ctx_, *store_, header_.namespace_(), caller_));
+    return ValidateHeader();
+  }
 
   // Checks header.blocks[i]: key, parent key, size for the format, and its range in the
   // shared-memory region (when there is one).
@@ -211,7 +125,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     if (!header_.shm_session().empty()) {
       ASSIGN_OR_RETURN(region_,
-                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session"));
+                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session",
+                                      caller_));
     }
     if (!header_.ucx_session().empty()) {
       if (region_ != nullptr) {
@@ -241,6 +156,232 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
             reinterpret_cast<const char*>(region_->base() + b.shm_offset()), b.size());
         blocks_[i].size = b.size();
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // Validates (and transcodes) every block, then stores them all.
+  absl::Status StoreAll(v1::PutResponse* resp) {
+    const int n = header_.blocks_size();
+    std::vector<storage::BlockPut> puts(n);
+    std::vector<std::vector<std::string>> extra_keys(n);  // viewed by puts[i].extra_keys
+    uint64_t bytes = 0;
+    resp->mutable_block_bytes_stored()->Reserve(n);
+    for (int i = 0; i < n; ++i) {
+      const v1::PutBlock& b = header_.blocks(i);
+      Block& blk = blocks_[i];
+      ASSIGN_OR_RETURN(std::string_view payload, PrepareBlock(i));
+      puts[i].key = b.key();
+      puts[i].parent_key = b.parent_key();
+      puts[i].block_index = b.block_index();
+      // Event-only fields: carried into the BlockStored event, never stored.
+      puts[i].token_ids = std::span<const uint32_t>(b.token_ids().data(), b.token_ids_size());
+      if (!b.lora_name().empty()) puts[i].lora_name = b.lora_name();
+      if (b.extra_keys_size() > 0) {
+        extra_keys[i].assign(b.extra_keys().begin(), b.extra_keys().end());
+        puts[i].extra_keys = extra_keys[i];
+      }
+      if (!payload.empty()) {
+        puts[i].payload = payload;
+        bytes += payload.size();
+      } else {
+        puts[i].pieces = blk.pieces;
+        bytes += blk.size;
+      }
+      resp->add_block_bytes_stored(payload.empty() ? blk.size : payload.size());
+    }
+    // At a tenant quota: RESOURCE_EXHAUSTED with ErrorDetail TENANT_QUOTA_EXHAUSTED.
+    RETURN_IF_ERROR(WithTenantQuotaDetail(store_->Put(ns_.name, puts)));
+    resp->set_blocks_stored(static_cast<uint32_t>(n));
+    resp->set_bytes_stored(bytes);
+    return absl::OkStatus();
+  }
+
+  // Makes block i storable in the namespace codec. Returns the contiguous blob to store,
+  // or an empty view when blk.pieces are stored as they are.
+  absl::StatusOr<std::string_view> PrepareBlock(int i) {
+    Block& blk = blocks_[i];
+    const std::string field = absl::StrCat("blocks[", i, "]");
+    const bool raw_codec = ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
+    if (header_.format() == v1::PAYLOAD_FORMAT_RAW && raw_codec) {
+      // fp16/bf16 store the raw bytes unchanged: put the codec header in front of them.
+      // (ValidateHeader checked the size; the layout is the registered one.)
+      const auto tokens = static_cast<uint32_t>(blk.size / ns_.layout.BytesPerToken());
+      blk.encoded.assign(kv::kEncodedHeaderBytes, '\0');
+      kv::EncodeRawHeader(ns_.codec, ns_.layout, tokens, tokens, blk.size,
+                          reinterpret_cast<uint8_t*>(blk.encoded.data()));
+      blk.pieces.insert(blk.pieces.begin(), blk.encoded);
+      blk.size += blk.encoded.size();
+      return std::string_view();
+    }
+    if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
+      blk.data = storage::JoinPieces(blk.pieces);
+      blk.pieces.clear();
+      return Reencode(i, kv::AsBytes(blk.data), field);
+    }
+    auto info = storage::ParsePiecesHeader(blk.pieces);
+    if (!info.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".payload is not a valid encoded block: ", info.status().message()));
+    }
+    if (info->encoded_bytes != blk.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".payload header says ", info->encoded_bytes, " bytes but size is ", blk.size));
+    }
+    RETURN_IF_ERROR(CompareLayouts(ns_.layout, info->layout, field + ".payload.layout",
+                                   /*check_tokens=*/false));
+    if (info->num_tokens > ns_.layout.tokens_per_block) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".payload holds ", info->num_tokens,
+                       " tokens but namespace tokens_per_block is ", ns_.layout.tokens_per_block));
+    }
+    if (info->codec == ns_.codec) return std::string_view();
+    if (info->codec != kv::CodecId::kFp16 && info->codec != kv::CodecId::kBf16) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".payload codec ", kv::CodecName(info->codec),
+                       " does not match namespace codec ", kv::CodecName(ns_.codec)));
+    }
+    // An unquantized blob for a quantized namespace: transcode it.
+    blk.data = storage::JoinPieces(blk.pieces);
+    blk.pieces.clear();
+    auto raw = kv::DecodeToString(kv::AsBytes(blk.data));
+    if (!raw.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".payload cannot be decoded: ", raw.status().message()));
+    }
+    blk.data = *std::move(raw);
+    return Reencode(i, kv::AsBytes(blk.data), field);
+  }
+
+  // Encodes raw bytes of block i in the namespace codec into blk.encoded (freeing
+  // blk.data) and returns it.
+  absl::StatusOr<std::string_view> Reencode(int i, std::span<const uint8_t> raw,
+                                            const std::string& field) {
+    Block& blk = blocks_[i];
+    kv::CodecOptions copts;
+    copts.keep_sinks = ns_.keep_sinks;
+    auto enc = kv::Encode(ns_.codec, ns_.layout, header_.blocks(i).block_index(), raw, copts);
+    if (!enc.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": cannot encode: ", enc.status().message()));
+    }
+    blk.encoded = std::move(*enc);
+    blk.data = std::string();
+    return std::string_view(blk.encoded);
+  }
+
+  ServiceContext* const ctx_;
+  storage::TieredStore* store_ = nullptr;
+  Caller caller_;
+  v1::PutHeader header_;
+  storage::NamespaceOptions ns_;
+  std::vector<Block> blocks_;
+  std::shared_ptr<ShmRegion> region_;  // header.shm_session's region: the blocks view it
+  uint64_t total_ = 0;                 // payload bytes declared by the header
+
+  friend absl::Status service::PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                                   const Caller& caller, v1::PutHeader header,
+                                                   v1::PutResponse* response);
+};
+
+// Client-streaming Put: header, then payload chunks. One read in flight; header
+// validation and the final transcode + store run on the executor.
+class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, private PutCore {
+ public:
+  PutReactor(ServiceContext* ctx, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
+      : PutCore(ctx), context_(context), response_(response), start_(NowMicros()) {
+    if (grpc::Status admit = Admit(ctx_, context, &store_, &caller_); !admit.ok()) {
+      Finish(admit);
+      return;
+    }
+    if (!ctx_->connection_puts.Acquire(context->peer(), ctx_->limits.max_puts_per_connection)) {
+      FinishAndRecord(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("put: this connection has max_puts_per_connection (",
+                       ctx_->limits.max_puts_per_connection, ") Put streams open")));
+      return;
+    }
+    peer_ = context->peer();
+    ctx_->put_budget.OpenStream(caller_.tenant);
+    if (ctx_->put_watchdog != nullptr) watch_ = ctx_->put_watchdog->Watch([this] { TimedOut(); });
+    ReadNext();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (watch_ != nullptr) watch_->StopWaiting();
+    // Lost the race with the watchdog: the call is finished already.
+    if (int waiting = kWaiting; !state_.compare_exchange_strong(waiting, kBusy)) return;
+    if (!ok) {
+      EndOfStream();
+      return;
+    }
+    if (!have_header_) {
+      v1::PutRequest req;
+      grpc::Status ps = grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req);
+      if (!ps.ok()) return Fail(absl::InvalidArgumentError("header: cannot parse PutRequest"));
+      if (!req.has_header()) {
+        return Fail(
+            absl::InvalidArgumentError("header: the first message of a Put must carry the header"));
+      }
+      have_header_ = true;
+      header_ = std::move(*req.mutable_header());
+      if (ctx_->namespaces.Find(header_.namespace_())) {
+        // Known namespace: validation is pure CPU on the header, no store call.
+        absl::Status s = Resolve();
+        if (s.ok()) s = StartPayloads();
+        if (!s.ok()) return Fail(s);
+        ReadNext();
+        return;
+      }
+      if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
+            absl::Status s = Resolve();
+            if (s.ok()) s = StartPayloads();
+            if (!s.ok()) return Fail(s);
+            ReadNext();
+          })) {
+        FinishAndRecord(BusyStatus());
+      }
+      return;
+    }
+    absl::Status s = ConsumeChunkMessage();
+    in_.Clear();
+    if (!s.ok()) return Fail(s);
+    ReadNext();
+  }
+
+  void OnDone() override {
+    if (watch_ != nullptr) watch_->Close();
+    if (!peer_.empty()) ctx_->connection_puts.Release(peer_);
+    ctx_->in_flight.fetch_sub(1);
+    Unref();
+  }
+
+ private:
+  // state_: kBusy while a reaction or executor task works on the stream, kWaiting while a
+  // read is outstanding (the watchdog may then finish the call), kFinished once Finish
+  // was called.
+  enum State : int { kBusy, kWaiting, kFinished };
+
+  // Waits for the client's next message.
+  void ReadNext() {
+    state_.store(kWaiting);
+    if (watch_ != nullptr) watch_->StartWaiting(PutWatchdog::NowMs());
+    StartRead(&in_);
+  }
+
+  // The watchdog saw no message for put_progress_timeout_ms.
+  void TimedOut() {
+    if (int waiting = kWaiting; !state_.compare_exchange_strong(waiting, kBusy)) return;
+    FinishAndRecord(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("put: no message from the client for put_progress_timeout_ms (",
+                     ctx_->put_watchdog->timeout_ms(), " ms); the stream is cancelled")));
+  }
+
+  // After a valid header: the payloads are in the region already, or come over UCX, or
+  // come in the stream's chunk messages.
+  absl::Status StartPayloads() {
+    if (region_ != nullptr) {
       received_ = total_;
       return absl::OkStatus();
     }
@@ -384,128 +525,15 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // Transcodes and stores every block on the executor, then answers.
   void ScheduleStore() {
     if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
-          absl::Status s = StoreAll();
+          v1::PutResponse resp;
+          absl::Status s = StoreAll(&resp);
+          if (s.ok()) s = SerializeResponse(resp, response_);
           if (!s.ok()) return Fail(s);
+          ReleaseBuffers();
           FinishAndRecord(grpc::Status::OK);
         })) {
       FinishAndRecord(BusyStatus());
     }
-  }
-
-  // Validates (and transcodes) every block, then stores them all.
-  absl::Status StoreAll() {
-    const int n = header_.blocks_size();
-    std::vector<storage::BlockPut> puts(n);
-    std::vector<std::vector<std::string>> extra_keys(n);  // viewed by puts[i].extra_keys
-    uint64_t bytes = 0;
-    v1::PutResponse resp;
-    resp.mutable_block_bytes_stored()->Reserve(n);
-    for (int i = 0; i < n; ++i) {
-      const v1::PutBlock& b = header_.blocks(i);
-      Block& blk = blocks_[i];
-      ASSIGN_OR_RETURN(std::string_view payload, PrepareBlock(i));
-      puts[i].key = b.key();
-      puts[i].parent_key = b.parent_key();
-      puts[i].block_index = b.block_index();
-      // Event-only fields: carried into the BlockStored event, never stored.
-      puts[i].token_ids = std::span<const uint32_t>(b.token_ids().data(), b.token_ids_size());
-      if (!b.lora_name().empty()) puts[i].lora_name = b.lora_name();
-      if (b.extra_keys_size() > 0) {
-        extra_keys[i].assign(b.extra_keys().begin(), b.extra_keys().end());
-        puts[i].extra_keys = extra_keys[i];
-      }
-      if (!payload.empty()) {
-        puts[i].payload = payload;
-        bytes += payload.size();
-      } else {
-        puts[i].pieces = blk.pieces;
-        bytes += blk.size;
-      }
-      resp.add_block_bytes_stored(payload.empty() ? blk.size : payload.size());
-    }
-    // At a tenant quota: RESOURCE_EXHAUSTED with ErrorDetail TENANT_QUOTA_EXHAUSTED.
-    RETURN_IF_ERROR(WithTenantQuotaDetail(store_->Put(ns_.name, puts)));
-    resp.set_blocks_stored(static_cast<uint32_t>(n));
-    resp.set_bytes_stored(bytes);
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::PutResponse>::Serialize(resp, response_, &own).ok()) {
-      return absl::InternalError("cannot serialize PutResponse");
-    }
-    ReleaseBuffers();
-    return absl::OkStatus();
-  }
-
-  // Makes block i storable in the namespace codec. Returns the contiguous blob to store,
-  // or an empty view when blk.pieces are stored as they are.
-  absl::StatusOr<std::string_view> PrepareBlock(int i) {
-    Block& blk = blocks_[i];
-    const std::string field = absl::StrCat("blocks[", i, "]");
-    const bool raw_codec = ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
-    if (header_.format() == v1::PAYLOAD_FORMAT_RAW && raw_codec) {
-      // fp16/bf16 store the raw bytes unchanged: put the codec header in front of them.
-      // (ValidateHeader checked the size; the layout is the registered one.)
-      const auto tokens = static_cast<uint32_t>(blk.size / ns_.layout.BytesPerToken());
-      blk.encoded.assign(kv::kEncodedHeaderBytes, '\0');
-      kv::EncodeRawHeader(ns_.codec, ns_.layout, tokens, tokens, blk.size,
-                          reinterpret_cast<uint8_t*>(blk.encoded.data()));
-      blk.pieces.insert(blk.pieces.begin(), blk.encoded);
-      blk.size += blk.encoded.size();
-      return std::string_view();
-    }
-    if (header_.format() == v1::PAYLOAD_FORMAT_RAW) {
-      blk.data = storage::JoinPieces(blk.pieces);
-      blk.pieces.clear();
-      return Reencode(i, kv::AsBytes(blk.data), field);
-    }
-    auto info = storage::ParsePiecesHeader(blk.pieces);
-    if (!info.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".payload is not a valid encoded block: ", info.status().message()));
-    }
-    if (info->encoded_bytes != blk.size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".payload header says ", info->encoded_bytes, " bytes but size is ", blk.size));
-    }
-    RETURN_IF_ERROR(CompareLayouts(ns_.layout, info->layout, field + ".payload.layout",
-                                   /*check_tokens=*/false));
-    if (info->num_tokens > ns_.layout.tokens_per_block) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(field, ".payload holds ", info->num_tokens,
-                       " tokens but namespace tokens_per_block is ", ns_.layout.tokens_per_block));
-    }
-    if (info->codec == ns_.codec) return std::string_view();
-    if (info->codec != kv::CodecId::kFp16 && info->codec != kv::CodecId::kBf16) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(field, ".payload codec ", kv::CodecName(info->codec),
-                       " does not match namespace codec ", kv::CodecName(ns_.codec)));
-    }
-    // An unquantized blob for a quantized namespace: transcode it.
-    blk.data = storage::JoinPieces(blk.pieces);
-    blk.pieces.clear();
-    auto raw = kv::DecodeToString(kv::AsBytes(blk.data));
-    if (!raw.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".payload cannot be decoded: ", raw.status().message()));
-    }
-    blk.data = *std::move(raw);
-    return Reencode(i, kv::AsBytes(blk.data), field);
-  }
-
-  // Encodes raw bytes of block i in the namespace codec into blk.encoded (freeing
-  // blk.data) and returns it.
-  absl::StatusOr<std::string_view> Reencode(int i, std::span<const uint8_t> raw,
-                                            const std::string& field) {
-    Block& blk = blocks_[i];
-    kv::CodecOptions copts;
-    copts.keep_sinks = ns_.keep_sinks;
-    auto enc = kv::Encode(ns_.codec, ns_.layout, header_.blocks(i).block_index(), raw, copts);
-    if (!enc.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": cannot encode: ", enc.status().message()));
-    }
-    blk.encoded = std::move(*enc);
-    blk.data = std::string();
-    return std::string_view(blk.encoded);
   }
 
   void ReleaseBuffers() {
@@ -537,22 +565,14 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     Finish(s);
   }
 
-  ServiceContext* const ctx_;
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer* const response_;
   const int64_t start_;
-  storage::TieredStore* store_ = nullptr;
-  Caller caller_;
   grpc::ByteBuffer in_;
   bool have_header_ = false;
-  v1::PutHeader header_;
-  storage::NamespaceOptions ns_;
-  std::vector<Block> blocks_;
   std::deque<grpc::Slice> held_;   // received message slices the blocks' pieces view
   std::deque<std::string> owned_;  // chunks of messages that took the parsing path
-  std::shared_ptr<ShmRegion> region_;  // header.shm_session's region: the blocks view it
   size_t cur_ = 0;                 // block receiving bytes
-  uint64_t total_ = 0;             // payload bytes declared by the header
   uint64_t received_ = 0;          // payload bytes received
   std::atomic<int> state_{kBusy};
   std::shared_ptr<PutWatch> watch_;  // null without a watchdog
@@ -572,6 +592,22 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
                                                     grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response) {
   return new PutReactor(ctx, context, response);
+}
+
+absl::Status PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                 const Caller& caller, v1::PutHeader header,
+                                 v1::PutResponse* response) {
+  if (header.shm_session().empty()) {
+    return absl::InvalidArgumentError(
+        "header.shm_session is empty: a Put over the shared-memory socket carries its "
+        "payloads in the session's region");
+  }
+  PutCore core(ctx);
+  core.store_ = store;
+  core.caller_ = caller;
+  core.header_ = std::move(header);
+  RETURN_IF_ERROR(core.Resolve());
+  return core.StoreAll(response);
 }
 
 }  // namespace kvtier::service

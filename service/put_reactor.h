@@ -8,7 +8,9 @@
 #ifndef KVTIER_SERVICE_PUT_REACTOR_H_
 #define KVTIER_SERVICE_PUT_REACTOR_H_
 
+#include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "service/auth.h"
 #include "service/kv_cache_service.h"
 
 namespace kvtier::service {
@@ -23,6 +25,14 @@ namespace kvtier::service {
 grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
                                                     grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response);
+
+// The same Put arriving as a frame on the shared-memory socket (service/shm_calls.h): the
+// header alone, its payloads in header.shm_session's region. Runs inline on the calling
+// thread with the same checks, errors and store step as StartPut's; INVALID_ARGUMENT if
+// header.shm_session is empty. Fills *response on success.
+absl::Status PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                 const Caller& caller, v1::PutHeader header,
+                                 v1::PutResponse* response);
 
 }  // namespace kvtier::service
 

@@ -84,8 +84,10 @@ absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
 
 absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
                                                           const std::string& session,
-                                                          std::string_view field) {
+                                                          std::string_view field,
+                                                          const Caller& caller) {
   std::shared_ptr<ShmRegion> region = ctx.shm == nullptr ? nullptr : ctx.shm->Find(session);
+  if (region != nullptr) ctx.shm->Bind(session, caller);
   if (region == nullptr) {
     return protocol::WithErrorDetail(
         absl::FailedPreconditionError(absl::StrCat(

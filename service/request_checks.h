@@ -47,12 +47,15 @@ absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
                                                         const std::string& name,
                                                         const Caller& caller);
 
-// The region of the shared-memory session named in request field `field`.
+// The region of the shared-memory session named in request field `field`, which this
+// call (as `caller`) binds to its identity when it has none yet (ShmServer::Bind: its
+// socket calls then run as that caller).
 // FAILED_PRECONDITION with ErrorDetail{SHM_SESSION_UNKNOWN, field} when the server has no
 // such session (the client then sends the payloads in the stream).
 absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
                                                           const std::string& session,
-                                                          std::string_view field);
+                                                          std::string_view field,
+                                                          const Caller& caller);
 
 // FAILED_PRECONDITION "<field>.<name> is <got> but namespace layout has <want>" naming
 // the first field of `got` that differs from `want` (kv::FirstDifference).

@@ -16,6 +16,7 @@
 #include "grpcpp/resource_quota.h"
 #include "protocol/tls.h"
 #include "service/config.h"
+#include "service/shm_calls.h"
 #include "storage/write_back.h"
 
 namespace kvtier::service {
@@ -220,6 +221,7 @@ absl::Status KvtierServer::StartShm() {
   options.max_region_bytes = config_.shm_max_region_bytes();
   options.max_sessions = config_.shm_max_sessions();
   options.socket_path = config_.shm_socket();
+  options.serve_frame = [ctx = &ctx_](std::string_view frame) { return ServeShmFrame(ctx, frame); };
   const bool derived = options.socket_path.empty();
   if (derived) {
     std::error_code ec;

@@ -110,7 +110,58 @@ ShmServer::~ShmServer() {
 std::shared_ptr<ShmRegion> ShmServer::Find(std::string_view session) const {
   common::MutexLock lock(&mu_);
   auto it = sessions_.find(Sv(session));
-  return it == sessions_.end() ? nullptr : it->second;
+  return it == sessions_.end() ? nullptr : it->second.region;
+}
+
+void ShmServer::Bind(std::string_view session, const Caller& caller) {
+  common::MutexLock lock(&mu_);
+  auto it = sessions_.find(Sv(session));
+  if (it != sessions_.end() && !it->second.caller.has_value()) it->second.caller = caller;
+}
+
+std::optional<Caller> ShmServer::BoundCaller(std::string_view session) const {
+  common::MutexLock lock(&mu_);
+  auto it = sessions_.find(Sv(session));
+  return it == sessions_.end() ? std::nullopt : it->second.caller;
+}
+
+bool ShmServer::StartsWithFrame(int conn) {
+  char magic[sizeof(shm::kFrameMagic)] = {};
+  ssize_t got;
+  do {
+    got = recv(conn, magic, sizeof(magic), MSG_PEEK | MSG_DONTWAIT);
+  } while (got < 0 && errno == EINTR);
+  return got == static_cast<ssize_t>(sizeof(magic)) &&
+         std::memcmp(magic, shm::kFrameMagic, sizeof(magic)) == 0;
+}
+
+void ShmServer::StartCallConnection(int conn) {
+  // Reap the threads of connections that ended.
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      close(it->fd);
+      it = calls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!options_.serve_frame || calls_.size() >= options_.max_call_connections) {
+    close(conn);
+    return;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, conn, done] {
+    std::string buffer;
+    for (;;) {
+      absl::StatusOr<std::string_view> frame = shm::ReceiveFrame(conn, &buffer);
+      if (!frame.ok()) break;
+      const std::string reply = options_.serve_frame(*frame);
+      if (!shm::SendMessage(conn, reply.data(), reply.size()).ok()) break;
+    }
+    done->store(true);
+  });
+  calls_.push_back({conn, std::move(t), std::move(done)});
 }
 
 size_t ShmServer::session_count() const {
@@ -153,7 +204,7 @@ std::string ShmServer::Serve(int conn) {
   {
     // Registered before the reply goes out: the client may use it at once.
     common::MutexLock lock(&mu_);
-    sessions_[session] = std::move(region);
+    sessions_[session] = Session{std::move(region), std::nullopt};
   }
   const absl::Status sent = shm::SendMessage(conn, &reply, sizeof(reply), fd);
   close(fd);  // the mapping keeps the memory; the client has its own descriptor
@@ -192,6 +243,10 @@ void ShmServer::Loop() {
         kept.push_back(std::move(c));
         continue;
       }
+      if (c.session.empty() && (ev & POLLIN) != 0 && StartsWithFrame(c.fd)) {
+        StartCallConnection(c.fd);  // the connection is its thread's now
+        continue;
+      }
       if (c.session.empty() && (ev & POLLIN) != 0) {
         c.session = Serve(c.fd);
         if (!c.session.empty()) {
@@ -220,6 +275,13 @@ void ShmServer::Loop() {
     }
   }
   for (const Conn& c : conns) close(c.fd);
+  // Wake the call threads (a blocked receive returns EOF) and wait for them.
+  for (CallConnection& c : calls_) shutdown(c.fd, SHUT_RDWR);
+  for (CallConnection& c : calls_) {
+    c.thread.join();
+    close(c.fd);
+  }
+  calls_.clear();
   common::MutexLock lock(&mu_);
   sessions_.clear();
 }

@@ -2,9 +2,9 @@
 // protocol/shm_wire.h). It listens on a Unix socket; each connection may ask once for a
 // region, gets a sealed memfd of that size (mapped here too) and a random 16-byte session
 // id, and keeps the session for as long as the connection stays open. Put and Get
-// (service/put_reactor.cc, service/get_reactor.cc) resolve PutHeader.shm_session / GetRequest.shm_session
-// with Find() and copy between the region and the store: one server-side copy per block,
-// no socket copies.
+// (service/put_reactor.cc, service/get_reactor.cc) resolve PutHeader.shm_session /
+// GetRequest.shm_session with Find() and copy between the region and the store: one server-side
+// copy per block, no socket copies.
 //
 // Safety: the client can write the region at any time, so the server treats region
 // bytes as untrusted input (a Put copies them into the hot tier before the store
@@ -12,19 +12,30 @@
 // (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), so a client cannot truncate it under the
 // server's mapping. Who may connect is decided by the socket file's mode (0660) and its
 // directory.
+//
+// Calls over the socket (protocol/shm_wire.h frames): a connection that starts with a
+// frame instead of a ShmRequest is served on a thread of its own, one frame at a time,
+// by ShmServerOptions::serve_frame, inline (no executor hand-off): concurrency is the
+// number of such connections (a client keeps a few). A session carries the identity of
+// the first authenticated gRPC call that named it (Bind), which is what its socket calls
+// run as: the socket itself authenticates nobody.
 #ifndef KVTIER_SERVICE_SHM_SERVER_H_
 #define KVTIER_SERVICE_SHM_SERVER_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "service/auth.h"
 
 namespace kvtier::service {
 
@@ -50,6 +61,11 @@ struct ShmServerOptions {
   std::string socket_path;               // created (an old socket file is replaced)
   uint64_t max_region_bytes = 1ull << 30;
   uint32_t max_sessions = 64;
+  uint32_t max_call_connections = 256;  // connections carrying frames, all sessions
+  // Answers one request frame with its reply frame (both whole messages). Called on the
+  // connection's own thread, concurrently for different connections. Null: connections
+  // that send frames are closed.
+  std::function<std::string(std::string_view frame)> serve_frame;
 };
 
 // Thread-safe.
@@ -64,6 +80,11 @@ class ShmServer {
 
   // The region of a live session, or null (unknown or closed session).
   std::shared_ptr<ShmRegion> Find(std::string_view session) const;
+  // Records `caller` as the identity of `session` unless it has one already (a no-op for
+  // an unknown session).
+  void Bind(std::string_view session, const Caller& caller);
+  // The identity Bind recorded for `session`, or nullopt (unbound or unknown).
+  std::optional<Caller> BoundCaller(std::string_view session) const;
 
   const std::string& socket_path() const { return options_.socket_path; }
   // 16 random bytes, fixed for this server's lifetime.
@@ -76,6 +97,20 @@ class ShmServer {
   void Loop();
   // Answers one request on `conn`; returns the new session id (empty if refused).
   std::string Serve(int conn);
+  // True if the next message on `conn` is a call frame rather than a ShmRequest.
+  static bool StartsWithFrame(int conn);
+  // Serves `conn`'s frames on a thread of its own until it closes (or the server stops).
+  void StartCallConnection(int conn);
+
+  struct Session {
+    std::shared_ptr<ShmRegion> region;
+    std::optional<Caller> caller;  // set by Bind
+  };
+  struct CallConnection {
+    int fd;
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
 
   const ShmServerOptions options_;
   std::string instance_id_;
@@ -83,7 +118,8 @@ class ShmServer {
   int wake_fd_ = -1;  // eventfd: ends Loop()
   std::thread thread_;
   mutable common::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<ShmRegion>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<CallConnection> calls_;  // used by the accept thread only
 };
 
 }  // namespace kvtier::service

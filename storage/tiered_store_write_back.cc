@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "storage/tiered_store_impl.h"
@@ -36,9 +37,14 @@ void TieredStoreImpl::CountDebtLocked(BlockId id, bool was_unflushed) {
     ns.unflushed_bytes += e.payload_bytes;
     unflushed_fifo_.push_back(id);
     if (unflushed_fifo_.size() > 2 * unflushed_blocks_ + 1024) {
-      // Mostly stale ids (flushed or demoted since): keep the live ones, in order.
-      std::erase_if(unflushed_fifo_, [this](BlockId i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return !Unflushed(index_.at(i));  // mu_ is held
+      // Mostly stale ids (flushed or demoted since) and repeats (a block flushed, then
+      // put again, is queued again while its old entry looks live too): keep the first
+      // entry of each live id, in order, so the queue shrinks to at most unflushed_blocks_
+      // and this pass stays amortized O(1) per put.
+      absl::flat_hash_set<BlockId> seen;
+      seen.reserve(unflushed_blocks_);
+      std::erase_if(unflushed_fifo_, [this, &seen](BlockId i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !Unflushed(index_.at(i)) || !seen.insert(i).second;  // mu_ is held
       });
     }
     if (FlusherEnabled(options_) && DebtAboveLocked(3, 4)) flush_cv_.Signal();

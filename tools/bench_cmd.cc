@@ -68,6 +68,8 @@ constexpr char kBenchUsage[] =
     "  --grpc-window SIZE, --grpc-frame SIZE, --grpc-read-chunk SIZE\n"
     "                      HTTP/2 stream window, max frame, min socket read (0 = gRPC default)\n"
     "  --no-shm            never use the same-node shared-memory path (payloads over TCP)\n"
+    "  --no-shm-socket     shared-memory calls as gRPC streams, not frames on the shm socket\n"
+    "                      (ClientOptions::shared_memory_socket_calls = false; for A/B)\n"
     "  --ucx               payloads over the server's UCX data path (ucx.enabled), even on\n"
     "                      its host; transports from UCX_TLS (default: off, gRPC streams)\n"
     "  --coalesce-us US, --coalesce-bytes SIZE\n"
@@ -608,6 +610,7 @@ absl::Status Bench(const cli::Flags& flags) {
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
     options.shared_memory = !flags.Has("no-shm");
+    options.shared_memory_socket_calls = !flags.Has("no-shm-socket");
     options.ucx = flags.Has("ucx");
     options.ucx_over_shared_memory = flags.Has("ucx");
     // Room for every thread's put staging, get staging and SharedBuffers at once.
@@ -692,6 +695,10 @@ absl::Status Bench(const cli::Flags& flags) {
                                              static_cast<int>(batch), progress, server_pid));
     PrintResult(r, target, system, w.payload.size(), backends.size(), json);
   }
+  if (!redis && client->uses_shared_memory()) {
+    std::fprintf(stderr, "kvtier bench: %llu calls over the shm socket\n",
+                 static_cast<unsigned long long>(client->shared_memory_socket_calls()));
+  }
   return absl::OkStatus();
 }
 
@@ -699,7 +706,8 @@ absl::Status Bench(const cli::Flags& flags) {
 
 int RunBench(int argc, char** argv) {
   cli::Flags flags = cli::Flags::Parse(
-      argc, argv, 1, {"json", "redis-raw-get", "no-shm", "ucx", "shared-buffers", "tls", "help"});
+      argc, argv, 1,
+      {"json", "redis-raw-get", "no-shm", "no-shm-socket", "ucx", "shared-buffers", "tls", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
@@ -707,7 +715,8 @@ int RunBench(int argc, char** argv) {
   absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
-                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm", "ucx",
+                                         "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
+                                         "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "json", "help"});

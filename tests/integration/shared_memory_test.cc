@@ -1,8 +1,17 @@
 // The same-node shared-memory data path end to end: a real kvtierd process, the real
 // Client (client/client.h) and raw stub calls for malformed requests.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -11,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "protocol/shm_wire.h"
 #include "storage/kv/codec.h"
 #include "tests/integration/sequences.h"
 #include "tests/testing/layouts.h"
@@ -143,9 +153,29 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   EXPECT_EQ(small.status().code(), absl::StatusCode::kOutOfRange) << small.status();
   EXPECT_THAT(std::string(small.status().message()), HasSubstr("shm_destinations[0]"));
   EXPECT_TRUE(shm->uses_shared_memory());
+  EXPECT_GT(shm->shared_memory_socket_calls(), 0u);  // the calls went as socket frames
   auto stats = tcp->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->shm_sessions(), 1u);  // `shm`'s; `tcp` has none
+}
+
+// The same round trip with the socket calls off: the gRPC streams naming the region.
+TEST_F(SharedMemoryTest, WithSocketCallsOffTheRegionGoesOverGrpcStreams) {
+  ClientOptions o;
+  o.server = server_->address();
+  o.namespace_spec = Spec("fp16");
+  o.shared_memory_socket_calls = false;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->uses_shared_memory());
+  const Sequence c = MakeSequence("fp16", kLayout, 3, 17);
+  ASSERT_TRUE((*client)->PutBlocks("fp16", c.blocks).ok());
+  std::vector<std::string> bufs(3, std::string(c.encoded[0].size(), '\0'));
+  std::vector<std::span<uint8_t>> spans;
+  for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  ASSERT_TRUE((*client)->GetBlocksInto("fp16", c.keys, spans).ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(bufs[i], c.encoded[i]) << i;
+  EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
 }
 
 // Calls whose payloads or buffers do not fit the region go over TCP, and still round-trip.
@@ -199,6 +229,7 @@ TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
     EXPECT_EQ(got[i], (*want)[i].data) << i;  // the same decoded fp16 either way
     EXPECT_NE(got[i], c.raw[i]);               // and really quantized
   }
+  EXPECT_GT(shm->shared_memory_socket_calls(), 0u);
 }
 
 class RawCalls : public SharedMemoryTest {
@@ -235,6 +266,24 @@ class RawCalls : public SharedMemoryTest {
     return r->Finish();
   }
 
+  // Sends `request` as a socket frame on `region` and checks it gets `want`'s code and
+  // message.
+  static void ExpectSameOverSocket(SharedRegion& region, protocol::shm::FrameOp op,
+                                   const google::protobuf::Message& request,
+                                   const grpc::Status& want) {
+    auto reply = region.Call(op, request.SerializeAsString(), 0);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->code, static_cast<int>(want.error_code())) << reply->message;
+    EXPECT_EQ(reply->message, want.error_message());
+    EXPECT_EQ(reply->details, want.error_details());
+  }
+  static void ExpectSamePutOverSocket(SharedRegion& region, const v1::PutHeader& h,
+                                      const grpc::Status& want) {
+    v1::PutRequest req;
+    *req.mutable_header() = h;
+    ExpectSameOverSocket(region, protocol::shm::FrameOp::kPut, req, want);
+  }
+
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KvCache::Stub> kv_;
 };
@@ -267,6 +316,7 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   grpc::Status s = PutHeaderOnly(h);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("header.blocks[0].shm_offset"));
+  ExpectSamePutOverSocket(**region, h, s);
 
   b->set_shm_offset(0);
   s = PutHeaderOnly(h, /*add_chunk=*/true);
@@ -276,11 +326,26 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   s = PutHeaderOnly(h);  // the garbage is not a valid encoded block
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("blocks[0].payload"));
+  ExpectSamePutOverSocket(**region, h, s);
+
+  for (const char* ns : {"", "no-such-namespace"}) {  // NOT_FOUND / INVALID_ARGUMENT
+    v1::PutHeader bad = h;
+    bad.set_namespace_(ns);
+    s = PutHeaderOnly(bad);
+    EXPECT_FALSE(s.ok());
+    ExpectSamePutOverSocket(**region, bad, s);
+  }
+  v1::PutHeader wrong_size = h;
+  wrong_size.set_format(v1::PAYLOAD_FORMAT_RAW);
+  s = PutHeaderOnly(wrong_size);
+  EXPECT_THAT(s.error_message(), HasSubstr("header.blocks[0].size"));
+  ExpectSamePutOverSocket(**region, wrong_size, s);
 
   h.set_shm_session(std::string(16, 'q'));
   s = PutHeaderOnly(h);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("header.shm_session"));
+  ExpectSamePutOverSocket(**region, h, s);  // with its SHM_SESSION_UNKNOWN detail
 
   v1::GetRequest g;
   g.set_namespace_("fp16");
@@ -290,18 +355,27 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   s = GetHeaderOnly(g, &gh);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("shm_destinations: 0 ranges for 1 keys"));
+  ExpectSameOverSocket(**region, protocol::shm::FrameOp::kGet, g, s);
   v1::ShmRange* d = g.add_shm_destinations();
   d->set_offset(1 << 20);
   d->set_capacity(1);
   s = GetHeaderOnly(g, &gh);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("shm_destinations[0]"));
+  ExpectSameOverSocket(**region, protocol::shm::FrameOp::kGet, g, s);
   d->set_offset(0);
   d->set_capacity(c.encoded[0].size());
   g.set_shm_session(std::string(16, 'q'));
   s = GetHeaderOnly(g, &gh);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("shm_session"));
+  ExpectSameOverSocket(**region, protocol::shm::FrameOp::kGet, g, s);
+  v1::GetRequest no_session = g;
+  no_session.clear_shm_session();  // over the socket, payloads must go to a region
+  auto reply = (*region)->Call(protocol::shm::FrameOp::kGet, no_session.SerializeAsString(), 0);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->code, static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(reply->message, HasSubstr("shm_session is empty"));
 
   // The stored block is unchanged, and a well-formed shared-memory Get delivers it.
   g.set_shm_session((*region)->session());
@@ -311,6 +385,80 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   ASSERT_TRUE(gh.blocks(0).found());
   EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, gh.blocks(0).size()),
             c.encoded[0]);
+  std::memset((*region)->base(), 0, c.encoded[0].size());
+  reply = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->code, 0) << reply->message;
+  EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, c.encoded[0].size()), c.encoded[0]);
+}
+
+// A client that dies right after sending a Put frame: the frame is one message, so the
+// server has all of it or none of it; here it has it, stores every block whole and stays
+// up for the next call.
+TEST_F(RawCalls, AClientKilledMidCallLeavesNothingPartial) {
+  auto client = Connect("fp16");
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->PutBlocks("fp16", MakeSequence("fp16", kLayout, 1, 20).blocks).ok());
+  v1::StatsResponse stats;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(v1::KvCacheAdmin::NewStub(channel_)->Stats(&ctx, {}, &stats).ok());
+  }
+  auto region = SharedRegion::Open(stats.shared_memory().socket_path(), 1 << 20,
+                                   stats.shared_memory().instance_id());
+  ASSERT_TRUE(region.ok()) << region.status();
+  const Sequence c = MakeSequence("fp16", kLayout, 4, 21);
+  v1::PutRequest req;
+  v1::PutHeader* h = req.mutable_header();
+  h->set_namespace_("fp16");
+  h->set_shm_session((*region)->session());
+  uint64_t at = 0;
+  for (size_t i = 0; i < c.encoded.size(); ++i) {
+    std::memcpy((*region)->base() + at, c.encoded[i].data(), c.encoded[i].size());
+    v1::PutBlock* b = h->add_blocks();
+    b->set_key(c.keys[i]);
+    b->set_size(c.encoded[i].size());
+    b->set_shm_offset(at);
+    at += c.encoded[i].size();
+  }
+  protocol::shm::FrameHeader fh{};
+  std::memcpy(fh.magic, protocol::shm::kFrameMagic, sizeof(fh.magic));
+  fh.op = static_cast<uint32_t>(protocol::shm::FrameOp::kPut);
+  std::string frame(reinterpret_cast<const char*>(&fh), sizeof(fh));
+  frame += req.SerializeAsString();
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string& path = stats.shared_memory().socket_path();
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // only syscalls here: send the frame, then die without the reply
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(2);
+    if (send(fd, frame.data(), frame.size(), 0) != static_cast<ssize_t>(frame.size())) _exit(3);
+    raise(SIGKILL);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(wstatus)) << "the child failed before sending: " << wstatus;
+  // The server finishes the call it received; wait for it (the outcome, not its speed, is
+  // what is checked: each block is either absent or whole, and in the end all are there).
+  size_t found = 0;
+  for (int attempt = 0; attempt < 500 && found < c.keys.size(); ++attempt) {
+    auto got = client->GetBlocks("fp16", c.keys);
+    ASSERT_TRUE(got.ok()) << got.status();
+    found = 0;
+    for (size_t i = 0; i < c.keys.size(); ++i) {
+      if (!(*got)[i].info.found()) continue;
+      EXPECT_EQ((*got)[i].data, c.encoded[i]) << i;
+      ++found;
+    }
+    if (found < c.keys.size()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(found, c.keys.size());
+  auto again = (*region)->Call(protocol::shm::FrameOp::kPut, req.SerializeAsString(), 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->code, 0) << again->message;
 }
 
 TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
@@ -319,6 +467,7 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   ASSERT_TRUE(client->uses_shared_memory());
   const Sequence c = MakeSequence("fp16", kLayout, 2, 14);
   ASSERT_TRUE(client->PutBlocks("fp16", std::span(c.blocks).first(1)).ok());
+  EXPECT_EQ(client->shared_memory_socket_calls(), 1u);
 
   const int port = server_->port();
   auto code = server_->Terminate();
@@ -336,6 +485,60 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   ASSERT_TRUE(infos.ok()) << infos.status();
   EXPECT_EQ(bufs[0], c.encoded[0]);  // persisted across the restart
   EXPECT_EQ(bufs[1], c.encoded[1]);
+  EXPECT_EQ(client->shared_memory_socket_calls(), 1u);  // the socket died with the server
+
+  // A new client gets a new session, and its calls take the socket again.
+  auto fresh = Connect("fp16");
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(fresh->uses_shared_memory());
+  auto again = fresh->GetBlocksInto("fp16", c.keys, spans);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(bufs[1], c.encoded[1]);
+  EXPECT_GT(fresh->shared_memory_socket_calls(), 0u);
+}
+
+// With tokens on, a session's socket calls run as the identity of the first gRPC call
+// that named it; before that they are refused, and the client falls back to gRPC.
+TEST_F(SharedMemoryTest, WithAuthAnUnboundSessionIsRefusedOverTheSocket) {
+  std::ofstream(dir_.Sub("auth.textproto"))
+      << "tenants { tenant: \"team-a\" token_sha256: "
+         "\"a70bf50e531ce1a817561f2f5d5b6645d4e806becf58ccc5e8cf6b8045a090a8\" }\n";  // token-a
+  ASSERT_TRUE(server_->Terminate().ok());
+  StartServer(testing::PickFreePort(), {"--config", dir_.Sub("auth.textproto")});
+  ClientOptions o;
+  o.server = server_->address();
+  o.auth_token = "token-a";
+  o.namespace_spec = testing::NamespaceSpecOf("fp16", kLayout, v1::CODEC_FP16, "team-a");
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->uses_shared_memory());
+
+  // A region opened by hand: no gRPC call has named its session.
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  auto region = SharedRegion::Open(stats->shared_memory().socket_path(), 1 << 20,
+                                   stats->shared_memory().instance_id());
+  ASSERT_TRUE(region.ok()) << region.status();
+  v1::GetRequest g;
+  g.set_namespace_("fp16");
+  g.add_keys(std::string(32, 'k'));
+  g.set_shm_session((*region)->session());
+  v1::ShmRange* d = g.add_shm_destinations();
+  d->set_capacity(4096);
+  auto reply = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->code, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
+  EXPECT_THAT(reply->message, HasSubstr("no authenticated gRPC call has used yet"));
+
+  // The client's first call binds its session over gRPC; the next ones take the socket.
+  const Sequence c = MakeSequence("fp16", kLayout, 2, 22);
+  ASSERT_TRUE((*client)->PutBlocks("fp16", std::span(c.blocks).first(1)).ok());
+  EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
+  ASSERT_TRUE((*client)->PutBlocks("fp16", std::span(c.blocks).subspan(1)).ok());
+  EXPECT_EQ((*client)->shared_memory_socket_calls(), 1u);
+  auto got = (*client)->GetBlocks("fp16", c.keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ((*got)[i].data, c.encoded[i]) << i;
 }
 
 TEST_F(SharedMemoryTest, ASocketOfAnotherServerIsNotUsed) {

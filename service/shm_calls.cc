@@ -1,0 +1,122 @@
+#include "service/shm_calls.h"
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "protocol/error_detail.h"
+#include "protocol/shm_wire.h"
+#include "service/admission.h"
+#include "service/get_reactor.h"
+#include "service/put_reactor.h"
+#include "service/request_checks.h"
+
+namespace kvtier::service {
+namespace {
+
+namespace shm = ::kvtier::protocol::shm;
+
+// The caller a frame naming `session` runs as, or why it may not run.
+absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::string& session,
+                                     std::string_view field) {
+  if (!ctx.auth.enabled()) return Caller{};
+  std::optional<Caller> bound = ctx.shm->BoundCaller(session);
+  if (bound.has_value()) return *std::move(bound);
+  // An unknown session says so (the client then falls back as over gRPC).
+  RETURN_IF_ERROR(FindShmSession(ctx, session, field, Caller{}).status());
+  return absl::UnauthenticatedError(
+      absl::StrCat(Sv(field),
+                   " names a shared-memory session no authenticated gRPC call has used yet: "
+                   "its first Put or Get goes over gRPC, with the token or certificate"));
+}
+
+absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::FrameHeader& h,
+                   std::string_view body, std::string* response) {
+  if (h.deadline_unix_ms != 0 && std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                         .count() > h.deadline_unix_ms) {
+    return absl::DeadlineExceededError("the call's deadline passed before the server read it");
+  }
+  if (h.op == static_cast<uint32_t>(shm::FrameOp::kPut)) {
+    v1::PutRequest req;
+    if (!req.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      return absl::InvalidArgumentError("header: cannot parse PutRequest");
+    }
+    if (!req.has_header()) {
+      return absl::InvalidArgumentError("header: the first message of a Put must carry the header");
+    }
+    ASSIGN_OR_RETURN(Caller caller,
+                     SessionCaller(*ctx, req.header().shm_session(), "header.shm_session"));
+    v1::PutResponse resp;
+    RETURN_IF_ERROR(
+        PutFromSharedMemory(ctx, store, caller, std::move(*req.mutable_header()), &resp));
+    resp.AppendToString(response);
+    return absl::OkStatus();
+  }
+  if (h.op == static_cast<uint32_t>(shm::FrameOp::kGet)) {
+    v1::GetRequest req;
+    if (!req.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      return absl::InvalidArgumentError("request: cannot parse GetRequest");
+    }
+    ASSIGN_OR_RETURN(Caller caller, SessionCaller(*ctx, req.shm_session(), "shm_session"));
+    v1::GetResponse resp;
+    RETURN_IF_ERROR(GetFromSharedMemory(ctx, store, caller, std::move(req), &resp));
+    resp.AppendToString(response);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("frame: op ", h.op, " is unknown"));
+}
+
+}  // namespace
+
+std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame) {
+  const int64_t start = NowMicros();
+  shm::FrameHeader h{};
+  absl::Status s;
+  std::string body;
+  if (frame.size() < sizeof(h)) {
+    s = absl::InvalidArgumentError("frame: shorter than its header");
+  } else {
+    std::memcpy(&h, frame.data(), sizeof(h));
+    if (std::memcmp(h.magic, shm::kFrameMagic, sizeof(h.magic)) != 0) {
+      s = absl::InvalidArgumentError("frame: bad magic");
+    }
+  }
+  const bool is_get = h.op == static_cast<uint32_t>(shm::FrameOp::kGet);
+  if (s.ok()) {
+    storage::TieredStore* store = nullptr;
+    s = AdmitToStore(ctx, &store);
+    if (s.ok()) s = Serve(ctx, store, h, frame.substr(sizeof(h)), &body);
+    ctx->in_flight.fetch_sub(1);
+  }
+  ctx->metrics.Record(is_get ? Op::kGet : Op::kPut, NowMicros() - start, s.ok());
+  const grpc::Status g = protocol::ToGrpcStatus(s);
+  shm::ReplyHeader r{};
+  std::memcpy(r.magic, shm::kFrameMagic, sizeof(r.magic));
+  r.code = static_cast<int32_t>(g.error_code());
+  r.request_id = h.request_id;
+  r.message_bytes = static_cast<uint32_t>(g.error_message().size());
+  r.details_bytes = static_cast<uint32_t>(g.error_details().size());
+  std::string reply(reinterpret_cast<const char*>(&r), sizeof(r));
+  reply.reserve(sizeof(r) + r.message_bytes + r.details_bytes + body.size());
+  reply += g.error_message();
+  reply += g.error_details();
+  reply += body;
+  if (reply.size() > shm::kMaxFrameBytes) {
+    // The call ran (a Get's blocks are in the region), but its answer does not fit a
+    // frame: UNAVAILABLE, which the client redoes over gRPC.
+    r.code = static_cast<int32_t>(grpc::StatusCode::UNAVAILABLE);
+    const std::string text =
+        absl::StrCat("the reply of ", reply.size(), " bytes exceeds the socket's frame limit");
+    r.message_bytes = static_cast<uint32_t>(text.size());
+    r.details_bytes = 0;
+    reply.assign(reinterpret_cast<const char*>(&r), sizeof(r));
+    reply += text;
+  }
+  return reply;
+}
+
+}  // namespace kvtier::service
