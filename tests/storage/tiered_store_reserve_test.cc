@@ -1,6 +1,7 @@
 // TieredStore::ReservePut + BlockPut::reservation: a payload written straight into its
 // reserved room is stored bit-exactly without a copy (hot, or cold when the hot tier had
-// no room); an unused reservation gives its room back; a reservation whose bytes are not
+// no room); an unused reservation gives its room back (hot room and tenant hot quota);
+// a reservation whose bytes are not
 // a valid block, of another namespace, or used twice is refused and changes nothing.
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/tenant_quota.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
 
@@ -97,6 +99,27 @@ TEST_F(TieredStoreReserveTest, ReservationGoesColdWhenTheHotTierHasNoRoom) {
   auto ref = store->Get("ns", KeyOf(3, 0));
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(RefBytes(*ref), payload);
+}
+
+TEST_F(TieredStoreReserveTest, ReservationsCountAgainstTheTenantsHotQuota) {
+  const std::string payload = MakePayload(SmallLayout(), 0, 17);
+  StoreOptions o = Options();
+  o.tenant_quotas.push_back(TenantQuota{"a", payload.size(), 0, 0});  // one block hot
+  auto store = Open(o);
+  NamespaceOptions ns = SmallNamespace();
+  ns.tenant = "a";
+  ASSERT_TRUE(store->RegisterNamespace(ns).ok());
+  auto first = Reserve(store.get(), payload);
+  ASSERT_NE(first, nullptr);
+  // The quota is held by the reservation, and no block of the tenant can make room.
+  auto second = store->ReservePut("ns", "", payload.size());
+  EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
+  EXPECT_EQ(ExhaustedQuotaName(second.status()), "hot_bytes");
+  first.reset();  // gives the quota back
+  auto third = Reserve(store.get(), payload);
+  ASSERT_NE(third, nullptr);
+  ASSERT_TRUE(PutReserved(store.get(), KeyOf(6, 0), third.get()).ok());
+  EXPECT_EQ(TierOf(store.get(), KeyOf(6, 0)), Tier::kHot);
 }
 
 TEST_F(TieredStoreReserveTest, BadReservationsAreRefusedAndChangeNothing) {
