@@ -1,8 +1,8 @@
 // TieredStore::ReservePut + BlockPut::reservation: a payload written straight into its
 // reserved room is stored bit-exactly without a copy (hot, or cold when the hot tier had
 // no room); an unused reservation gives its room back (hot room and tenant hot quota);
-// a reservation whose bytes are not
-// a valid block, of another namespace, or used twice is refused and changes nothing.
+// a reservation whose bytes are not a valid block, of another namespace, or used twice
+// is refused and changes nothing.
 #include <cstring>
 #include <memory>
 #include <string>
