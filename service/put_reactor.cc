@@ -37,6 +37,7 @@ constexpr size_t kMaxExtraKeyBytes = 256;
 class PutCore {
  protected:
   explicit PutCore(ServiceContext* ctx) : ctx_(ctx) {}
+  virtual ~PutCore() = default;
 
   struct Block {
     // Payload as received: views into held_ / owned_, no copy. `size` bytes in all.
@@ -181,14 +182,18 @@ class PutCore {
         extra_keys[i].assign(b.extra_keys().begin(), b.extra_keys().end());
         puts[i].extra_keys = extra_keys[i];
       }
+      uint64_t stored = payload.size();
       if (!payload.empty()) {
         puts[i].payload = payload;
-        bytes += payload.size();
+      } else if (storage::PutReservation* r = Reservation(i)) {
+        puts[i].reservation = r;  // stored where it landed
+        stored = r->data().size();
       } else {
         puts[i].pieces = blk.pieces;
-        bytes += blk.size;
+        stored = blk.size;
       }
-      resp->add_block_bytes_stored(payload.empty() ? blk.size : payload.size());
+      bytes += stored;
+      resp->add_block_bytes_stored(stored);
     }
     // At a tenant quota: RESOURCE_EXHAUSTED with ErrorDetail TENANT_QUOTA_EXHAUSTED.
     RETURN_IF_ERROR(WithTenantQuotaDetail(store_->Put(ns_.name, puts)));
@@ -202,11 +207,15 @@ class PutCore {
   absl::StatusOr<std::string_view> PrepareBlock(int i) {
     Block& blk = blocks_[i];
     const std::string field = absl::StrCat("blocks[", i, "]");
-    const bool raw_codec = ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
-    if (header_.format() == v1::PAYLOAD_FORMAT_RAW && raw_codec) {
+    if (header_.format() == v1::PAYLOAD_FORMAT_RAW && RawCodec()) {
       // fp16/bf16 store the raw bytes unchanged: put the codec header in front of them.
       // (ValidateHeader checked the size; the layout is the registered one.)
       const auto tokens = static_cast<uint32_t>(blk.size / ns_.layout.BytesPerToken());
+      if (storage::PutReservation* r = Reservation(i)) {
+        // Landed in a reserved slot behind room for the header.
+        kv::EncodeRawHeader(ns_.codec, ns_.layout, tokens, tokens, blk.size, r->data().data());
+        return std::string_view();
+      }
       blk.encoded.assign(kv::kEncodedHeaderBytes, '\0');
       kv::EncodeRawHeader(ns_.codec, ns_.layout, tokens, tokens, blk.size,
                           reinterpret_cast<uint8_t*>(blk.encoded.data()));
@@ -252,6 +261,15 @@ class PutCore {
     blk.data = *std::move(raw);
     return Reencode(i, kv::AsBytes(blk.data), field);
   }
+
+  // Whether the namespace codec stores raw bytes unchanged (behind its header).
+  bool RawCodec() const {
+    return ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
+  }
+
+  // Block i's hot slot reserved in the store when its payload landed there (UCX), else
+  // null.
+  virtual storage::PutReservation* Reservation(int) const { return nullptr; }
 
   // Encodes raw bytes of block i in the namespace codec into blk.encoded (freeing
   // blk.data) and returns it.
@@ -325,7 +343,8 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
       }
       have_header_ = true;
       header_ = std::move(*req.mutable_header());
-      if (ctx_->namespaces.Find(header_.namespace_())) {
+      // A UCX Put reserves hot slots (which may demote): on the executor.
+      if (header_.ucx_session().empty() && ctx_->namespaces.Find(header_.namespace_())) {
         // Known namespace: validation is pure CPU on the header, no store call.
         absl::Status s = Resolve();
         if (s.ok()) s = StartPayloads();
@@ -389,17 +408,22 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
     return absl::OkStatus();
   }
 
-  // The payloads come over UCX (service/ucx_put.h): reserve their bytes like a stream's,
-  // let the blocks view the landing buffers, and expect the transfer. The Put goes on
-  // once both the transfer and the stream's end are in (UcxStepDone).
+  // The payloads come over UCX (service/ucx_put.h): charge their bytes like a stream's,
+  // take their landing room, let the blocks view it, and expect the transfer. Blocks
+  // stored as they arrive (encoded ones; raw ones for an fp16/bf16 namespace, behind the
+  // codec header PrepareBlock writes) land in hot slots reserved in the store; raw ones
+  // to transcode in staging buffers. The Put goes on once both the transfer and the
+  // stream's end are in (UcxStepDone).
   absl::Status StartUcx() {
     RETURN_IF_ERROR(Charge(total_));
-    std::vector<uint64_t> sizes;
-    for (const v1::PutBlock& b : header_.blocks()) sizes.push_back(b.size());
-    ucx_ = std::make_unique<UcxPut>(ctx_, header_.ucx_session(), header_.ucx_transfer(), sizes);
+    const bool raw = header_.format() == v1::PAYLOAD_FORMAT_RAW;
+    auto put = UcxPut::Create(ctx_, store_, ns_.name, header_, /*in_place=*/!raw || RawCodec(),
+                              raw ? kv::kEncodedHeaderBytes : 0);
+    if (!put.ok()) return WithTenantQuotaDetail(put.status());
+    ucx_ = *std::move(put);
     for (size_t i = 0; i < blocks_.size(); ++i) {
       blocks_[i].pieces.push_back(ucx_->block(i));
-      blocks_[i].size = sizes[i];
+      blocks_[i].size = header_.blocks(static_cast<int>(i)).size();
     }
     received_ = total_;
     ucx_pending_.store(2);
@@ -581,6 +605,10 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
   // UCX data path (header.ucx_session): the transfer, its result, and how many of
   // {transfer, end of stream} are still awaited.
   std::unique_ptr<UcxPut> ucx_;
+
+  storage::PutReservation* Reservation(int i) const override {
+    return ucx_ != nullptr ? ucx_->reservation(static_cast<size_t>(i)) : nullptr;
+  }
   absl::Status ucx_status_;
   std::atomic<int> ucx_pending_{0};
   // gRPC's reference (dropped in OnDone) plus one while a UCX transfer may call back.

@@ -1,8 +1,11 @@
 #include "service/ucx_put.h"
 
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "protocol/error_detail.h"
@@ -25,18 +28,50 @@ absl::Status CheckUcxSession(const ServiceContext& ctx, const Caller& caller,
   return ctx.ucx->CheckSession(session, UcxIdentity(caller), field);
 }
 
-UcxPut::UcxPut(ServiceContext* ctx, std::string session, uint64_t transfer,
-               std::span<const uint64_t> sizes)
-    : server_(ctx->ucx), session_(std::move(session)), transfer_(transfer),
-      buffers_(std::make_shared<UcxPutBuffers>()) {
-  for (uint64_t n : sizes) {
-    buffers_->data.emplace_back(new char[n > 0 ? n : 1]);
-    buffers_->sizes.push_back(n);
+// The memory block payloads land in: reserved hot slots, or staging buffers.
+struct UcxPut::Room {
+  std::vector<std::unique_ptr<storage::PutReservation>> reserved;  // null when staged
+  std::vector<std::unique_ptr<uint8_t[]>> staged;
+};
+
+UcxPut::UcxPut(ServiceContext* ctx, const v1::PutHeader& header)
+    : server_(ctx->ucx), session_(header.ucx_session()), transfer_(header.ucx_transfer()),
+      buffers_(std::make_shared<UcxPutBuffers>()) {}
+
+absl::StatusOr<std::unique_ptr<UcxPut>> UcxPut::Create(ServiceContext* ctx,
+                                                       storage::TieredStore* store,
+                                                       const std::string& ns,
+                                                       const v1::PutHeader& header,
+                                                       bool in_place, uint64_t prefix) {
+  std::unique_ptr<UcxPut> put(new UcxPut(ctx, header));
+  auto room = std::make_shared<Room>();
+  put->room_ = room.get();
+  for (const v1::PutBlock& b : header.blocks()) {
+    const uint64_t n = b.size();
+    uint8_t* at = nullptr;
+    if (in_place) {
+      ASSIGN_OR_RETURN(std::unique_ptr<storage::PutReservation> r,
+                       store->ReservePut(ns, b.parent_key(), prefix + n));
+      at = r->data().data() + prefix;
+      room->reserved.push_back(std::move(r));
+    } else {
+      room->staged.emplace_back(new uint8_t[n > 0 ? n : 1]);
+      at = room->staged.back().get();
+      room->reserved.push_back(nullptr);
+    }
+    put->buffers_->data.emplace_back(at, n);
   }
+  put->buffers_->owner = std::move(room);
+  return put;
 }
 
 std::string_view UcxPut::block(size_t i) const {
-  return std::string_view(buffers_->data[i].get(), buffers_->sizes[i]);
+  const std::span<uint8_t> d = buffers_->data[i];
+  return std::string_view(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+storage::PutReservation* UcxPut::reservation(size_t i) const {
+  return room_->reserved[i].get();
 }
 
 void UcxPut::Start(std::function<void(absl::Status)> done) {

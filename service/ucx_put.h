@@ -1,6 +1,6 @@
 // The service's side of a Put or Get whose payloads move over UCX (service/ucx_server.h):
-// the session check both reactors share and UcxPut, the landing buffers and transfer of
-// one Put (service/put_reactor.cc keeps only its hooks).
+// the session check both reactors share and UcxPut, the landing room (reserved hot slots)
+// and transfer of one Put (service/put_reactor.cc keeps only its hooks).
 #ifndef KVTIER_SERVICE_UCX_PUT_H_
 #define KVTIER_SERVICE_UCX_PUT_H_
 
@@ -12,9 +12,11 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "service/auth.h"
 #include "service/kv_cache_service.h"
 #include "service/ucx_server.h"
+#include "storage/tiered_store.h"
 
 namespace kvtier::service {
 
@@ -30,25 +32,40 @@ absl::Status CheckUcxSession(const ServiceContext& ctx, const Caller& caller,
 // Fills the UCX fields of a StatsResponse (offer, sessions, bytes); none when UCX is off.
 void FillUcxStats(const ServiceContext& ctx, v1::StatsResponse* response);
 
-// One Put's UCX transfer. Not thread-safe: the reactor drives it; its callback runs on
-// the UCX progress thread.
+// One Put's UCX transfer and the room its payloads land in. Not thread-safe: the reactor
+// drives it; its callback runs on the UCX progress thread.
 class UcxPut {
  public:
-  // Allocates one landing buffer per block (sizes[i] bytes, not zeroed).
-  UcxPut(ServiceContext* ctx, std::string session, uint64_t transfer,
-         std::span<const uint64_t> sizes);
+  // Takes the landing room of every block of `header` in namespace `ns` of `store`.
+  // With `in_place`, a hot slot reserved in the store (storage::PutReservation) of
+  // `prefix` + the block's size bytes, the payload landing `prefix` bytes in (room for
+  // the codec header a raw fp16/bf16 block gets): the block is then stored where it
+  // landed, no copy. Otherwise a staging buffer of the block's size (a payload to
+  // transcode). ReservePut's errors (RESOURCE_EXHAUSTED at the tenant's hot quota).
+  static absl::StatusOr<std::unique_ptr<UcxPut>> Create(ServiceContext* ctx,
+                                                        storage::TieredStore* store,
+                                                        const std::string& ns,
+                                                        const v1::PutHeader& header,
+                                                        bool in_place, uint64_t prefix);
 
-  // Block i's bytes (valid once Start's callback said OK, as long as this object lives).
+  // Block i's landed bytes (valid once Start's callback said OK, as long as this lives).
   std::string_view block(size_t i) const;
+  // Block i's reservation (its first `prefix` bytes are the caller's to fill), null
+  // when it is staged.
+  storage::PutReservation* reservation(size_t i) const;
 
   // Expects the transfer; `done` runs exactly once (UcxServer::ExpectPut's statuses).
   void Start(std::function<void(absl::Status)> done);
 
  private:
+  struct Room;
+  UcxPut(ServiceContext* ctx, const v1::PutHeader& header);
+
   UcxServer* const server_;
   const std::string session_;
   const uint64_t transfer_;
   std::shared_ptr<UcxPutBuffers> buffers_;
+  Room* room_ = nullptr;  // buffers_->owner
 };
 
 // Ends the Put transfer (session, transfer) whatever its state: an expected one fails

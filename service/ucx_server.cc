@@ -163,7 +163,7 @@ void UcxServer::Deliver(const TransferKey& k, const std::shared_ptr<Transfer>& t
                         tp::Incoming in) {
   if (t->failed) return;
   if (index >= t->seen.size() || t->seen[index] ||
-      in.length() != t->buffers->sizes[index]) {
+      in.length() != t->buffers->data[index].size()) {
     Complete(k, absl::InvalidArgumentError(absl::StrCat(
                     "ucx: payload message for block ", index, " of ", in.length(),
                     " bytes does not match the Put header")));
@@ -171,7 +171,7 @@ void UcxServer::Deliver(const TransferKey& k, const std::shared_ptr<Transfer>& t
   }
   t->seen[index] = true;
   const uint64_t n = in.length();
-  in.Receive(t->buffers->data[index].get(), [this, k, t, n](absl::Status s) {
+  in.Receive(t->buffers->data[index].data(), [this, k, t, n](absl::Status s) {
     if (t->failed) return;
     if (!s.ok()) {
       Complete(k, TransferFailed(std::string_view(s.message().data(), s.message().size())));
@@ -206,7 +206,7 @@ void UcxServer::ExpectPut(std::string session, uint64_t transfer,
       return;
     }
     auto t = std::make_shared<Transfer>();
-    t->seen.assign(buffers->sizes.size(), false);
+    t->seen.assign(buffers->data.size(), false);
     t->buffers = std::move(buffers);
     t->done = std::move(done);
     t->deadline_ms = NowMs() + options_.transfer_timeout_ms;

@@ -50,11 +50,13 @@ struct UcxServerOptions {
   uint32_t max_early_messages = 4096;
 };
 
-// The buffers one Put's payloads land in: data[i] holds sizes[i] bytes (the size
-// header.blocks[i] declares); not to be read until ExpectPut's callback said OK.
+// Where one Put's payloads land: block i's into data[i], of exactly the size
+// header.blocks[i] declares (service/ucx_put.h: the block's reserved hot slot, or a
+// staging buffer); `owner` keeps that memory alive while a receive may write into it.
+// Not to be read until ExpectPut's callback said OK.
 struct UcxPutBuffers {
-  std::vector<std::unique_ptr<char[]>> data;
-  std::vector<uint64_t> sizes;
+  std::vector<std::span<uint8_t>> data;
+  std::shared_ptr<void> owner;
 };
 
 // One payload a Get sends: key `index` of the request, the bytes and what keeps them alive.
@@ -85,8 +87,8 @@ class UcxServer {
   absl::Status CheckSession(std::string_view session, std::string_view identity,
                             std::string_view field);
 
-  // Receives the payloads of (session, transfer): block i into buffers->data[i] (of
-  // buffers->sizes[i] bytes; a message of another size fails the transfer with
+  // Receives the payloads of (session, transfer): block i into buffers->data[i] (a
+  // message of another size than data[i] fails the transfer with
   // INVALID_ARGUMENT). `done` runs exactly once: OK when every block is in, else
   // UNAVAILABLE (endpoint failed, timeout) / INVALID_ARGUMENT / CANCELLED (CancelPut,
   // shutdown). A transfer id already expected on that session is INVALID_ARGUMENT.

@@ -130,6 +130,19 @@ struct StoreOptions {
   events::EventSink* events = nullptr;
 };
 
+// Room for one block's payload taken before its bytes exist (TieredStore::ReservePut): a
+// hot slot (or, when the hot tier has no room, a heap buffer) that a transport writes the
+// payload into, then stored by naming it in BlockPut::reservation. It holds the hot room
+// and the tenant's hot quota it took until that Put stores it; destroying it unstored
+// gives both back. Thread-compatible: one writer, then one Put, and nothing may write
+// into data() once that Put started. REQUIRES: destroyed before the TieredStore.
+class PutReservation {
+ public:
+  virtual ~PutReservation() = default;
+  // The payload's bytes (as many as ReservePut asked for; not zeroed).
+  virtual std::span<uint8_t> data() = 0;
+};
+
 // One block to store.
 struct BlockPut {
   std::string_view key;         // 1..kMaxKeyBytes opaque bytes
@@ -145,6 +158,11 @@ struct BlockPut {
   // slot, and concatenates them only when the block must go to the cold tier without a
   // hot copy (standalone, or no hot room).
   std::span<const std::string_view> pieces = {};
+  // Alternative to both: the payload was written into this reservation (ReservePut on
+  // the same store and namespace); payload and pieces are then ignored. The Put stores
+  // it without a copy (its slot becomes the block's), or leaves it unused when the block
+  // is refused (the caller's destruction of it releases the room). Not standalone.
+  PutReservation* reservation = nullptr;
   // Carried into the block's BlockStored events only, never stored (empty: not sent):
   // the block's tokens, its LoRA adapter, its extra hash inputs (multimodal ids,
   // cache_salt). The views must stay valid until Put returns.
@@ -347,6 +365,18 @@ class TieredStore {
   //    accepted as is (in a cluster it lives on another node);
   //  - a stored key never changes its parent (FAILED_PRECONDITION, blocks[i].parent_key).
   virtual absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) = 0;
+
+  // Reserves room for a block of `bytes` payload bytes whose parent is `parent_key` (the
+  // tenant's own blocks are made room from, that parent last), so a transport can write
+  // the payload straight where it will be stored; store it with a BlockPut naming the
+  // reservation (validated then, as any Put). Counts against the hot tier and the
+  // tenant's hot quota exactly as the Put's hot copy would; with no hot room left the
+  // reservation is a heap buffer and the block goes cold when stored. NOT_FOUND unknown
+  // namespace; INVALID_ARGUMENT `bytes` not in 1..4 GiB; RESOURCE_EXHAUSTED
+  // (TenantQuotaExhausted) as Put.
+  virtual absl::StatusOr<std::unique_ptr<PutReservation>> ReservePut(std::string_view ns,
+                                                                     std::string_view parent_key,
+                                                                     uint64_t bytes) = 0;
 
   // Returns the block: hot hit, else cold hit (checksum verified, then promoted within
   // the tenant's hot quota, else served from a heap copy), else

@@ -98,6 +98,10 @@ class TieredStoreImpl final : public TieredStore {
   std::vector<NamespaceOptions> ListNamespaces() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Put(std::string_view ns, std::span<const BlockPut> blocks) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<PutReservation>> ReservePut(std::string_view ns,
+                                                             std::string_view parent_key,
+                                                             uint64_t bytes) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) override
       ABSL_LOCKS_EXCLUDED(mu_);
   using TieredStore::Lookup;
@@ -131,8 +135,9 @@ class TieredStoreImpl final : public TieredStore {
   // kGone: a concurrent Delete / re-Put took the block out of the hot tier first.
   enum class DemoteResult { kMoved, kGone, kFailed };
 
-  // A validated Put, ready to store (tiered_store_put.cc).
+  // A validated Put, ready to store, and a ReservePut's room (tiered_store_put.cc).
   struct PreparedPut;
+  class Reservation;
 
   common::Mutex& Stripe(uint16_t ns, std::string_view key) {
     return stripes_[XXH3_64bits_withSeed(key.data(), key.size(), ns) % kNumStripes];

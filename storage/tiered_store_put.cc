@@ -1,12 +1,15 @@
-// TieredStoreImpl: Put (tiered_store_impl.h). A block goes through four steps:
-// PreparePut (validate against the namespace), CopyIntoHot (a hot slot, filled outside
-// any lock), WriteColdForPut (write-through or no hot room) and PublishLocked (the
-// index), the last two under the key's stripe.
+// TieredStoreImpl: Put and ReservePut (tiered_store_impl.h). A block goes through four
+// steps: PreparePut (validate against the namespace), CopyIntoHot (a hot slot, filled
+// outside any lock; a reserved block's slot is filled already), WriteColdForPut
+// (write-through or no hot room) and PublishLocked (the index), the last two under the
+// key's stripe.
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
@@ -28,6 +31,35 @@ struct TieredStoreImpl::PreparedPut {
   bool write_through = false;
   std::optional<SlotId> slot;  // holds our allocation reference until published
   uint64_t tenant_reserved = 0;  // bytes of the tenant's hot quota held until published
+  std::unique_ptr<uint8_t[]> heap;  // a reservation's heap buffer `payload` views
+};
+
+// ReservePut's room: a hot slot holding our allocation reference (and the tenant's hot
+// quota for it), or a heap buffer when the hot tier had no room. Moved into a
+// PreparedPut by the Put that stores it.
+class TieredStoreImpl::Reservation final : public PutReservation {
+ public:
+  Reservation(TieredStoreImpl* store, NsState* ns, uint64_t bytes)
+      : store_(store), ns_(ns), bytes_(bytes) {}
+  ~Reservation() override {
+    if (slot_) store_->hot_->Release(*slot_);
+    if (tenant_reserved_ != 0) {
+      common::MutexLock lock(&store_->mu_);
+      store_->UnreserveTenantHotLocked(ns_, &tenant_reserved_);
+    }
+  }
+
+  std::span<uint8_t> data() override {
+    return {slot_ ? store_->hot_->View(*slot_).data : heap_.get(), bytes_};
+  }
+
+  TieredStoreImpl* const store_;
+  NsState* const ns_;
+  const uint64_t bytes_;
+  std::optional<SlotId> slot_;
+  uint64_t tenant_reserved_ = 0;
+  std::unique_ptr<uint8_t[]> heap_;  // only without a slot
+  bool stored_ = false;              // a Put took it (the room is the block's now)
 };
 
 namespace {
@@ -83,7 +115,35 @@ absl::Status TieredStoreImpl::Put(std::string_view ns_name, std::span<const Bloc
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<PutReservation>> TieredStoreImpl::ReservePut(
+    std::string_view ns_name, std::string_view parent_key, uint64_t bytes) {
+  ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
+  if (bytes == 0 || bytes > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a reserved payload must be 1..4 GiB bytes, got ", bytes));
+  }
+  auto r = std::make_unique<Reservation>(this, ns, bytes);
+  // The same room and quota as a Put's hot copy (PutOne).
+  RETURN_IF_ERROR(ReserveTenantHot(ns, bytes, /*count_rejection=*/true, parent_key,
+                                   &r->tenant_reserved_));
+  r->slot_ = AllocSlot(std::max<uint64_t>(ns->slot_bytes, bytes));
+  if (r->slot_) {
+    hot_->SetPayload(*r->slot_, static_cast<uint32_t>(bytes), std::nullopt);
+  } else {
+    common::MutexLock lock(&mu_);
+    UnreserveTenantHotLocked(ns, &r->tenant_reserved_);
+    r->heap_.reset(new uint8_t[bytes]);
+  }
+  return r;
+}
+
 absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t position) {
+  auto* const reserved = static_cast<Reservation*>(block.reservation);
+  if (reserved != nullptr &&
+      (reserved->store_ != this || reserved->ns_ != ns || reserved->stored_ || block.standalone)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "blocks[", position, "].reservation is not an unused reservation of this namespace"));
+  }
   PreparedPut prepared;
   RETURN_IF_ERROR(PreparePut(*ns, block, &prepared));
   {
@@ -91,12 +151,18 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
     common::MutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckPrefixRulesLocked(*ns, block, position));
   }
-  if (!block.standalone) {
+  if (reserved != nullptr) {
+    // The payload is in its room already: the room becomes the block's.
+    prepared.slot = std::exchange(reserved->slot_, std::nullopt);
+    prepared.tenant_reserved = std::exchange(reserved->tenant_reserved_, 0);
+    reserved->stored_ = true;
+    if (!prepared.slot) prepared.heap = std::move(reserved->heap_);
+  } else if (!block.standalone) {
     // Within the tenant's hot quota first: its own blocks make the room.
     RETURN_IF_ERROR(ReserveTenantHot(ns, prepared.payload_size, /*count_rejection=*/true,
                                      block.parent_key, &prepared.tenant_reserved));
   }
-  CopyIntoHot(*ns, block, &prepared);
+  if (reserved == nullptr) CopyIntoHot(*ns, block, &prepared);
   if (!prepared.slot && prepared.tenant_reserved != 0) {
     common::MutexLock lock(&mu_);
     UnreserveTenantHotLocked(ns, &prepared.tenant_reserved);
@@ -177,12 +243,14 @@ absl::Status TieredStoreImpl::PreparePut(const NsState& ns, const BlockPut& bloc
   RETURN_IF_ERROR(CheckKeys(block));
   // A payload given as pieces is copied once, straight into the hot slot (`payload` then
   // views the slot); it is joined only when it must be contiguous without a hot copy.
-  p->in_pieces = block.payload.empty() && !block.pieces.empty();
+  p->in_pieces = block.reservation == nullptr && block.payload.empty() && !block.pieces.empty();
   if (p->in_pieces && block.standalone) {
     p->joined = JoinPieces(block.pieces);
     p->in_pieces = false;
   }
-  p->payload = kv::AsBytes(p->joined.empty() ? block.payload : p->joined);
+  p->payload = block.reservation != nullptr ? block.reservation->data()
+                                             : kv::AsBytes(p->joined.empty() ? block.payload
+                                                                             : p->joined);
   p->payload_size = p->in_pieces ? PiecesSize(block.pieces) : p->payload.size();
   // A standalone entry may be a compacted sequence: a compaction header (kept positions)
   // around an ordinary codec blob, which is what is checked against the namespace.

@@ -568,6 +568,8 @@ CommandResult RenderSpec(const std::string& spec) {
 
 constexpr char kProdWithShm[] = "overlays/prod+components/same-node-shm";
 constexpr char kProdWithTls[] = "overlays/prod+components/tls";
+// The cross-node UCX data path: kvtierd's flags, a container port, the peers Service port.
+constexpr char kProdWithUcx[] = "overlays/prod+components/ucx";
 // The Grafana dashboard component adds a ConfigMap and must leave the deployment as is.
 constexpr char kProdWithDashboard[] = "overlays/prod+components/grafana-dashboard";
 
@@ -593,7 +595,8 @@ TEST_P(KustomizeTest, RendersConsistently) {
     EXPECT_EQ(rendering.replicas, 1);
   }
   if (GetParam() == "overlays/prod" || GetParam() == kProdWithShm ||
-      GetParam() == kProdWithTls || GetParam() == kProdWithDashboard) {
+      GetParam() == kProdWithTls || GetParam() == kProdWithDashboard ||
+      GetParam() == kProdWithUcx) {
     EXPECT_EQ(rendering.replicas, 3);
     // Three nodes with R=2 survive losing any one of them without misses.
     EXPECT_GE(rendering.config.cluster().replication_factor(), 2u);
@@ -605,6 +608,15 @@ TEST_P(KustomizeTest, RendersConsistently) {
     EXPECT_THAT(out, HasSubstr("grafana_dashboard: \"1\""));
     EXPECT_THAT(out, HasSubstr("kvtier-dashboard.json: |"));
     EXPECT_THAT(out, HasSubstr("kvtier_leases_granted_total"));
+  }
+  if (GetParam() == kProdWithUcx) {
+    // kvtierd listens for UCX on 50061, the pod and the peers Service expose it, and the
+    // NetworkPolicy admits UCX's data connections (ephemeral ports) too.
+    EXPECT_THAT(rendering.args, ::testing::IsSupersetOf({"--ucx", "--ucx-port", "50061"}));
+    const std::string out = Render();
+    EXPECT_THAT(out, HasSubstr("containerPort: 50061"));
+    EXPECT_THAT(out, HasSubstr("targetPort: ucx"));
+    EXPECT_THAT(out, HasSubstr("endPort: 65535"));
   }
   if (GetParam() == kProdWithShm) {
     // The component's contract, spelled out (CheckDeployment enforces it too).
@@ -686,12 +698,19 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
     CommandResult rb = check(rendering.args);
     EXPECT_NE(rb.exit_code, 0) << rb.output;
     EXPECT_THAT(rb.output, HasSubstr("tls.key_file"));
+    // UCX on top of TLS is refused unless the config opts into plaintext payloads.
+    std::vector<std::string> with_ucx = rendering.args;
+    with_ucx.push_back("--ucx");
+    std::swap(files[rendering.tls.key_file], files[rendering.tls.ca_file]);
+    CommandResult ru = check(with_ucx);
+    EXPECT_NE(ru.exit_code, 0) << ru.output;
+    EXPECT_THAT(ru.output, HasSubstr("allow_plaintext_with_tls"));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Deploy, KustomizeTest,
                          ::testing::Values("base", "overlays/dev", "overlays/prod", kProdWithShm,
-                                           kProdWithTls, kProdWithDashboard),
+                                           kProdWithTls, kProdWithDashboard, kProdWithUcx),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) {

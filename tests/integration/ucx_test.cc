@@ -155,13 +155,28 @@ TEST_F(UcxTest, EncodedAndRawBlocksRoundTripBitExactlyOverUcx) {
   ASSERT_TRUE(into.ok()) << into.status();
   for (size_t i = 0; i < 12; ++i) EXPECT_EQ(bufs[i], seq.raw[i]) << i;
   EXPECT_FALSE((*into)[12].found());
+  uint64_t encoded_bytes = 0;
+  for (const std::string& e : seq.encoded) encoded_bytes += e.size();
+  EXPECT_EQ(Stats().ucx_put_bytes(), encoded_bytes);
+
+  // Raw blocks for an fp16 namespace land in their reserved slots behind the codec
+  // header the server writes: the stored blob is the client's encoding, bit for bit.
+  const Sequence raw_seq = MakeSequence("fp16", kLayout, 3, 8);
+  std::vector<PutBlock> raw_blocks = raw_seq.blocks;
+  for (size_t i = 0; i < raw_blocks.size(); ++i) raw_blocks[i].payload = kv::AsBytes(raw_seq.raw[i]);
+  PutOptions raw_put;
+  raw_put.format = v1::PAYLOAD_FORMAT_RAW;
+  ASSERT_TRUE(c->PutBlocks("fp16", raw_blocks, raw_put).ok());
+  got = c->GetBlocks("fp16", raw_seq.keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*got)[i].data, raw_seq.encoded[i]) << i;
 
   const v1::StatsResponse st = Stats();
   EXPECT_EQ(st.ucx_sessions(), 1u);
-  uint64_t encoded_bytes = 0;
-  for (const std::string& e : seq.encoded) encoded_bytes += e.size();
-  EXPECT_EQ(st.ucx_put_bytes(), encoded_bytes);
-  EXPECT_EQ(st.ucx_get_bytes(), encoded_bytes + 12 * kLayout.BytesPerBlock());
+  uint64_t raw_encoded_bytes = 0;
+  for (const std::string& e : raw_seq.encoded) raw_encoded_bytes += e.size();
+  EXPECT_EQ(st.ucx_get_bytes(),
+            encoded_bytes + 12 * kLayout.BytesPerBlock() + raw_encoded_bytes);
 }
 
 TEST_F(UcxTest, RawPutsAreTranscodedIntoTheNamespaceCodec) {
@@ -323,6 +338,11 @@ TEST_F(UcxTest, AClientGoneMidTransferReleasesItsReservation) {
          std::chrono::steady_clock::now() < give_up) {
   }
   EXPECT_EQ(Stats().ucx_put_bytes(), big.encoded[0].size());
+  // The payloads land in hot slots reserved for them (TieredStore::ReservePut): the
+  // room of all 300 blocks is taken while the transfer waits.
+  uint64_t announced = 0;
+  for (const std::string& e : big.encoded) announced += e.size();
+  EXPECT_GE(Stats().hot_used_bytes(), announced);
   // Another Put of that size does not fit beside it.
   absl::Status refused =
       c->PutBlocks("fp16", MakeSequence("fp16", kLayout, 300, 100).blocks).status();
@@ -330,6 +350,7 @@ TEST_F(UcxTest, AClientGoneMidTransferReleasesItsReservation) {
   EXPECT_TRUE(c->uses_ucx());
   // The client goes away: its endpoint fails, its session ends, the Put fails and its
   // reservation is released.
+  const uint64_t held = Stats().hot_used_bytes();
   const auto t0 = std::chrono::steady_clock::now();
   ch.reset();
   put.join();
@@ -337,6 +358,13 @@ TEST_F(UcxTest, AClientGoneMidTransferReleasesItsReservation) {
   EXPECT_EQ(stalled.error_code(), grpc::StatusCode::UNAVAILABLE) << stalled.error_message();
   EXPECT_TRUE(HasReason(stalled, v1::UCX_TRANSFER_FAILED));
   EXPECT_EQ(Resident(*c, big), 0u);
+  // The reserved slots went back (released once the failed receives let go of them);
+  // what stays in use is the refused Put's batches stored before its refusal.
+  const auto released_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Stats().hot_used_bytes() + announced > held &&
+         std::chrono::steady_clock::now() < released_by) {
+  }
+  EXPECT_LE(Stats().hot_used_bytes() + announced, held);
   EXPECT_TRUE(c->PutBlocks("fp16", MakeSequence("fp16", kLayout, 300, 999).blocks).ok());
   EXPECT_EQ(Stats().ucx_sessions(), 1u);
 }
