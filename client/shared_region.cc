@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <iterator>
 
@@ -145,9 +144,7 @@ absl::StatusOr<SharedRegion::Reply> SharedRegion::Call(shm::FrameOp op, std::str
   if (fd < 0) return absl::UnavailableError(error);
   absl::Status s = shm::SendMessage(fd, frame.data(), frame.size());
   if (s.ok() && deadline_unix_ms != 0) {
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    const int64_t now = shm::NowUnixMs();
     pollfd p{fd, POLLIN, 0};
     int ready;
     do {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,12 @@ absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd) {
   if (got < 0) return absl::UnavailableError(absl::StrCat("shm socket receive: ", strerror(errno)));
   return absl::UnavailableError(
       absl::StrCat("shm socket: message of ", got, " bytes, expected ", n));
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 absl::StatusOr<std::string_view> ReceiveFrame(int sock, std::string* buffer) {

@@ -70,6 +70,10 @@ struct FrameHeader {
   int64_t deadline_unix_ms;  // the call's deadline (CLOCK_REALTIME), 0 for none
 };
 
+// The clock of FrameHeader.deadline_unix_ms: milliseconds since the Unix epoch
+// (CLOCK_REALTIME), as both ends read it.
+int64_t NowUnixMs();
+
 struct ReplyHeader {
   char magic[4];
   int32_t code;  // grpc::StatusCode

@@ -1,6 +1,5 @@
 #include "service/shm_calls.h"
 
-#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -35,9 +34,7 @@ absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::strin
 
 absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::FrameHeader& h,
                    std::string_view body, std::string* response) {
-  if (h.deadline_unix_ms != 0 && std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                         .count() > h.deadline_unix_ms) {
+  if (h.deadline_unix_ms != 0 && shm::NowUnixMs() > h.deadline_unix_ms) {
     return absl::DeadlineExceededError("the call's deadline passed before the server read it");
   }
   if (h.op == static_cast<uint32_t>(shm::FrameOp::kPut)) {
