@@ -335,14 +335,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
     }
     if (!have_header_) {
       v1::PutRequest req;
-      grpc::Status ps = grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req);
-      if (!ps.ok()) return Fail(absl::InvalidArgumentError("header: cannot parse PutRequest"));
-      if (!req.has_header()) {
-        return Fail(
-            absl::InvalidArgumentError("header: the first message of a Put must carry the header"));
-      }
+      const bool parsed = grpc::SerializationTraits<v1::PutRequest>::Deserialize(&in_, &req).ok();
+      auto header = PutHeaderOf(parsed, &req);
+      if (!header.ok()) return Fail(header.status());
       have_header_ = true;
-      header_ = std::move(*req.mutable_header());
+      header_ = *std::move(header);
       // A UCX Put reserves hot slots (which may demote): on the executor.
       if (header_.ucx_session().empty() && ctx_->namespaces.Find(header_.namespace_())) {
         // Known namespace: validation is pure CPU on the header, no store call.
@@ -620,6 +617,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
                                                     grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response) {
   return new PutReactor(ctx, context, response);
+}
+
+absl::StatusOr<v1::PutHeader> PutHeaderOf(bool parsed, v1::PutRequest* first) {
+  if (!parsed) return absl::InvalidArgumentError("header: cannot parse PutRequest");
+  if (!first->has_header()) {
+    return absl::InvalidArgumentError("header: the first message of a Put must carry the header");
+  }
+  return std::move(*first->mutable_header());
 }
 
 absl::Status PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,

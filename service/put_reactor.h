@@ -26,6 +26,10 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
                                                     grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response);
 
+// The header of a Put's first message (`parsed`: whether it parsed as a PutRequest),
+// moved out of *first. INVALID_ARGUMENT naming what is wrong otherwise.
+absl::StatusOr<v1::PutHeader> PutHeaderOf(bool parsed, v1::PutRequest* first);
+
 // The same Put arriving as a frame on the shared-memory socket (service/shm_calls.h): the
 // header alone, its payloads in header.shm_session's region. Runs inline on the calling
 // thread with the same checks, errors and store step as StartPut's; INVALID_ARGUMENT if

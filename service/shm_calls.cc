@@ -39,17 +39,11 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
   }
   if (h.op == static_cast<uint32_t>(shm::FrameOp::kPut)) {
     v1::PutRequest req;
-    if (!req.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-      return absl::InvalidArgumentError("header: cannot parse PutRequest");
-    }
-    if (!req.has_header()) {
-      return absl::InvalidArgumentError("header: the first message of a Put must carry the header");
-    }
-    ASSIGN_OR_RETURN(Caller caller,
-                     SessionCaller(*ctx, req.header().shm_session(), "header.shm_session"));
+    const bool parsed = req.ParseFromArray(body.data(), static_cast<int>(body.size()));
+    ASSIGN_OR_RETURN(v1::PutHeader header, PutHeaderOf(parsed, &req));
+    ASSIGN_OR_RETURN(Caller caller, SessionCaller(*ctx, header.shm_session(), "header.shm_session"));
     v1::PutResponse resp;
-    RETURN_IF_ERROR(
-        PutFromSharedMemory(ctx, store, caller, std::move(*req.mutable_header()), &resp));
+    RETURN_IF_ERROR(PutFromSharedMemory(ctx, store, caller, std::move(header), &resp));
     resp.AppendToString(response);
     return absl::OkStatus();
   }
