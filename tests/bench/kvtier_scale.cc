@@ -30,6 +30,7 @@
 #include "client/client.h"
 #include "protocol/convert.h"
 #include "storage/kv/codec.h"
+#include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -37,6 +38,7 @@ namespace kvtier {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::TinyLayout;
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -54,16 +56,6 @@ uint64_t RssBytes(pid_t pid) {
     }
   }
   return 0;
-}
-
-kv::Layout TinyLayout() {
-  kv::Layout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 8;
-  l.tokens_per_block = 4;
-  l.sink_tokens = 1;
-  return l;
 }
 
 std::string ChainKey(uint64_t chain, uint32_t index) {

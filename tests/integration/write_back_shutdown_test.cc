@@ -22,6 +22,7 @@
 #include "storage/tiered_store.h"
 #include "storage/write_back.h"
 #include "tests/integration/sequences.h"
+#include "tests/testing/layouts.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/temp_dir.h"
@@ -30,6 +31,7 @@ namespace kvtier::client {
 namespace {
 
 using testing::ServerProcess;
+using testing::TinyLayout;
 using testing::TempDir;
 
 constexpr uint32_t kGraceMs = 4000;
@@ -42,17 +44,6 @@ v1::NamespaceSpec Spec(const std::string& name, const kv::Layout& layout) {
 kv::Layout MediumLayout() {
   kv::Layout l;
   l.num_layers = 1;
-  return l;
-}
-
-// 128-byte blocks, for index-scale tests.
-kv::Layout TinyLayout() {
-  kv::Layout l;
-  l.num_layers = 1;
-  l.num_kv_heads = 1;
-  l.head_dim = 8;
-  l.tokens_per_block = 4;
-  l.sink_tokens = 1;
   return l;
 }
 

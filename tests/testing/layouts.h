@@ -18,6 +18,17 @@ constexpr kv::Layout SmallLayout() {
   return l;
 }
 
+// "L1 H1 D8 T4 fp16 sinks1": 128-byte raw blocks, for index-scale tests and benchmarks.
+constexpr kv::Layout TinyLayout() {
+  kv::Layout l;
+  l.num_layers = 1;
+  l.num_kv_heads = 1;
+  l.head_dim = 8;
+  l.tokens_per_block = 4;
+  l.sink_tokens = 1;
+  return l;
+}
+
 }  // namespace kvtier::testing
 
 #endif  // KVTIER_TESTS_TESTING_LAYOUTS_H_
