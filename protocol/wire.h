@@ -1,15 +1,11 @@
 // Hand-rolled protobuf framing for the payload-carrying messages of the kvtier data plane
 // (kvtier.v1.PutRequest.chunk and kvtier.v1.GetResponse.chunk), so block payloads travel
 // between caller memory and gRPC slices without being copied into protobuf `bytes`
-// fields. Pure functions and a small state machine over byte spans; no gRPC, no I/O.
-//
-// Wire facts relied on (proto3, see proto/kvtier/v1/kvtier.proto):
-//   PutRequest  { oneof msg { PutHeader header = 1; bytes chunk = 2; } }
-//   GetResponse { oneof msg { GetHeader header = 1; bytes chunk = 2; } }
-// so a chunk message is exactly: 0x12, varint(len), len payload bytes; a header message
-// is 0x0a, varint(len), serialized header. Used by both ends: the client
-// (client/client.cc) and the server's Put / Get reactors (service/put_reactor.cc,
-// service/get_reactor.cc). See docs/design.md §3 Put / Get / Lookup data flow.
+// fields. The framing itself (chunk prefixes, SliceCursor, PlanChunks, GetStreamFramer)
+// is protocol/frame.h; this header adds the Get stream parser that reads the GetHeader
+// with protobuf. Used by both ends: the client (client/client.cc) and the server's Put /
+// Get reactors (service/put_reactor.cc, service/get_reactor.cc). See docs/design.md §3
+// Put / Get / Lookup data flow.
 #ifndef KVTIER_PROTOCOL_WIRE_H_
 #define KVTIER_PROTOCOL_WIRE_H_
 
@@ -17,80 +13,13 @@
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "protocol/frame.h"
 
 namespace kvtier::protocol {
-
-// Field tags (field number << 3 | wire type 2) of the oneof members above.
-inline constexpr uint8_t kHeaderTag = 0x0a;  // field 1: PutHeader / GetHeader
-inline constexpr uint8_t kChunkTag = 0x12;   // field 2: bytes chunk
-
-// Longest base-128 varint of a 64-bit value.
-inline constexpr size_t kMaxVarintBytes = 10;
-// Maximum length of a field prefix: one tag byte plus a 10-byte varint.
-inline constexpr size_t kMaxFramePrefixBytes = 1 + kMaxVarintBytes;
-
-// Writes the prefix of a `chunk` field (tag 2, wire type 2) holding `payload_bytes` bytes
-// into `out` and returns how many bytes were written (2..11).
-size_t EncodeChunkPrefix(uint64_t payload_bytes, uint8_t out[kMaxFramePrefixBytes]);
-
-// A read cursor over the byte spans of one received message (its gRPC slices, in order).
-// The spans are viewed, not copied: they must outlive the cursor. Empty spans are
-// skipped. Thread-compatible.
-class SliceCursor {
- public:
-  explicit SliceCursor(std::span<const std::span<const uint8_t>> slices);
-
-  // Reads one byte; false at the end.
-  bool ReadByte(uint8_t* out);
-
-  // Reads a base-128 varint. False (position unspecified) when the message ends inside
-  // it, when it runs past kMaxVarintBytes, or when its value overflows 64 bits.
-  bool ReadVarint(uint64_t* out);
-
-  // Returns the next contiguous piece of at most `max` bytes and moves past it; empty at
-  // the end.
-  std::span<const uint8_t> Next(uint64_t max);
-
-  // Bytes not read yet.
-  uint64_t remaining() const { return remaining_; }
-  // Position: index of the current span and offset inside it.
-  size_t index() const { return index_; }
-  size_t offset() const { return offset_; }
-
- private:
-  void Skip();
-
-  std::span<const std::span<const uint8_t>> slices_;
-  size_t index_ = 0;
-  size_t offset_ = 0;
-  uint64_t remaining_ = 0;
-};
-
-// If the message under `cursor` is exactly one `chunk` field (kChunkTag, a varint
-// length, and that many bytes to the end), moves past the prefix and returns true: the
-// rest of the cursor is the payload. Otherwise returns false and the position is
-// unspecified (parse the message with protobuf instead).
-bool ReadChunkPrefix(SliceCursor& cursor);
-
-// One piece of a chunk message: `bytes` of block `block` starting at `offset`.
-struct ChunkPiece {
-  size_t block = 0;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-};
-
-// Splits the concatenation of blocks with the given sizes into chunk messages of at most
-// `chunk_bytes` payload bytes each (the last may be shorter). Each chunk lists the pieces
-// of the blocks it covers, in order. Zero-size blocks contribute nothing; an all-empty
-// input yields no chunks. REQUIRES: chunk_bytes > 0.
-std::vector<std::vector<ChunkPiece>> PlanChunks(std::span<const uint64_t> block_sizes,
-                                                uint64_t chunk_bytes);
 
 // Parses the server side of a Get stream. Feed each received GetResponse message as its
 // list of byte spans (the gRPC slices, in order, not copied). The first message must be
@@ -107,32 +36,28 @@ class GetStreamParser {
                                                        const kvtier::v1::GetBlockInfo& info)>;
 
   explicit GetStreamParser(DestinationFn destination);
+  // Not copyable or movable: the framer's header callback refers to this parser.
+  GetStreamParser(const GetStreamParser&) = delete;
+  GetStreamParser& operator=(const GetStreamParser&) = delete;
 
-  // Consumes one message. INTERNAL naming the problem on a malformed message, a chunk
-  // before the header, a second header, or more payload bytes than the header announced;
-  // the destination's error otherwise.
-  absl::Status Consume(std::span<const std::span<const uint8_t>> slices);
+  // Consumes one message. INTERNAL naming the problem on a malformed message, a header
+  // that does not parse, a chunk before the header, a second header, or more payload
+  // bytes than the header announced; the destination's error otherwise.
+  absl::Status Consume(std::span<const std::span<const uint8_t>> slices) {
+    return framer_.Consume(slices);
+  }
 
   // OK once the header arrived and every announced byte was received; INTERNAL (naming
   // the missing byte count) otherwise.
-  absl::Status Finish() const;
+  absl::Status Finish() const { return framer_.Finish(); }
 
-  bool has_header() const { return has_header_; }
+  bool has_header() const { return framer_.has_header(); }
   const kvtier::v1::GetHeader& header() const { return header_; }
 
  private:
-  absl::Status ConsumeChunk(std::span<const std::span<const uint8_t>> slices,
-                            size_t slice_index, size_t slice_offset, uint64_t length);
-
   DestinationFn destination_;
-  bool has_header_ = false;
   kvtier::v1::GetHeader header_;
-  // Destination of each found block (empty span for misses) and the write cursor.
-  std::vector<std::span<uint8_t>> dest_;
-  std::vector<uint64_t> sizes_;
-  size_t cur_block_ = 0;
-  uint64_t cur_offset_ = 0;
-  uint64_t remaining_total_ = 0;
+  GetStreamFramer framer_;
 };
 
 }  // namespace kvtier::protocol
