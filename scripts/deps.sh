@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       librocksdb-dev libzstd-dev libxxhash-dev libssl-dev libhiredis-dev prometheus-cpp-dev
       libgtest-dev libgmock-dev libbenchmark-dev redis-server kubectl
       libzmq3-dev cppzmq-dev libmsgpack-cxx-dev openssl libucx-dev ucx-utils
-      python3 python3-grpcio python3-protobuf python3-numpy python3-pytest python3-zmq python3-msgpack)
+      python3 python3-dev python3-grpcio python3-protobuf python3-numpy python3-pytest python3-zmq python3-msgpack)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
