@@ -18,12 +18,45 @@ def _client(server, spec=None, **kw):
     return kvtier.Client(server.address, namespace=spec, **kw)
 
 
-@pytest.mark.parametrize("shm", [True, False], ids=["shm", "tcp"])
-def test_raw_and_encoded_round_trips_are_bit_exact(server, shm):
+# The two paths of the gRPC streams: kvtier._native (C++) and grpcio.
+NATIVE = pytest.mark.parametrize("native", [True, False], ids=["native", "grpcio"])
+
+
+def test_the_build_ships_the_native_module(server):
+    # scripts/build.sh builds kvtier._native into build/python (python3-dev): without it
+    # the tests below would exercise the grpcio path twice.
+    from kvtier import client
+    assert client._native is not None
+    with _client(server, shared_memory=False) as c:
+        assert c.uses_native
+    with _client(server, shared_memory=False, native=False) as c:
+        assert not c.uses_native
+
+
+def test_native_channel_rejects_bad_arguments():
+    from kvtier import _native
+    ch = _native.Channel("127.0.0.1:1", 0, 1 << 20, 0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        ch.put("/kvtier.v1.KvCache/Put", b"", [], 1 << 20, 0.0, None)
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        ch.put("/kvtier.v1.KvCache/Put", b"", [], 0, 1.0, None)
+    with pytest.raises(TypeError):
+        ch.put("/kvtier.v1.KvCache/Put", b"", [42], 1 << 20, 1.0, None)
+    with pytest.raises(TypeError, match="metadata"):
+        ch.get("/kvtier.v1.KvCache/Get", b"", lambda h: [], 1.0, [("k",)])
+    with pytest.raises(_native.RpcError) as e:  # nothing listens on port 1
+        ch.get("/kvtier.v1.KvCache/Get", b"", lambda h: [], 5.0, None)
+    assert e.value.args[0] == grpc.StatusCode.UNAVAILABLE.value[0]
+
+
+@pytest.mark.parametrize("shm,native", [(True, True), (False, True), (False, False)],
+                         ids=["shm", "tcp-native", "tcp-grpcio"])
+def test_raw_and_encoded_round_trips_are_bit_exact(server, shm, native):
     lay = blocks.layout()
     spec = kvtier.make_namespace("exact-%d" % shm, lay, codec="fp16")
-    with _client(server, spec, shared_memory=shm) as c:
-        assert c.uses_shared_memory == shm
+    # An odd chunk size: chunk messages straddle block boundaries.
+    with _client(server, spec, shared_memory=shm, native=native, chunk_bytes=777) as c:
+        assert c.uses_shared_memory == shm and c.uses_native == native
         keys, puts, raw = blocks.sequence(spec.name, lay, 6, seed=1)
         res = c.put_blocks(spec.name, puts, format=kvtier.RAW)
         assert res.blocks_stored == 6
@@ -169,10 +202,11 @@ def _raw_error(server, method, request):
         return e.value.code(), e.value.details()
 
 
-def test_bad_inputs_raise_the_servers_code_and_message(server):
+@NATIVE
+def test_bad_inputs_raise_the_servers_code_and_message(server, native):
     lay = blocks.layout()
     spec = kvtier.make_namespace("bad", lay, codec="int8")
-    with _client(server, spec) as c:
+    with _client(server, spec, shared_memory=False, native=native) as c:
         raw = blocks.raw_blocks(lay, 1, 5)[0]
         cases = [
             (lambda: c.put_blocks("nope", [kvtier.PutBlock(b"k", raw)], format=kvtier.RAW),
@@ -193,6 +227,7 @@ def test_bad_inputs_raise_the_servers_code_and_message(server):
                 fn()
             assert text in e.value.message, (text, e.value.message)
             assert e.value.code == cls.code
+            assert type(e.value) is cls
         # The message is the server's, verbatim.
         code, details = _raw_error(server, "Get", kvtier.pb.GetRequest(namespace="nope", keys=[b"k"]))
         with pytest.raises(kvtier.NotFoundError) as e:
@@ -209,7 +244,7 @@ def test_bad_inputs_raise_the_servers_code_and_message(server):
         key = b"fits-not"
         c.put_blocks("bad", [kvtier.PutBlock(key, raw)], format=kvtier.RAW)
         for shm in (True, False):
-            with _client(server, shared_memory=shm) as c2:
+            with _client(server, shared_memory=shm, native=native) as c2:
                 with pytest.raises(kvtier.OutOfRangeError) as e:
                     c2.get_blocks_into("bad", [key], [bytearray(100)], format=kvtier.RAW)
                 assert "holds 100 bytes" in e.value.message  # server (shm) or client (tcp)
@@ -234,17 +269,25 @@ def test_handshake_checks_layout_codec_and_hash_scheme(server):
     assert "hash_scheme mismatch" in e.value.message
 
 
-def test_deadlines_and_unreachable_servers(server):
+@NATIVE
+def test_deadlines_and_unreachable_servers(server, native):
     with pytest.raises((kvtier.UnavailableError, kvtier.DeadlineExceededError)):
-        kvtier.Client("127.0.0.1:1", connect_timeout=0.3)
+        kvtier.Client("127.0.0.1:1", connect_timeout=0.3, native=native)
     lay = blocks.layout()
     spec = kvtier.make_namespace("dl", lay, codec="int8")
-    with _client(server, spec) as c:
+    with _client(server, spec, shared_memory=False, native=native) as c:
         keys, puts, _ = blocks.sequence("dl", lay, 8, seed=6)
-        with pytest.raises(kvtier.DeadlineExceededError):
-            c.put_blocks("dl", puts, format=kvtier.RAW, timeout=1e-6)
-        with pytest.raises(kvtier.DeadlineExceededError):
-            c.get_blocks("dl", keys, timeout=1e-6)
+        c.put_blocks("dl", puts, format=kvtier.RAW)
+        for fn in (lambda: c.put_blocks("dl", puts, format=kvtier.RAW, timeout=1e-6),
+                   lambda: c.get_blocks("dl", keys, timeout=1e-6)):
+            with pytest.raises(kvtier.DeadlineExceededError) as e:
+                fn()
+            assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        # A deadline that runs out inside the streams (not before they start).
+        big = [kvtier.PutBlock(b"dl-big-%d" % i, np.zeros(32 << 20, np.uint8)) for i in range(4)]
+        with pytest.raises(kvtier.DeadlineExceededError) as e:
+            c.put_blocks("dl", big, timeout=0.005)
+        assert e.value.message == "Deadline Exceeded"
 
 
 @pytest.mark.parametrize("shm", [True, False], ids=["shm", "tcp"])
@@ -254,7 +297,7 @@ def test_round_trip_through_grpcios_public_api(server, monkeypatch, shm):
     monkeypatch.setattr(_grpc_fast, "ENABLED", False)
     lay = blocks.layout()
     spec = kvtier.make_namespace("public-api", lay, codec="fp16")
-    with _client(server, spec, shared_memory=shm) as c:
+    with _client(server, spec, shared_memory=shm, native=False) as c:
         keys, puts, raw = blocks.sequence(spec.name, lay, 3, seed=7)
         assert c.put_blocks(spec.name, puts, format=kvtier.RAW).blocks_stored == 3
         out = [np.empty_like(r) for r in raw]

@@ -5,7 +5,8 @@ fp16 blocks of --block-size bytes (layout (block/64KiB) x 8 x 128 x 16, codec fp
 payloads ENCODED fp16 blobs, --keys keys split over --threads threads, every key put once
 untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers. System
 "kvtier-py" is TCP, "kvtier-py-shm" staged through the shared region, "kvtier-py-shm-zc"
-put from / got into SharedBuffers. With --compare PATH_TO_kvtier it also runs
+put from / got into SharedBuffers. Each result names the path of the gRPC streams ("path":
+"native" for kvtier._native, "grpcio" without it or with --no-native). With --compare PATH_TO_kvtier it also runs
 `kvtier bench` with the same flags against the same server, right after (with --repeat N,
 N runs of each alternating which goes first), and prints the Python / C++ ratio of the
 median GB/s per phase.
@@ -85,7 +86,7 @@ def bench(args):
         args.server, namespace=spec, num_channels=args.channels or args.threads,
         chunk_bytes=args.chunk, max_streams_per_call=1, shared_memory=not args.no_shm,
         shared_memory_bytes=args.threads * 3 * (args.block_size + 8192) * 2,
-        auth_token=os.environ.get("KVTIER_AUTH_TOKEN", ""))
+        auth_token=os.environ.get("KVTIER_AUTH_TOKEN", ""), native=not args.no_native)
     if not args.no_shm and not client.uses_shared_memory and client.connect_info.shared_memory_error:
         print("kvtier.bench: shared memory not used: " + client.connect_info.shared_memory_error,
               file=sys.stderr)
@@ -142,7 +143,7 @@ def bench(args):
     for op in args.ops.split(","):
         r = run_phase(op, [make_worker(t, op) for t in range(args.threads)], args.seconds)
         r.update(system=system, target=args.server, threads=args.threads,
-                 block_bytes=len(payload))
+                 block_bytes=len(payload), path="native" if client.uses_native else "grpcio")
         out.append(r)
     client.close()
     return out
@@ -167,9 +168,11 @@ def _print(r, as_json):
     if as_json:
         print(json.dumps(r, sort_keys=True))
     else:
-        print("%-18s %-4s %9.1f ops/s %7.3f GB/s  p50 %8.1f us  p99 %8.1f us"
-              % (r["system"], r["phase"], r["ops_per_s"], r["gb_per_s"], r["p50_us"],
-                 r["p99_us"]))
+        cpu = r.get("client_cpu_s_per_gb")
+        print("%-27s %-4s %9.1f ops/s %7.3f GB/s  p50 %8.1f us  p99 %8.1f us%s"
+              % (r["system"] + (" (%s)" % r["path"] if r.get("path") else ""), r["phase"],
+                 r["ops_per_s"], r["gb_per_s"], r["p50_us"], r["p99_us"],
+                 "  client cpu %.3f s/GB" % cpu if cpu else ""))
     sys.stdout.flush()
 
 
@@ -186,6 +189,8 @@ def main(argv=None):
     p.add_argument("--namespace", default="")
     p.add_argument("--no-shm", action="store_true")
     p.add_argument("--shared-buffers", action="store_true")
+    p.add_argument("--no-native", action="store_true",
+                   help="gRPC streams through grpcio even when kvtier._native is built")
     p.add_argument("--compare", metavar="KVTIER", default="",
                    help="path of the C++ `kvtier` tool: run its bench too and print ratios")
     p.add_argument("--repeat", type=int, default=1,
@@ -210,19 +215,21 @@ def main(argv=None):
             for r in res:
                 r.setdefault("system", "kvtier")
                 _print({k: r.get(k, 0) for k in ("system", "phase", "ops_per_s", "gb_per_s",
-                                                    "p50_us", "p99_us", "client_cpu_s_per_gb")},
+                                                    "p50_us", "p99_us", "client_cpu_s_per_gb",
+                                                    "path")},
                        args.json)
             (py_runs if fn is bench else cpp_runs).append(res)
     for i, py in enumerate(py_runs[0]):
         py_gb = statistics.median(run[i]["gb_per_s"] for run in py_runs)
         cpp_gb = statistics.median(run[i]["gb_per_s"] for run in cpp_runs)
-        line = dict(phase=py["phase"], python=py["system"], cpp=cpp_runs[0][i]["system"],
+        line = dict(phase=py["phase"], python=py["system"], path=py["path"],
+                    cpp=cpp_runs[0][i]["system"],
                     python_gb_per_s=py_gb, cpp_gb_per_s=cpp_gb, runs=args.repeat,
                     ratio=round(py_gb / cpp_gb, 3) if cpp_gb else 0.0)
         print(json.dumps(line, sort_keys=True) if args.json else
-              "ratio %-4s %s / %s = %.2f (medians of %d runs: %.3f / %.3f GB/s)"
-              % (line["phase"], line["python"], line["cpp"], line["ratio"], args.repeat,
-                 py_gb, cpp_gb))
+              "ratio %-4s %s (%s) / %s = %.2f (medians of %d runs: %.3f / %.3f GB/s)"
+              % (line["phase"], line["python"], line["path"], line["cpp"], line["ratio"],
+                 args.repeat, py_gb, cpp_gb))
     return 0
 
 

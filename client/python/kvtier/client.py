@@ -17,7 +17,13 @@ server does not answer within `connect_timeout`.
 Transport: `num_channels` separate HTTP/2 connections used round-robin. Put and Get
 payloads never pass through protobuf `bytes` fields: Put chunk messages are framed by hand
 (0x12, varint length, payload) and Get responses are parsed straight into the destination
-buffers (the framing of protocol/wire.h, kvtier.wire). When the server is on this host and offers its
+buffers (the framing of protocol/wire.h, kvtier.wire). With `native` (the default) and the
+kvtier._native extension built (the CMake build puts it in build/python/kvtier; a plain
+`pip install client/python` has none), the Put and Get streams (payloads over TCP, only
+headers on the shared-memory path) run in C++ with the GIL released, on one more
+connection per channel: payloads are sent from the caller's buffers and received into
+them with no copy in Python (uses_native says which). Errors, retries and messages are
+the same as on grpcio. When the server is on this host and offers its
 shared-memory socket, the client maps a region (see kvtier.shm) and put_blocks /
 get_blocks_into payloads travel through it: the stream carries the header only. Payloads
 and get buffers that are SharedBuffers (allocate_shared_buffer) are not copied by the
@@ -54,6 +60,13 @@ from kvtier import shm as shm_mod
 from kvtier import wire
 from kvtier._proto import pb, pb_grpc
 from kvtier.keys import HASH_SCHEME
+
+try:
+    from kvtier import _native
+except ImportError:  # not built (pip install client/python), or its libgrpc++ is missing
+    _native = None
+# What a kvtier._native call raises for a non-OK status (nothing to catch without it).
+_NATIVE_ERROR = _native.RpcError if _native is not None else ()
 
 RAW = pb.PAYLOAD_FORMAT_RAW
 ENCODED = pb.PAYLOAD_FORMAT_ENCODED
@@ -123,17 +136,14 @@ def _read(path):
         raise errors.InvalidArgumentError(f"options.tls: {path} cannot be read: {e}") from None
 
 
-def _credentials(tls, ca_file, cert_file, key_file, server_name):
-    """None (plaintext) or grpc.ssl_channel_credentials from the PEM files, as the C++
+def _tls_pems(tls, ca_file, cert_file, key_file, server_name):
+    """None (plaintext) or the (root, key, cert) PEM bytes (None where no file), as the C++
     ClientOptions tls_* fields. The files are read once, at connect."""
     if not (tls or ca_file or cert_file or key_file or server_name):
         return None
     if bool(cert_file) != bool(key_file):
         raise errors.InvalidArgumentError("options.tls: tls_cert_file and tls_key_file go together")
-    return grpc.ssl_channel_credentials(
-        root_certificates=_read(ca_file) if ca_file else None,
-        private_key=_read(key_file) if key_file else None,
-        certificate_chain=_read(cert_file) if cert_file else None)
+    return tuple(_read(f) if f else None for f in (ca_file, key_file, cert_file))
 
 
 class _Channel:
@@ -143,12 +153,20 @@ class _Channel:
                    ("grpc.max_send_message_length", -1)]
         if opts["http2_stream_window_bytes"] > 0:
             options.append(("grpc.http2.lookahead_bytes", opts["http2_stream_window_bytes"]))
-        if opts["credentials"] is None:
+        pems = opts["tls_pems"]
+        if pems is None:
             self.channel = grpc.insecure_channel(address, options=options)
         else:
             if opts["tls_server_name"]:
                 options.append(("grpc.ssl_target_name_override", opts["tls_server_name"]))
-            self.channel = grpc.secure_channel(address, opts["credentials"], options=options)
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=pems[0], private_key=pems[1], certificate_chain=pems[2])
+            self.channel = grpc.secure_channel(address, credentials, options=options)
+        # The payload-carrying streams of the gRPC path, when kvtier._native is there.
+        self.native = _native.Channel(
+            address, index, opts["max_receive_message_bytes"],
+            opts["http2_stream_window_bytes"], pems,
+            opts["tls_server_name"]) if opts["native"] else None
         self.data = pb_grpc.KvCacheStub(self.channel)
         self.admin = pb_grpc.KvCacheAdminStub(self.channel)
         self.put = self.channel.stream_unary(_PUT, request_serializer=None,
@@ -172,7 +190,7 @@ class Client:
                  max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
                  shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
                  auth_token="", tls=False, tls_ca_file="", tls_cert_file="", tls_key_file="",
-                 tls_server_name=""):
+                 tls_server_name="", native=True):
         if not address:
             raise errors.InvalidArgumentError("options.server is empty")
         if num_channels < 1:
@@ -191,9 +209,9 @@ class Client:
         self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
         opts = dict(max_receive_message_bytes=max_receive_message_bytes,
                     http2_stream_window_bytes=http2_stream_window_bytes,
-                    credentials=_credentials(tls, tls_ca_file, tls_cert_file, tls_key_file,
-                                             tls_server_name),
-                    tls_server_name=tls_server_name)
+                    tls_pems=_tls_pems(tls, tls_ca_file, tls_cert_file, tls_key_file,
+                                       tls_server_name),
+                    tls_server_name=tls_server_name, native=native and _native is not None)
         self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
         self._next = 0
         self._lock = threading.Lock()
@@ -233,6 +251,12 @@ class Client:
         when the server forgets the session (a new Client gets it again)."""
         return self._region is not None
 
+    @property
+    def uses_native(self):
+        """True when the Put and Get streams run in kvtier._native (C++, GIL released);
+        False on grpcio (not built, or native=False)."""
+        return self._channels[0].native is not None
+
     # -- plumbing ---------------------------------------------------------------------
 
     def _pick(self):
@@ -256,6 +280,8 @@ class Client:
                 return attempt(self._pick(), left, wait_for_ready)
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(rpc, e)
+            except _NATIVE_ERROR as e:
+                err = errors.from_native_error(rpc, e)
             if err.code != grpc.StatusCode.UNAVAILABLE or a + 1 == attempts:
                 raise err
             if time.monotonic() + backoff >= deadline:
@@ -477,6 +503,9 @@ class Client:
                 yield b"".join([wire.chunk_prefix(have)] + pieces)
 
         def attempt(ch, left, _):
+            if ch.native is not None:
+                return pb.PutResponse.FromString(ch.native.put(
+                    _PUT, first, () if session else views, chunk, left, self._metadata))
             return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
 
         resp = self._call("Put", attempt, False, deadline)
@@ -606,9 +635,13 @@ class Client:
             req.shm_session = b""
 
         def attempt(ch, left, _):
+            parser = wire.GetStreamParser(dest)
+            if ch.native is not None:
+                ch.native.get(_GET, req.SerializeToString(), parser.on_header, left,
+                              self._metadata)
+                return check(parser)
             if not _grpc_fast.ENABLED:
                 ch.keepalive.ensure()
-            parser = wire.GetStreamParser(dest)
             messages = _grpc_fast.unary_stream_iter(ch.get, req, left, self._metadata)
             try:
                 for msg in messages:
@@ -616,6 +649,9 @@ class Client:
             finally:
                 messages.close()  # cancels the call when the parser gave up
             parser.finish()
+            return check(parser)
+
+        def check(parser):
             if len(parser.header.blocks) != len(keys):
                 raise errors.InternalError("header lists %d blocks for %d keys"
                                            % (len(parser.header.blocks), len(keys)), "Get")
@@ -624,6 +660,13 @@ class Client:
 
     def _get_shm_attempt(self, req):
         def attempt(ch, left, _):
+            if ch.native is not None:
+                # The framer refuses chunks (no destinations) and a second header.
+                headers = []
+                ch.native.get(_GET, req.SerializeToString(),
+                              lambda data: headers.append(pb.GetHeader.FromString(data)) or (),
+                              left, self._metadata)
+                return list(headers[0].blocks)
             header, extra = None, False
             for msg in _grpc_fast.unary_stream_messages(ch.get, req, left, self._metadata):
                 if header is not None or not msg or msg[0] != 0x0A:

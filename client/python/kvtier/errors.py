@@ -130,6 +130,18 @@ def decode_status_details(data):
     return REASON_UNSPECIFIED, ""
 
 
+_CODE_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def from_native_error(rpc, err):
+    """Converts a kvtier._native.RpcError (code number, message, grpc-status-details-bin
+    bytes) into the KvtierError from_rpc_error gives for the same status."""
+    number, message, details = err.args
+    reason, field = decode_status_details(details) if details else (REASON_UNSPECIFIED, "")
+    return error_for(_CODE_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN), message, rpc, reason,
+                     field)
+
+
 def from_rpc_error(rpc, err):
     """Converts a grpc.RpcError raised by a call into a KvtierError."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN

@@ -88,20 +88,27 @@ class GetStreamParser:
         elif tag == 0x0A:
             if self.header is not None:
                 raise errors.InternalError("get stream: second header", "Get")
-            self.header = pb.GetHeader.FromString(msg[i:])
-            for k, info in enumerate(self.header.blocks):
-                d = None
-                if info.found and info.size:
-                    d = self._destination(k, info)
-                    if d.size < info.size:
-                        raise errors.InternalError("get stream: destination of block %d holds "
-                                                   "%d bytes, needs %d" % (k, d.size, info.size),
-                                                   "Get")
-                    d = d[:info.size]
-                    self._remaining += info.size
-                self._dest.append(d)
+            self.on_header(msg[i:])
         else:
             raise errors.InternalError("get stream: unexpected field tag %d" % tag, "Get")
+
+    def on_header(self, data):
+        """Parses the serialized GetHeader `data` and returns each block's destination
+        (a uint8 array of exactly info.size bytes, or None): the header callback of
+        kvtier._native's Get, which then fills them itself."""
+        self.header = pb.GetHeader.FromString(data)
+        for k, info in enumerate(self.header.blocks):
+            d = None
+            if info.found and info.size:
+                d = self._destination(k, info)
+                if d.size < info.size:
+                    raise errors.InternalError("get stream: destination of block %d holds "
+                                               "%d bytes, needs %d" % (k, d.size, info.size),
+                                               "Get")
+                d = d[:info.size]
+                self._remaining += info.size
+            self._dest.append(d)
+        return self._dest
 
     def _chunk(self, msg, i, length):
         if length > self._remaining:
