@@ -58,8 +58,7 @@ class UcxTest : public ::testing::Test {
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
-  ClientOptions Options(const std::string& ns, v1::Codec codec = v1::CODEC_FP16,
-                        bool ucx = true) {
+  ClientOptions Options(const std::string& ns, v1::Codec codec = v1::CODEC_FP16, bool ucx = true) {
     ClientOptions o;
     o.server = server_->address();
     o.namespace_spec = Spec(ns, codec);
@@ -219,7 +218,9 @@ TEST_F(UcxTest, ConcurrentCallsShareStreamsThroughTheUcxCoalescer) {
     ASSERT_NE(c, nullptr);
     ASSERT_TRUE(c->uses_ucx()) << c->connect_info().ucx_error;
     std::vector<Sequence> seqs;
-    for (int t = 0; t < kThreads; ++t) seqs.push_back(MakeSequence("fp16", kLayout, kRounds, ++seed));
+    for (int t = 0; t < kThreads; ++t) {
+      seqs.push_back(MakeSequence("fp16", kLayout, kRounds, ++seed));
+    }
     const uint64_t puts_before = ServedCalls("put");
     const uint64_t gets_before = ServedCalls("get");
     const uint64_t ucx_before = Stats().ucx_get_bytes();
