@@ -116,21 +116,26 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     impl->channels.push_back(std::move(ch));
   }
   if (options.coalesce_max_delay_us > 0 && options.coalesce_max_bytes > 0) {
-    Impl* raw = impl.get();  // the coalescer is a member of *raw
-    impl->coalescer = std::make_unique<internal::Coalescer>(
-        options.coalesce_max_delay_us, options.coalesce_max_bytes,
-        [raw](std::string_view ns, std::span<const PutBlock> blocks, v1::PayloadFormat format,
-              internal::Coalescer::Deadline deadline, PutResult* result) {
-          return raw->PutRun(ns, blocks, format, deadline, result);
-        },
-        [raw](std::string_view ns, std::span<const std::string> keys, v1::PayloadFormat format,
-              internal::Coalescer::Deadline deadline, std::span<const std::span<uint8_t>> buffers,
-              std::vector<v1::GetBlockInfo>* infos) {
-          GetOptions opts;
-          opts.format = format;
-          return raw->GetRun(ns, keys, opts, deadline, BufferDestination(buffers, 0), buffers,
-                             infos);
-        });
+    Impl* raw = impl.get();  // the coalescers are members of *raw
+    auto make = [&](uint64_t max_bytes) {
+      return std::make_unique<internal::Coalescer>(
+          options.coalesce_max_delay_us, max_bytes,
+          [raw](std::string_view ns, std::span<const PutBlock> blocks, v1::PayloadFormat format,
+                internal::Coalescer::Deadline deadline,
+                PutResult* result) { return raw->PutRun(ns, blocks, format, deadline, result); },
+          [raw](std::string_view ns, std::span<const std::string> keys, v1::PayloadFormat format,
+                internal::Coalescer::Deadline deadline, std::span<const std::span<uint8_t>> buffers,
+                std::vector<v1::GetBlockInfo>* infos) {
+            GetOptions opts;
+            opts.format = format;
+            return raw->GetRun(ns, keys, opts, deadline, BufferDestination(buffers, 0), buffers,
+                               infos);
+          });
+    };
+    impl->coalescer = make(options.coalesce_max_bytes);
+    if (options.ucx && options.ucx_coalesce_max_bytes > 0) {
+      impl->ucx_coalescer = make(options.ucx_coalesce_max_bytes);
+    }
   }
   std::unique_ptr<Client> client(new Client(std::move(impl)));
   Impl& im = *client->impl_;
@@ -258,12 +263,10 @@ absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns, std::span<const
   PutResult total;
   if (blocks.empty()) return total;
   const auto deadline = DeadlineAfter(impl_->DeadlineMs(options.deadline_ms));
-  if (impl_->Coalesces()) {
-    uint64_t bytes = 0;
-    for (const PutBlock& b : blocks) bytes += b.payload.size();
-    if (impl_->coalescer->Accepts(bytes)) {
-      return impl_->coalescer->Put(ns, blocks, options.format, deadline);
-    }
+  uint64_t bytes = 0;
+  for (const PutBlock& b : blocks) bytes += b.payload.size();
+  if (internal::Coalescer* c = impl_->CoalescerFor(bytes)) {
+    return c->Put(ns, blocks, options.format, deadline);
   }
   const auto ranges = SplitRanges(blocks.size(), impl_->options.max_streams_per_call);
   std::vector<PutResult> parts(ranges.size());
@@ -288,12 +291,12 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
     return absl::InvalidArgumentError(
         absl::StrCat("buffers: ", buffers.size(), " buffers for ", keys.size(), " keys"));
   }
-  if (impl_->Coalesces() && options.lease_id == 0) {
+  if (options.lease_id == 0) {
     uint64_t bytes = 0;
     for (const auto& b : buffers) bytes += b.size();
-    if (impl_->coalescer->Accepts(bytes)) {
-      return impl_->coalescer->GetInto(ns, keys, buffers, options.format,
-                                       DeadlineAfter(impl_->DeadlineMs(options.deadline_ms)));
+    if (internal::Coalescer* c = impl_->CoalescerFor(bytes)) {
+      return c->GetInto(ns, keys, buffers, options.format,
+                        DeadlineAfter(impl_->DeadlineMs(options.deadline_ms)));
     }
   }
   std::vector<v1::GetBlockInfo> infos;

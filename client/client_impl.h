@@ -104,8 +104,10 @@ struct Client::Impl {
   ConnectInfo info;
   std::vector<Channel> channels;
   std::atomic<uint64_t> next_channel{0};
-  // Batches concurrent small Put / Get calls (null when coalescing is off).
+  // Batch concurrent small Put / Get calls (null when coalescing is off): coalescer for
+  // the gRPC and shared-memory paths, ucx_coalescer (ucx_coalesce_max_bytes) for UCX.
   std::unique_ptr<internal::Coalescer> coalescer;
+  std::unique_ptr<internal::Coalescer> ucx_coalescer;
 
   // Layouts of the namespaces registered through this client, sent with every Put.
   common::Mutex mu;
@@ -162,6 +164,16 @@ struct Client::Impl {
   bool Coalesces() {
     return coalescer != nullptr &&
            !(options.shared_memory_socket_calls && !PreferUcx() && Region() != nullptr);
+  }
+  // The coalescer a call carrying `payload_bytes` goes through (the UCX one while the
+  // call's payloads would move over UCX), or null when the call is sent on its own.
+  internal::Coalescer* CoalescerFor(uint64_t payload_bytes) {
+    if (!Coalesces()) return nullptr;
+    internal::Coalescer* c =
+        ucx_coalescer != nullptr && (PreferUcx() || (Region() == nullptr && Ucx() != nullptr))
+            ? ucx_coalescer.get()
+            : coalescer.get();
+    return c->Accepts(payload_bytes) ? c : nullptr;
   }
 
   // The UCX channel while the UCX path is usable, else null (client/client_ucx.cc).

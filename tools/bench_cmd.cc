@@ -76,6 +76,9 @@ constexpr char kBenchUsage[] =
     "                      the client's coalescing of concurrent calls (ClientOptions::\n"
     "                      coalesce_max_delay_us / coalesce_max_bytes; 0 = off; default the\n"
     "                      client's: 200 us, 2MiB)\n"
+    "  --ucx-coalesce-bytes SIZE\n"
+    "                      coalesce_max_bytes of calls over UCX (ClientOptions::\n"
+    "                      ucx_coalesce_max_bytes; 0 = as --coalesce-bytes; default 16MiB)\n"
     "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
     "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
@@ -627,6 +630,8 @@ absl::Status Bench(const cli::Flags& flags) {
     ASSIGN_OR_RETURN(uint64_t coalesce_bytes,
                      flags.GetBytes("coalesce-bytes", options.coalesce_max_bytes));
     options.coalesce_max_bytes = coalesce_bytes;
+    ASSIGN_OR_RETURN(options.ucx_coalesce_max_bytes,
+                     flags.GetBytes("ucx-coalesce-bytes", options.ucx_coalesce_max_bytes));
     v1::NamespaceSpec spec;
     spec.set_name(w.ns);
     spec.set_model_id("kvtier-bench");
@@ -717,7 +722,7 @@ int RunBench(int argc, char** argv) {
                                          "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
                                          "no-shm-socket", "ucx",
-                                         "coalesce-us", "coalesce-bytes",
+                                         "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {

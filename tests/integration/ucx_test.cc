@@ -6,12 +6,14 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <latch>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/cluster_client.h"
 #include "client/ucx_channel.h"
@@ -56,8 +58,7 @@ class UcxTest : public ::testing::Test {
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
-  std::unique_ptr<Client> Connect(const std::string& ns, v1::Codec codec = v1::CODEC_FP16,
-                                  bool ucx = true) {
+  ClientOptions Options(const std::string& ns, v1::Codec codec = v1::CODEC_FP16, bool ucx = true) {
     ClientOptions o;
     o.server = server_->address();
     o.namespace_spec = Spec(ns, codec);
@@ -65,9 +66,27 @@ class UcxTest : public ::testing::Test {
     o.shared_memory = false;
     o.ucx = ucx;
     o.ucx_transports = "tcp";
+    return o;
+  }
+
+  std::unique_ptr<Client> Connect(const std::string& ns, v1::Codec codec = v1::CODEC_FP16,
+                                  bool ucx = true) {
+    return Connect(Options(ns, codec, ucx));
+  }
+
+  std::unique_ptr<Client> Connect(const ClientOptions& o) {
     auto c = Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // The server's count of calls of `operation` ("put", "get") so far.
+  uint64_t ServedCalls(const std::string& operation) {
+    const v1::StatsResponse st = Stats();
+    for (const v1::LatencyHistogram& h : st.latencies()) {
+      if (h.operation() == operation) return h.count();
+    }
+    return 0;
   }
 
   v1::StatsResponse Stats() {
@@ -177,6 +196,73 @@ TEST_F(UcxTest, EncodedAndRawBlocksRoundTripBitExactlyOverUcx) {
   for (const std::string& e : raw_seq.encoded) raw_encoded_bytes += e.size();
   EXPECT_EQ(st.ucx_get_bytes(),
             encoded_bytes + 12 * kLayout.BytesPerBlock() + raw_encoded_bytes);
+}
+
+// Concurrent calls over UCX go through their own coalescer (ucx_coalesce_max_bytes), which
+// takes calls too big for coalesce_max_bytes: the calls of several threads share Put and
+// Get streams, and each thread gets its own blocks back bit-exact. With
+// ucx_coalesce_max_bytes 0 the same calls go one stream each.
+TEST_F(UcxTest, ConcurrentCallsShareStreamsThroughTheUcxCoalescer) {
+  StartServer();
+  constexpr int kThreads = 8;
+  constexpr uint32_t kRounds = 4;
+  int seed = 100;
+  for (const uint64_t ucx_coalesce : {uint64_t{16} << 20, uint64_t{0}}) {
+    ClientOptions o = Options("fp16");
+    // Blocks of 32 KiB are more than half of coalesce_max_bytes: only the UCX coalescer
+    // takes them. A long delay lets calls queue behind the batch on the wire.
+    o.coalesce_max_bytes = 32 << 10;
+    o.coalesce_max_delay_us = 300000;
+    o.ucx_coalesce_max_bytes = ucx_coalesce;
+    auto c = Connect(o);
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->uses_ucx()) << c->connect_info().ucx_error;
+    std::vector<Sequence> seqs;
+    for (int t = 0; t < kThreads; ++t) {
+      seqs.push_back(MakeSequence("fp16", kLayout, kRounds, ++seed));
+    }
+    const uint64_t puts_before = ServedCalls("put");
+    const uint64_t gets_before = ServedCalls("get");
+    const uint64_t ucx_before = Stats().ucx_get_bytes();
+    std::latch start(kThreads);
+    std::vector<std::string> failures(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        start.arrive_and_wait();
+        const Sequence& seq = seqs[t];
+        for (uint32_t r = 0; r < kRounds; ++r) {
+          auto put = c->PutBlocks("fp16", std::span(&seq.blocks[r], 1));
+          if (!put.ok() || put->blocks_stored != 1) {
+            failures[t] += absl::StrCat("put ", r, ": ", put.status().ToString(), "; ");
+            continue;
+          }
+          std::string buf(seq.encoded[r].size(), '\0');
+          std::span<uint8_t> span(reinterpret_cast<uint8_t*>(buf.data()), buf.size());
+          auto get = c->GetBlocksInto("fp16", std::span(&seq.keys[r], 1), std::span(&span, 1));
+          if (!get.ok() || !(*get)[0].found() || !(*get)[0].ucx() || buf != seq.encoded[r]) {
+            failures[t] += absl::StrCat("get ", r, ": ", get.status().ToString(), "; ");
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+    uint64_t bytes = 0;
+    for (const Sequence& seq : seqs) {
+      for (const std::string& e : seq.encoded) bytes += e.size();
+    }
+    EXPECT_EQ(Stats().ucx_get_bytes() - ucx_before, bytes);
+    const uint64_t puts = ServedCalls("put") - puts_before;
+    const uint64_t gets = ServedCalls("get") - gets_before;
+    if (ucx_coalesce > 0) {
+      EXPECT_LT(puts, uint64_t{kThreads * kRounds});
+      EXPECT_LT(gets, uint64_t{kThreads * kRounds});
+    } else {
+      EXPECT_EQ(puts, uint64_t{kThreads * kRounds});
+      EXPECT_EQ(gets, uint64_t{kThreads * kRounds});
+    }
+  }
 }
 
 TEST_F(UcxTest, RawPutsAreTranscodedIntoTheNamespaceCodec) {
