@@ -154,3 +154,20 @@ def test_lost_session_is_detected_by_the_structured_detail_only():
     assert (e.reason, e.field) == (errors.REASON_SHM_SESSION_UNKNOWN, "header.shm_session")
     e = errors.from_rpc_error("Put", FakeRpcError(()))
     assert e.reason == errors.REASON_UNSPECIFIED  # message text alone is not enough
+
+
+def test_a_closed_region_refuses_copies_instead_of_touching_unmapped_memory(server):
+    # Client.close() may run while another thread copies through the region: a copy
+    # either holds the mapping alive or, after the close, raises (it used to write into
+    # the unmapped region and crash the process).
+    with kvtier.Client(server.address, namespace=_spec()) as c:
+        region = c._region
+        off = region.allocate(4096)
+        region.copy_in(off, np.full(4096, 7, np.uint8))
+        out = np.zeros(4096, np.uint8)
+        region.copy_out(off, out, 4096)
+        assert (out == 7).all()
+    with pytest.raises(kvtier.errors.UnavailableError):
+        region.copy_in(off, np.ones(4096, np.uint8))
+    with pytest.raises(kvtier.errors.UnavailableError):
+        region.copy_out(off, out, 4096)

@@ -155,18 +155,32 @@ class SharedRegion:
             return None
         return addr - self.base
 
+    def _mapped(self):
+        """The region's array, held by the caller for as long as it touches the mapping:
+        a close() meanwhile then leaves the mapping to the garbage collector instead of
+        unmapping it under a copy that runs without the GIL. UnavailableError once
+        closed."""
+        array = self.array
+        if array is None:
+            raise errors.UnavailableError("shared memory: the session was closed")
+        return array
+
     def copy_in(self, offset, src):
         """Copies a buffer into region[offset:] (memmove without the GIL)."""
         addr, n = buffer_address(src)
+        mapped = self._mapped()
         ctypes.memmove(self.base + offset, addr, n)
+        del mapped
 
     def copy_out(self, offset, dst, n):
         """Copies region[offset, offset + n) to the start of writable array `dst`."""
+        mapped = self._mapped()
         ctypes.memmove(dst.__array_interface__["data"][0], self.base + offset, n)
+        del mapped
 
     def view(self, offset, n):
         """numpy uint8 view of region[offset, offset + n)."""
-        return self.array[offset:offset + n]
+        return self._mapped()[offset:offset + n]
 
 
 class SharedBuffer(np.ndarray):
