@@ -69,9 +69,9 @@ BlockId TieredStoreImpl::ScanVictimLocked(const TenantUsage* tenant, BlockId avo
     const bool sink = e.block_index < ns.opts.sink_blocks;
     if (tenant != nullptr) {
       // Quota enforcement never demotes a sink block while a child of it is hot.
-      if (ns.tenant != tenant || (sink && e.hot_children > 0)) return;
+      if (ns.tenant != tenant || (sink && e.hot_children() > 0)) return;
     }
-    int cls = (e.flags & Entry::kEligible) ? 3 : (e.hot_children == 0 ? 2 : 1);
+    int cls = (e.flags & Entry::kEligible) ? 3 : (e.hot_children() == 0 ? 2 : 1);
     if (i == avoid || sink) cls = 0;
     const uint32_t age = static_cast<uint32_t>(tick_) - e.recency;
     if (cls > best_class || (cls == best_class && age > best_age)) {
@@ -101,7 +101,7 @@ BlockId TieredStoreImpl::PickColdVictimLocked(TenantUsage** charged) {
                         (!(e.flags & Entry::kHot) && leases_.KeepsResident(id)) ||
                         (*charged != nullptr && namespaces_[e.ns]->tenant != *charged);
       if (!keep) return id;
-      id = e.cold_next;
+      id = e.cold_next();
     }
   }
   return kNoEntry;
