@@ -21,7 +21,8 @@ bool PrefixIndex::IdEq::operator()(BlockId a, const KeyRef& b) const {
 }
 
 PrefixIndex::PrefixIndex(LinksChanged on_links_changed)
-    : on_links_changed_(std::move(on_links_changed)), ids_(0, IdHash{this}, IdEq{this}) {}
+    : on_links_changed_(std::move(on_links_changed)),
+      ids_(0, IdHash{this}, IdEq{this}, MmapAllocator<BlockId>()) {}
 
 std::string_view PrefixIndex::key(BlockId id) const {
   const Entry& e = at(id);

@@ -1,7 +1,8 @@
 // PrefixIndex: the store's index of every block it knows (docs/design.md §4 Tiers and
 // eviction). One 60-byte Entry per key in a chunked table (ChunkedTable), found through
 // a hash set of 32-bit ids (the set hashes the key stored with the entry, so it holds 4
-// bytes and a control byte per slot).
+// bytes and a control byte per slot; its arrays are mapped, so the one a doubling
+// replaces leaves the RSS: MmapAllocator).
 // An entry links to its parent; the index keeps, per entry, how many children it has
 // and how many of those are in the hot tier, and a list of the cold leaves (entries with
 // a cold record and no child) in least-recently-used order, which is where cold-capacity
@@ -30,6 +31,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "storage/chunked_table.h"
 #include "storage/eviction_policy.h"
+#include "storage/mmap_allocator.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::storage {
@@ -155,9 +157,9 @@ class PrefixIndex {
   void ColdAppend(BlockId id, bool at_head);
 
   const LinksChanged on_links_changed_;
-  ChunkedTable<Entry, 14> entries_;  // 960 KiB chunks
+  ChunkedTable<Entry, 12> entries_;  // 240 KiB chunks: at most that much slack
   ChunkedTable<LongKey, 10> long_keys_;
-  absl::flat_hash_set<BlockId, IdHash, IdEq> ids_;
+  absl::flat_hash_set<BlockId, IdHash, IdEq, MmapAllocator<BlockId>> ids_;
   BlockId cold_head_ = kNoEntry;  // least recently used cold leaf
   BlockId cold_tail_ = kNoEntry;
 };
