@@ -98,27 +98,15 @@ void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes) {
   SlotLocked(slot).payload_bytes = payload_bytes;
 }
 
-void HotTier::Own(SlotId slot, BlockId entry) {
+void HotTier::Own(SlotId slot) {
   common::MutexLock lock(&mu_);
-  Slot& s = SlotLocked(slot);
-  s.owned = true;
-  s.entry = entry;
+  SlotLocked(slot).owned = true;
 }
 
 void HotTier::Disown(SlotId slot) {
   common::MutexLock lock(&mu_);
-  Slot& s = SlotLocked(slot);
-  s.owned = false;
-  s.entry = kInvalidBlock;
+  SlotLocked(slot).owned = false;
   MaybeFreeLocked(slot);
-}
-
-void HotTier::ForEachOwned(const std::function<void(BlockId entry)>& fn) const {
-  common::MutexLock lock(&mu_);
-  for (SlotId slot = 0; slot < slots_.id_limit(); ++slot) {
-    const Slot& s = SlotLocked(slot);
-    if (s.owned) fn(s.entry);
-  }
 }
 
 }  // namespace kvtier::storage

@@ -5,11 +5,11 @@
 // BlockRef stay valid (and are never reused) however the block moves meanwhile.
 //
 // References: Allocate returns a slot with one reference held by the caller; Acquire and
-// NewRef take more; Release drops one. Own / Disown mark whether the index points at the
-// slot. Bytes of a slot may be written without any lock by whoever allocated it, until
+// NewRef take more; Release drops one. Own / Disown mark whether an index entry points at
+// the slot (which entry is the index's to know: Entry::slot). Bytes of a slot may be written without any lock by whoever allocated it, until
 // it is published (Own); after that they are read-only.
 //
-// Memory: 20 bytes per slot (offset and size in HotArena::kAlignment granules, so the
+// Memory: 16 bytes per slot (offset and size in HotArena::kAlignment granules, so the
 // arena is at most 1 TiB) in a ChunkedTable of 4,096-slot chunks (MemoryBytes counts
 // them). A slot keeps no checksum: the XXH3 of a payload is computed when it goes cold.
 //
@@ -19,7 +19,6 @@
 #define KVTIER_STORAGE_HOT_TIER_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -28,7 +27,6 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "storage/chunked_table.h"
-#include "storage/eviction_policy.h"
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 
@@ -81,23 +79,20 @@ class HotTier {
   // Sets the payload size of a slot being filled.
   void SetPayload(SlotId slot, uint32_t payload_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The index entry `entry` now points at the slot / no longer does (the slot is freed
-  // once no reference remains).
-  void Own(SlotId slot, BlockId entry) ABSL_LOCKS_EXCLUDED(mu_);
+  // An index entry now points at the slot / no longer does (the slot is freed once no
+  // reference remains).
+  void Own(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
   void Disown(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
-  // Calls fn(entry) for every owned slot. fn must not call back into the HotTier.
-  void ForEachOwned(const std::function<void(BlockId entry)>& fn) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Slot {
     uint32_t offset_granules = 0;  // offset / HotArena::kAlignment
     uint32_t alloc_granules = 0;   // capacity / HotArena::kAlignment
     uint32_t payload_bytes = 0;
-    BlockId entry = kInvalidBlock;  // the owning entry (when owned)
     uint32_t refs : 31 = 0;
     uint32_t owned : 1 = 0;  // an index entry points here
   };
-  static_assert(sizeof(Slot) == 20, "hot slot grew");
+  static_assert(sizeof(Slot) == 16, "hot slot grew");
 
   explicit HotTier(std::unique_ptr<HotArena> arena);
   SlotView ViewLocked(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -275,7 +275,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* 
   KVTIER_CHECK(!(e.flags & Entry::kHot)) << "block already hot";
   const bool was_unflushed = Unflushed(e);
   e.slot = slot;
-  hot_->Own(slot, id);
+  hot_->Own(slot);
   NsState& ns = *namespaces_[e.ns];
   if (!e.resident()) ns.stats.distinct_blocks++;
   ns.stats.hot.blocks++;
