@@ -32,24 +32,14 @@ uint64_t HotTier::used_bytes() const {
 
 size_t HotTier::MemoryBytes() const {
   common::MutexLock lock(&mu_);
-  return chunks_.size() * sizeof(Slot) * kChunkSlots + chunks_.capacity() * sizeof(chunks_[0]) +
-         free_slots_.capacity() * sizeof(SlotId);
+  return slots_.MemoryBytes();
 }
 
 std::optional<SlotId> HotTier::Allocate(uint64_t bytes) {
   common::MutexLock lock(&mu_);
   std::optional<uint64_t> offset = arena_->Allocate(bytes);
   if (!offset) return std::nullopt;
-  SlotId slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    slot = num_slots_++;
-    if ((slot >> kChunkShift) >= chunks_.size()) {
-      chunks_.push_back(std::make_unique<Slot[]>(kChunkSlots));
-    }
-  }
+  const SlotId slot = slots_.Allocate();
   Slot& s = SlotLocked(slot);
   s = Slot{};
   s.offset_granules = static_cast<uint32_t>(*offset / HotArena::kAlignment);
@@ -64,7 +54,6 @@ HotTier::SlotView HotTier::ViewLocked(SlotId slot) const {
   v.data = base_ + uint64_t{s.offset_granules} * HotArena::kAlignment;
   v.alloc_bytes = uint64_t{s.alloc_granules} * HotArena::kAlignment;
   v.payload_bytes = s.payload_bytes;
-  if (s.has_checksum) v.checksum = uint64_t{s.checksum_hi} << 32 | s.checksum_lo;
   return v;
 }
 
@@ -85,7 +74,7 @@ void HotTier::MaybeFreeLocked(SlotId slot) {
   arena_->Free(uint64_t{s.offset_granules} * HotArena::kAlignment,
                uint64_t{s.alloc_granules} * HotArena::kAlignment);
   s = Slot{};
-  free_slots_.push_back(slot);
+  slots_.Free(slot);
 }
 
 void HotTier::Release(SlotId slot) {
@@ -104,44 +93,20 @@ BlockRef HotTier::NewRef(SlotId slot, Tier tier, uint32_t block_index) {
                   block_index);
 }
 
-void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes, std::optional<uint64_t> checksum) {
+void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes) {
   common::MutexLock lock(&mu_);
-  Slot& s = SlotLocked(slot);
-  s.payload_bytes = payload_bytes;
-  s.has_checksum = checksum.has_value();
-  s.checksum_lo = static_cast<uint32_t>(checksum.value_or(0));
-  s.checksum_hi = static_cast<uint32_t>(checksum.value_or(0) >> 32);
+  SlotLocked(slot).payload_bytes = payload_bytes;
 }
 
-void HotTier::SetChecksum(SlotId slot, uint64_t checksum) {
+void HotTier::Own(SlotId slot) {
   common::MutexLock lock(&mu_);
-  Slot& s = SlotLocked(slot);
-  s.checksum_lo = static_cast<uint32_t>(checksum);
-  s.checksum_hi = static_cast<uint32_t>(checksum >> 32);
-  s.has_checksum = true;
-}
-
-void HotTier::Own(SlotId slot, BlockId entry) {
-  common::MutexLock lock(&mu_);
-  Slot& s = SlotLocked(slot);
-  s.owned = true;
-  s.entry = entry;
+  SlotLocked(slot).owned = true;
 }
 
 void HotTier::Disown(SlotId slot) {
   common::MutexLock lock(&mu_);
-  Slot& s = SlotLocked(slot);
-  s.owned = false;
-  s.entry = kInvalidBlock;
+  SlotLocked(slot).owned = false;
   MaybeFreeLocked(slot);
-}
-
-void HotTier::ForEachOwned(const std::function<void(BlockId entry)>& fn) const {
-  common::MutexLock lock(&mu_);
-  for (SlotId slot = 0; slot < num_slots_; ++slot) {
-    const Slot& s = SlotLocked(slot);
-    if (s.owned) fn(s.entry);
-  }
 }
 
 }  // namespace kvtier::storage

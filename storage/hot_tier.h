@@ -5,13 +5,13 @@
 // BlockRef stay valid (and are never reused) however the block moves meanwhile.
 //
 // References: Allocate returns a slot with one reference held by the caller; Acquire and
-// NewRef take more; Release drops one. Own / Disown mark whether the index points at the
-// slot. Bytes of a slot may be written without any lock by whoever allocated it, until
+// NewRef take more; Release drops one. Own / Disown mark whether an index entry points at
+// the slot (which entry is the index's to know: Entry::slot). Bytes of a slot may be written without any lock by whoever allocated it, until
 // it is published (Own); after that they are read-only.
 //
-// Memory: 28 bytes per slot (offset and size in HotArena::kAlignment granules, so the
-// arena is at most 1 TiB), in chunks of kChunkSlots: a growing table never holds more
-// than one partly used chunk, unlike a doubling vector (MemoryBytes counts the chunks).
+// Memory: 16 bytes per slot (offset and size in HotArena::kAlignment granules, so the
+// arena is at most 1 TiB) in a ChunkedTable of 4,096-slot chunks (MemoryBytes counts
+// them). A slot keeps no checksum: the XXH3 of a payload is computed when it goes cold.
 //
 // Thread-safe: an internal mutex guards the slot table and the arena. Lock order: a
 // caller may hold TieredStoreImpl's index mutex while calling in; HotTier never calls out.
@@ -19,16 +19,14 @@
 #define KVTIER_STORAGE_HOT_TIER_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
-#include "storage/eviction_policy.h"
+#include "storage/chunked_table.h"
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 
@@ -41,9 +39,8 @@ class HotTier {
   // What a reference to a slot sees. `data` stays valid while the reference is held.
   struct SlotView {
     uint8_t* data = nullptr;
-    uint64_t alloc_bytes = 0;          // capacity of the slot
-    uint32_t payload_bytes = 0;        // bytes of the block (set by SetPayload)
-    std::optional<uint64_t> checksum;  // PayloadChecksum, once someone computed it
+    uint64_t alloc_bytes = 0;    // capacity of the slot
+    uint32_t payload_bytes = 0;  // bytes of the block (set by SetPayload)
   };
 
   // The largest arena a slot's granule offset can address.
@@ -66,7 +63,7 @@ class HotTier {
   size_t MemoryBytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Returns a new slot of at least `bytes` (alloc_bytes rounded up to
-  // HotArena::kAlignment, payload_bytes 0, no checksum) holding one
+  // HotArena::kAlignment, payload_bytes 0) holding one
   // reference for the caller, or nullopt when no free extent is large enough.
   std::optional<SlotId> Allocate(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Takes a reference and returns the slot's current view. REQUIRES: the caller holds a
@@ -79,43 +76,30 @@ class HotTier {
   // Returns a read handle (holding its own reference) on the slot's payload.
   BlockRef NewRef(SlotId slot, Tier tier, uint32_t block_index) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Sets the payload size (and the checksum when known) of a slot being filled.
-  void SetPayload(SlotId slot, uint32_t payload_bytes, std::optional<uint64_t> checksum)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void SetChecksum(SlotId slot, uint64_t checksum) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets the payload size of a slot being filled.
+  void SetPayload(SlotId slot, uint32_t payload_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The index entry `entry` now points at the slot / no longer does (the slot is freed
-  // once no reference remains).
-  void Own(SlotId slot, BlockId entry) ABSL_LOCKS_EXCLUDED(mu_);
+  // An index entry now points at the slot / no longer does (the slot is freed once no
+  // reference remains).
+  void Own(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
   void Disown(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
-  // Calls fn(entry) for every owned slot. fn must not call back into the HotTier.
-  void ForEachOwned(const std::function<void(BlockId entry)>& fn) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // 28 bytes, 4-aligned (the checksum in two halves).
   struct Slot {
     uint32_t offset_granules = 0;  // offset / HotArena::kAlignment
     uint32_t alloc_granules = 0;   // capacity / HotArena::kAlignment
     uint32_t payload_bytes = 0;
-    uint32_t checksum_lo = 0;
-    uint32_t checksum_hi = 0;
-    BlockId entry = kInvalidBlock;  // the owning entry (when owned)
-    uint32_t refs : 30 = 0;
-    uint32_t has_checksum : 1 = 0;  // computed lazily: only a cold write needs it
-    uint32_t owned : 1 = 0;         // an index entry points here
+    uint32_t refs : 31 = 0;
+    uint32_t owned : 1 = 0;  // an index entry points here
   };
-  static_assert(sizeof(Slot) == 28, "hot slot grew");
-  static constexpr uint32_t kChunkShift = 12;
-  static constexpr uint32_t kChunkSlots = 1u << kChunkShift;
+  static_assert(sizeof(Slot) == 16, "hot slot grew");
 
   explicit HotTier(std::unique_ptr<HotArena> arena);
   SlotView ViewLocked(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFreeLocked(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Slot& SlotLocked(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return chunks_[slot >> kChunkShift][slot & (kChunkSlots - 1)];
-  }
+  Slot& SlotLocked(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return slots_[slot]; }
   const Slot& SlotLocked(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return chunks_[slot >> kChunkShift][slot & (kChunkSlots - 1)];
+    return slots_[slot];
   }
 
   // Constant after construction.
@@ -126,9 +110,7 @@ class HotTier {
   // State below is protected by mu_.
   mutable common::Mutex mu_;
   const std::unique_ptr<HotArena> arena_ ABSL_PT_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Slot[]>> chunks_ ABSL_GUARDED_BY(mu_);
-  uint32_t num_slots_ ABSL_GUARDED_BY(mu_) = 0;  // high-water mark of slot ids
-  std::vector<SlotId> free_slots_ ABSL_GUARDED_BY(mu_);
+  ChunkedTable<Slot, 12> slots_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::storage

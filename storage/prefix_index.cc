@@ -8,8 +8,8 @@
 namespace kvtier::storage {
 
 size_t PrefixIndex::IdHash::operator()(BlockId id) const {
-  const Entry& e = index->at(id);
-  return XXH3_64bits_withSeed(e.key, e.key_len, e.ns);
+  const std::string_view key = index->key(id);
+  return XXH3_64bits_withSeed(key.data(), key.size(), index->at(id).ns);
 }
 
 size_t PrefixIndex::IdHash::operator()(const KeyRef& k) const {
@@ -17,12 +17,20 @@ size_t PrefixIndex::IdHash::operator()(const KeyRef& k) const {
 }
 
 bool PrefixIndex::IdEq::operator()(BlockId a, const KeyRef& b) const {
-  const Entry& e = index->at(a);
-  return e.ns == b.ns && e.key_view() == b.key;
+  return index->at(a).ns == b.ns && index->key(a) == b.key;
 }
 
 PrefixIndex::PrefixIndex(LinksChanged on_links_changed)
-    : on_links_changed_(std::move(on_links_changed)), ids_(0, IdHash{this}, IdEq{this}) {}
+    : on_links_changed_(std::move(on_links_changed)),
+      ids_(0, IdHash{this}, IdEq{this}, MmapAllocator<BlockId>()) {}
+
+std::string_view PrefixIndex::key(BlockId id) const {
+  const Entry& e = at(id);
+  if (e.key_len <= Entry::kInlineKeyBytes) return std::string_view(e.key_, e.key_len);
+  uint32_t cell;
+  std::memcpy(&cell, e.key_, sizeof(cell));
+  return std::string_view(long_keys_[cell].bytes, e.key_len);
+}
 
 BlockId PrefixIndex::Find(uint16_t ns, std::string_view key) const {
   auto it = ids_.find(KeyRef{ns, key});
@@ -35,32 +43,28 @@ BlockId PrefixIndex::FindOrCreate(uint16_t ns, std::string_view key) {
 }
 
 BlockId PrefixIndex::NewEntry(uint16_t ns, std::string_view key) {
-  BlockId id;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    id = num_ids_++;
-    if ((id >> kChunkShift) >= chunks_.size()) {
-      chunks_.push_back(std::make_unique<Entry[]>(size_t{1} << kChunkShift));
-    }
-  }
+  const BlockId id = entries_.Allocate();
   Entry& e = at(id);
-  std::memset(&e, 0, sizeof(e));
-  std::memcpy(e.key, key.data(), key.size());
+  e = Entry{};
   e.key_len = static_cast<uint8_t>(key.size());
+  if (key.size() <= Entry::kInlineKeyBytes) {
+    std::memcpy(e.key_, key.data(), key.size());
+  } else {
+    const uint32_t cell = long_keys_.Allocate();
+    std::memcpy(long_keys_[cell].bytes, key.data(), key.size());
+    std::memcpy(e.key_, &cell, sizeof(cell));
+  }
   e.flags = Entry::kUsed;
   e.ns = ns;
   e.parent = kNoEntry;
   e.slot = kNoEntry;
-  e.cold_prev = e.cold_next = kNoEntry;
   ids_.insert(id);
   return id;
 }
 
 size_t PrefixIndex::MemoryBytes() const {
-  return ids_.capacity() * (sizeof(BlockId) + 1) + chunks_.size() * (sizeof(Entry) << kChunkShift) +
-         free_ids_.capacity() * sizeof(BlockId);
+  return ids_.capacity() * (sizeof(BlockId) + 1) + entries_.MemoryBytes() +
+         long_keys_.MemoryBytes();
 }
 
 void PrefixIndex::SetParent(BlockId id, BlockId parent) {
@@ -71,15 +75,16 @@ void PrefixIndex::SetParent(BlockId id, BlockId parent) {
   e.parent = parent;
   if (parent != kNoEntry) {
     Entry& p = at(parent);
-    ++p.children;
-    if (hot) ++p.hot_children;
+    // No longer a leaf; unlinking also turns its links back into (zero) child counts.
+    if (p.flags & Entry::kInColdList) ColdUnlink(parent);
+    ++p.links_[0];
+    if (hot) ++p.links_[1];
     on_links_changed_(parent);
-    UpdateColdList(parent, false);
   }
   if (old != kNoEntry) {
-    Entry& p = at(old);
-    --p.children;
-    if (hot) --p.hot_children;
+    Entry& p = at(old);  // has a child, so not in the cold list
+    --p.links_[0];
+    if (hot) --p.links_[1];
     on_links_changed_(old);
     UpdateColdList(old, true);
     MaybeFree(old);
@@ -89,13 +94,18 @@ void PrefixIndex::SetParent(BlockId id, BlockId parent) {
 void PrefixIndex::MaybeFree(BlockId id) {
   while (id != kNoEntry) {
     Entry& e = at(id);
-    if ((e.flags & (Entry::kHot | Entry::kCold | Entry::kBusy)) || e.children > 0) return;
+    if ((e.flags & (Entry::kHot | Entry::kCold | Entry::kBusy)) || e.children() > 0) return;
     const BlockId parent = e.parent;
-    ids_.erase(id);
+    ids_.erase(id);  // hashes the key: before its cell is freed
+    if (e.key_len > Entry::kInlineKeyBytes) {
+      uint32_t cell;
+      std::memcpy(&cell, e.key_, sizeof(cell));
+      long_keys_.Free(cell);
+    }
     e.flags = 0;
-    free_ids_.push_back(id);
+    entries_.Free(id);
     if (parent == kNoEntry) return;
-    --at(parent).children;
+    --at(parent).links_[0];  // has a child, so not in the cold list
     on_links_changed_(parent);
     // A parent that just became a leaf is older than the child that left: LRU end.
     UpdateColdList(parent, true);
@@ -112,28 +122,30 @@ void PrefixIndex::SetHot(BlockId id, bool hot) {
     e.flags &= ~Entry::kHot;
   }
   if (e.parent == kNoEntry) return;
-  Entry& p = at(e.parent);
+  Entry& p = at(e.parent);  // has a child, so not in the cold list
   if (hot) {
-    ++p.hot_children;
+    ++p.links_[1];
   } else {
-    --p.hot_children;
+    --p.links_[1];
   }
   on_links_changed_(e.parent);
 }
 
 void PrefixIndex::ColdUnlink(BlockId id) {
   Entry& e = at(id);
-  if (e.cold_prev != kNoEntry) {
-    at(e.cold_prev).cold_next = e.cold_next;
+  const BlockId prev = e.links_[0];
+  const BlockId next = e.links_[1];
+  if (prev != kNoEntry) {
+    at(prev).links_[1] = next;
   } else {
-    cold_head_ = e.cold_next;
+    cold_head_ = next;
   }
-  if (e.cold_next != kNoEntry) {
-    at(e.cold_next).cold_prev = e.cold_prev;
+  if (next != kNoEntry) {
+    at(next).links_[0] = prev;
   } else {
-    cold_tail_ = e.cold_prev;
+    cold_tail_ = prev;
   }
-  e.cold_prev = e.cold_next = kNoEntry;
+  e.links_[0] = e.links_[1] = 0;  // a leaf's child counts
   e.flags &= ~Entry::kInColdList;
 }
 
@@ -141,15 +153,15 @@ void PrefixIndex::ColdAppend(BlockId id, bool at_head) {
   Entry& e = at(id);
   e.flags |= Entry::kInColdList;
   if (at_head) {
-    e.cold_prev = kNoEntry;
-    e.cold_next = cold_head_;
-    if (cold_head_ != kNoEntry) at(cold_head_).cold_prev = id;
+    e.links_[0] = kNoEntry;
+    e.links_[1] = cold_head_;
+    if (cold_head_ != kNoEntry) at(cold_head_).links_[0] = id;
     cold_head_ = id;
     if (cold_tail_ == kNoEntry) cold_tail_ = id;
   } else {
-    e.cold_next = kNoEntry;
-    e.cold_prev = cold_tail_;
-    if (cold_tail_ != kNoEntry) at(cold_tail_).cold_next = id;
+    e.links_[1] = kNoEntry;
+    e.links_[0] = cold_tail_;
+    if (cold_tail_ != kNoEntry) at(cold_tail_).links_[1] = id;
     cold_tail_ = id;
     if (cold_head_ == kNoEntry) cold_head_ = id;
   }
@@ -157,7 +169,7 @@ void PrefixIndex::ColdAppend(BlockId id, bool at_head) {
 
 void PrefixIndex::UpdateColdList(BlockId id, bool at_head) {
   const Entry& e = at(id);
-  const bool want = (e.flags & Entry::kCold) && e.children == 0;
+  const bool want = (e.flags & Entry::kCold) && e.children() == 0;
   const bool have = e.flags & Entry::kInColdList;
   if (want && !have) ColdAppend(id, at_head);
   if (!want && have) ColdUnlink(id);

@@ -1,6 +1,8 @@
 // PrefixIndex: the store's index of every block it knows (docs/design.md §4 Tiers and
-// eviction). One 84-byte Entry per key in a chunked table, found through a hash set of
-// 32-bit ids (the set hashes the key stored in the entry, so it holds 4 bytes per key).
+// eviction). One 60-byte Entry per key in a chunked table (ChunkedTable), found through
+// a hash set of 32-bit ids (the set hashes the key stored with the entry, so it holds 4
+// bytes and a control byte per slot; its arrays are mapped, so the one a doubling
+// replaces leaves the RSS: MmapAllocator).
 // An entry links to its parent; the index keeps, per entry, how many children it has
 // and how many of those are in the hot tier, and a list of the cold leaves (entries with
 // a cold record and no child) in least-recently-used order, which is where cold-capacity
@@ -24,12 +26,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string_view>
-#include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "storage/chunked_table.h"
 #include "storage/eviction_policy.h"
+#include "storage/mmap_allocator.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::storage {
@@ -38,7 +40,9 @@ namespace kvtier::storage {
 // kInvalidBlock, so entry ids are the policy's BlockIds.
 inline constexpr BlockId kNoEntry = kInvalidBlock;
 
-// One index entry: 84 bytes, of which 33 are the key. Links are entry ids.
+// One index entry: 60 bytes, the key included when it has at most kInlineKeyBytes (the
+// canonical 16-byte prefix keys of client/python/kvtier/keys.py); a longer key adds a
+// 32-byte long-key cell. Links are entry ids.
 struct Entry {
   static constexpr uint8_t kUsed = 1;  // the table slot is allocated
   static constexpr uint8_t kHot = 2;   // payload in the hot tier (slot)
@@ -48,28 +52,40 @@ struct Entry {
   static constexpr uint8_t kEligible = 32;  // announced to the policy as a candidate
   static constexpr uint8_t kInColdList = 64;
   static constexpr uint8_t kStandalone = 128;
+  static constexpr size_t kInlineKeyBytes = 16;
 
-  char key[kMaxKeyBytes];
-  uint8_t key_len;
+ private:
+  friend class PrefixIndex;
+  // The key when key_len <= kInlineKeyBytes, else the id of its long-key cell. First,
+  // so that a lookup's key compare and its ns / flags reads share a cache line mostly.
+  char key_[kInlineKeyBytes];
+
+ public:
+  uint8_t key_len;  // the key is PrefixIndex::key(id)
   uint8_t flags;
   uint16_t ns;
-  uint32_t parent;        // kNoEntry when none
-  uint32_t children;      // child entries in the index (resident or ghost)
-  uint32_t hot_children;  // ... of which in the hot tier
+  uint32_t parent;  // kNoEntry when none
   uint32_t block_index;
   uint32_t slot;  // hot slot id when kHot
   uint32_t payload_bytes;
   uint32_t cold_bytes;  // stored bytes when kCold
-  uint32_t cold_prev;   // cold LRU-of-leaves list (when kInColdList)
-  uint32_t cold_next;
   uint32_t hits;
   uint32_t recency;  // low 32 bits of the tick of the last access
   float attention;
 
-  std::string_view key_view() const { return std::string_view(key, key_len); }
   bool resident() const { return flags & (kHot | kCold); }
+  // Child entries in the index (resident or ghost), and how many of them are hot.
+  uint32_t children() const { return flags & kInColdList ? 0 : links_[0]; }
+  uint32_t hot_children() const { return flags & kInColdList ? 0 : links_[1]; }
+  // The next more recently used cold leaf (kNoEntry at the end or when not listed).
+  uint32_t cold_next() const { return flags & kInColdList ? links_[1] : kNoEntry; }
+
+ private:
+  // A listed cold leaf has no child, so the two words are either its cold list links
+  // (prev, next: kInColdList) or its child counts (children, hot_children: otherwise).
+  uint32_t links_[2];
 };
-static_assert(sizeof(Entry) == 84, "index entry grew");
+static_assert(sizeof(Entry) == 60, "index entry grew");
 
 class PrefixIndex {
  public:
@@ -82,8 +98,10 @@ class PrefixIndex {
   PrefixIndex& operator=(const PrefixIndex&) = delete;
 
   // REQUIRES: id names a used entry (or one the caller keeps alive with kBusy).
-  Entry& at(BlockId id) { return chunks_[id >> kChunkShift][id & kChunkMask]; }
-  const Entry& at(BlockId id) const { return chunks_[id >> kChunkShift][id & kChunkMask]; }
+  Entry& at(BlockId id) { return entries_[id]; }
+  const Entry& at(BlockId id) const { return entries_[id]; }
+  // Returns the entry's key, valid until the entry is freed. Same REQUIRES as at().
+  std::string_view key(BlockId id) const;
 
   // Returns the entry of (ns, key), or kNoEntry.
   BlockId Find(uint16_t ns, std::string_view key) const;
@@ -92,10 +110,10 @@ class PrefixIndex {
   BlockId FindOrCreate(uint16_t ns, std::string_view key);
 
   // Every entry id is below id_limit(); ids without Entry::kUsed are free.
-  uint32_t id_limit() const { return num_ids_; }
+  uint32_t id_limit() const { return entries_.id_limit(); }
   // Number of entries (resident and ghosts).
   size_t size() const { return ids_.size(); }
-  // Heap bytes of the table, the hash set and the free list.
+  // Heap bytes of the entry and long-key tables and the hash set.
   size_t MemoryBytes() const;
 
   // Links `id` under `parent` (kNoEntry: a root), updating both parents' child counts;
@@ -111,12 +129,13 @@ class PrefixIndex {
   void UpdateColdList(BlockId id, bool at_head);
   // Moves a listed entry to the most recently used end.
   void TouchCold(BlockId id);
-  // The least recently used cold leaf (follow at(id).cold_next), or kNoEntry.
+  // The least recently used cold leaf (follow at(id).cold_next()), or kNoEntry.
   BlockId cold_head() const { return cold_head_; }
 
  private:
-  static constexpr uint32_t kChunkShift = 14;
-  static constexpr uint32_t kChunkMask = (1u << kChunkShift) - 1;
+  struct LongKey {
+    char bytes[kMaxKeyBytes];
+  };
 
   struct KeyRef {
     uint16_t ns;
@@ -142,10 +161,9 @@ class PrefixIndex {
   void ColdAppend(BlockId id, bool at_head);
 
   const LinksChanged on_links_changed_;
-  std::vector<std::unique_ptr<Entry[]>> chunks_;
-  uint32_t num_ids_ = 0;  // high-water mark of ids
-  std::vector<BlockId> free_ids_;
-  absl::flat_hash_set<BlockId, IdHash, IdEq> ids_;
+  ChunkedTable<Entry, 12> entries_;  // 240 KiB chunks: at most that much slack
+  ChunkedTable<LongKey, 10> long_keys_;
+  absl::flat_hash_set<BlockId, IdHash, IdEq, MmapAllocator<BlockId>> ids_;
   BlockId cold_head_ = kNoEntry;  // least recently used cold leaf
   BlockId cold_tail_ = kNoEntry;
 };

@@ -93,7 +93,7 @@ TieredStoreImpl::DemoteResult TieredStoreImpl::DemoteMarkedOnly(BlockId id, Demo
   {
     common::MutexLock lock(&mu_);
     ns_id = index_.at(id).ns;
-    key.assign(index_.at(id).key_view());
+    key.assign(index_.key(id));
   }
   common::MutexLock stripe(&Stripe(ns_id, key));
   SlotId slot;
@@ -118,16 +118,14 @@ TieredStoreImpl::DemoteResult TieredStoreImpl::DemoteMarkedOnly(BlockId id, Demo
     compress = namespaces_[e.ns]->opts.cold_zstd;
     rec.ns_id = e.ns;
     rec.key = key;
-    if (e.parent != kNoEntry) rec.parent_key.assign(index_.at(e.parent).key_view());
+    if (e.parent != kNoEntry) rec.parent_key.assign(index_.key(e.parent));
     rec.block_index = e.block_index;
     rec.standalone = e.flags & Entry::kStandalone;
   }
   absl::StatusOr<uint32_t> stored = 0u;
   if (need_write) {
     const std::span<const uint8_t> bytes(view.data, view.payload_bytes);
-    const uint64_t checksum = view.checksum ? *view.checksum : PayloadChecksum(bytes);
-    if (!view.checksum) hot_->SetChecksum(slot, checksum);
-    stored = cold_->PutBlock(rec, bytes, checksum, compress);
+    stored = cold_->PutBlock(rec, bytes, PayloadChecksum(bytes), compress);
   }
   hot_->Release(slot);
   common::MutexLock lock(&mu_);
@@ -216,7 +214,7 @@ void TieredStoreImpl::EnforceColdCapacity() {
       const BlockId id = PickColdVictimLocked(&charged);
       if (id == kNoEntry) return;
       ns_id = index_.at(id).ns;
-      key.assign(index_.at(id).key_view());
+      key.assign(index_.key(id));
     }
     common::MutexLock stripe(&Stripe(ns_id, key));
     bool delete_record = false;

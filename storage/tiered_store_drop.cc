@@ -63,7 +63,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::DropNamespace(std::string_view ns_name
     for (BlockId id = 0; id < index_.id_limit(); ++id) {
       const Entry& e = index_.at(id);
       if ((e.flags & Entry::kUsed) && e.ns == ns->id && (e.flags & (Entry::kHot | Entry::kCold))) {
-        keys.emplace_back(e.key_view());
+        keys.emplace_back(index_.key(id));
       }
     }
   }

@@ -62,10 +62,8 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
   if (slot) dst = hot_->View(*slot);  // our allocation reference keeps it ours
   std::string heap_copy;
   bool size_ok = true;
-  uint64_t checksum = 0;
   // No lock is held during the read: a slow cold read blocks only this call.
-  absl::Status st = cold_->GetBlock(ns->id, key, [&](std::span<const uint8_t> bytes, uint64_t sum) {
-    checksum = sum;  // GetBlock verified the bytes against it
+  absl::Status st = cold_->GetBlock(ns->id, key, [&](std::span<const uint8_t> bytes, uint64_t /*checksum*/) {
     payload_bytes = static_cast<uint32_t>(bytes.size());
     if (!slot) {
       heap_copy.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -88,7 +86,7 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view 
     if (absl::IsNotFound(st)) return absl::NotFoundError("block not found");
     return st;
   }
-  if (slot) hot_->SetPayload(*slot, payload_bytes, checksum);
+  if (slot) hot_->SetPayload(*slot, payload_bytes);
   common::MutexLock lock(&mu_);
   UnreserveTenantHotLocked(ns, &reserved);
   return PublishPromotedLocked(ns, key, slot, std::move(heap_copy), pin, pin_until_ms);

@@ -77,7 +77,7 @@ void TieredStoreImpl::WarmFromCold() {
       if ((e.flags & Entry::kUsed) && (e.flags & Entry::kCold) && !(e.flags & Entry::kStandalone)) {
         NsState* ns = namespaces_[e.ns].get();
         planned += HotArena::RoundUp(ns->slot_bytes);
-        if (planned <= low_bytes_) warm.emplace_back(ns, std::string(e.key_view()));
+        if (planned <= low_bytes_) warm.emplace_back(ns, std::string(index_.key(id)));
       }
     }
   }
@@ -230,8 +230,8 @@ void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
     // block 0 hot forever and crowd out reusable blocks. Structure-aware policies
     // further take hot leaves only, which implies the sink rule.
     const NsState& ns = *namespaces_[e.ns];
-    const bool protected_sink = e.block_index < ns.opts.sink_blocks && e.hot_children > 0;
-    eligible = policy_->structure_aware() ? e.hot_children == 0 : !protected_sink;
+    const bool protected_sink = e.block_index < ns.opts.sink_blocks && e.hot_children() > 0;
+    eligible = policy_->structure_aware() ? e.hot_children() == 0 : !protected_sink;
   }
   if (eligible == static_cast<bool>(e.flags & Entry::kEligible)) return;
   if (eligible) {
@@ -249,14 +249,14 @@ void TieredStoreImpl::ReportLocked(BlockId id, bool stored, events::Medium mediu
   if (e.flags & Entry::kStandalone) return;
   const NsState& ns = *namespaces_[e.ns];
   if (ns.quiet) return;  // dropped: AllBlocksCleared said it
-  std::vector<std::string> keys{std::string(e.key_view())};
+  std::vector<std::string> keys{std::string(index_.key(id))};
   if (!stored) {
     options_.events->Publish(
         events::BlockEvent::Removed(ns.opts.name, ns.opts.model_id, std::move(keys), medium));
     return;
   }
   std::optional<std::string> parent;
-  if (e.parent != kNoEntry) parent.emplace(index_.at(e.parent).key_view());
+  if (e.parent != kNoEntry) parent.emplace(index_.key(e.parent));
   events::BlockEvent event =
       events::BlockEvent::Stored(ns.opts.name, ns.opts.model_id, std::move(keys),
                                  std::move(parent), ns.opts.layout.tokens_per_block, medium);
@@ -275,7 +275,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* 
   KVTIER_CHECK(!(e.flags & Entry::kHot)) << "block already hot";
   const bool was_unflushed = Unflushed(e);
   e.slot = slot;
-  hot_->Own(slot, id);
+  hot_->Own(slot);
   NsState& ns = *namespaces_[e.ns];
   if (!e.resident()) ns.stats.distinct_blocks++;
   ns.stats.hot.blocks++;
@@ -464,7 +464,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::Evict(std::string_view ns_name,
         if (drop && chosen.contains(p)) selected = true;  // descendants go too
       }
       if (!drop && !(e.flags & Entry::kHot)) selected = false;
-      if (selected) targets.emplace_back(depth, std::string(e.key_view()));
+      if (selected) targets.emplace_back(depth, std::string(index_.key(id)));
     }
   }
   std::sort(targets.begin(), targets.end(),

@@ -128,7 +128,7 @@ absl::StatusOr<std::unique_ptr<PutReservation>> TieredStoreImpl::ReservePut(
                                    &r->tenant_reserved_));
   r->slot_ = AllocSlot(std::max<uint64_t>(ns->slot_bytes, bytes));
   if (r->slot_) {
-    hot_->SetPayload(*r->slot_, static_cast<uint32_t>(bytes), std::nullopt);
+    hot_->SetPayload(*r->slot_, static_cast<uint32_t>(bytes));
   } else {
     common::MutexLock lock(&mu_);
     UnreserveTenantHotLocked(ns, &r->tenant_reserved_);
@@ -228,7 +228,7 @@ absl::Status TieredStoreImpl::CheckPrefixRulesLocked(const NsState& ns, const Bl
   if (id != kNoEntry && index_.at(id).resident() && !(index_.at(id).flags & Entry::kStandalone)) {
     const Entry& e = index_.at(id);
     const std::string_view have =
-        e.parent == kNoEntry ? std::string_view() : index_.at(e.parent).key_view();
+        e.parent == kNoEntry ? std::string_view() : index_.key(e.parent);
     if (have != block.parent_key) {
       return absl::FailedPreconditionError(absl::StrCat(
           "blocks[", position, "].parent_key differs from the parent the stored key has (",
@@ -287,7 +287,7 @@ void TieredStoreImpl::CopyIntoHot(const NsState& ns, const BlockPut& block, Prep
     }
     return;
   }
-  hot_->SetPayload(*p->slot, static_cast<uint32_t>(p->payload_size), std::nullopt);
+  hot_->SetPayload(*p->slot, static_cast<uint32_t>(p->payload_size));
   uint8_t* const dst = hot_->View(*p->slot).data;
   if (p->in_pieces) {
     uint8_t* o = dst;
@@ -309,7 +309,6 @@ absl::StatusOr<std::optional<uint32_t>> TieredStoreImpl::WriteColdForPut(const N
   if (!p.write_through && p.slot) return std::nullopt;
   // A hot-only Put skips the XXH3 pass: it is computed when the block goes cold.
   const uint64_t checksum = PayloadChecksum(p.payload);
-  if (p.slot) hot_->SetChecksum(*p.slot, checksum);
   ColdIndexRecord rec;
   rec.ns_id = ns.id;
   rec.key = std::string(block.key);

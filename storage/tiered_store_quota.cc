@@ -55,23 +55,24 @@ BlockId TieredStoreImpl::ScanVictimLocked(const TenantUsage* tenant, BlockId avo
   // and last a sink block (index < sink_blocks, eligible or not) or `avoid`; the least
   // recent first. For a tenant's quota a sink with a hot child is never a candidate (the
   // node-wide fallback, tenant == null, may still take one when nothing else is left).
-  // Demoting keeps a block resident (cold), so every prefix stays whole. O(hot blocks).
+  // Demoting keeps a block resident (cold), so every prefix stays whole. One sequential
+  // pass over the index entries.
   BlockId best = kNoEntry;
   uint32_t best_age = 0;
   int best_class = -1;
-  hot_->ForEachOwned([&](BlockId i) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // mu_ is held
+  for (BlockId i = 0; i < index_.id_limit(); ++i) {
     const Entry& e = index_.at(i);
     if (!(e.flags & Entry::kHot) || (e.flags & (Entry::kPinned | Entry::kBusy)) ||
         leases_.KeepsHot(i)) {
-      return;
+      continue;
     }
     const NsState& ns = *namespaces_[e.ns];
     const bool sink = e.block_index < ns.opts.sink_blocks;
     if (tenant != nullptr) {
       // Quota enforcement never demotes a sink block while a child of it is hot.
-      if (ns.tenant != tenant || (sink && e.hot_children > 0)) return;
+      if (ns.tenant != tenant || (sink && e.hot_children() > 0)) continue;
     }
-    int cls = (e.flags & Entry::kEligible) ? 3 : (e.hot_children == 0 ? 2 : 1);
+    int cls = (e.flags & Entry::kEligible) ? 3 : (e.hot_children() == 0 ? 2 : 1);
     if (i == avoid || sink) cls = 0;
     const uint32_t age = static_cast<uint32_t>(tick_) - e.recency;
     if (cls > best_class || (cls == best_class && age > best_age)) {
@@ -79,7 +80,7 @@ BlockId TieredStoreImpl::ScanVictimLocked(const TenantUsage* tenant, BlockId avo
       best_age = age;
       best_class = cls;
     }
-  });
+  }
   return best;
 }
 
@@ -101,7 +102,7 @@ BlockId TieredStoreImpl::PickColdVictimLocked(TenantUsage** charged) {
                         (!(e.flags & Entry::kHot) && leases_.KeepsResident(id)) ||
                         (*charged != nullptr && namespaces_[e.ns]->tenant != *charged);
       if (!keep) return id;
-      id = e.cold_next;
+      id = e.cold_next();
     }
   }
   return kNoEntry;

@@ -19,8 +19,8 @@ TEST(HotTierTest, AReaderKeepsADisownedSlotUntilItLetsGo) {
   std::optional<SlotId> slot = tier->Allocate(HotArena::kAlignment);
   ASSERT_TRUE(slot.has_value());
   std::memset(tier->View(*slot).data, 'a', 10);
-  tier->SetPayload(*slot, 10, std::nullopt);
-  tier->Own(*slot, /*entry=*/7);
+  tier->SetPayload(*slot, 10);
+  tier->Own(*slot);
   tier->Release(*slot);  // the allocation's reference: the owner keeps it now
   EXPECT_EQ(tier->used_bytes(), HotArena::kAlignment);
 
@@ -40,20 +40,13 @@ TEST(HotTierTest, AReaderKeepsADisownedSlotUntilItLetsGo) {
   EXPECT_EQ(tier->used_bytes(), 0u);
 }
 
-TEST(HotTierTest, AllocateFailsWhenFullAndChecksumsAreKept) {
+TEST(HotTierTest, AllocateFailsWhenFullAndAnOwnedSlotOutlivesItsReferences) {
   auto tier = MakeTier(2 * HotArena::kAlignment);
   auto a = tier->Allocate(HotArena::kAlignment);
   auto b = tier->Allocate(HotArena::kAlignment);
   ASSERT_TRUE(a && b);
   EXPECT_FALSE(tier->Allocate(1).has_value());
-  EXPECT_FALSE(tier->View(*a).checksum.has_value());
-  tier->SetChecksum(*a, 42);
-  EXPECT_EQ(tier->Acquire(*a).checksum, 42u);
-  tier->Release(*a);
-  std::vector<BlockId> owned;
-  tier->Own(*b, 9);
-  tier->ForEachOwned([&](BlockId id) { owned.push_back(id); });
-  EXPECT_EQ(owned, std::vector<BlockId>{9});
+  tier->Own(*b);
   tier->Release(*a);
   tier->Release(*b);
   EXPECT_EQ(tier->used_bytes(), HotArena::kAlignment);  // b is owned
@@ -75,18 +68,17 @@ TEST(HotTierTest, SlotTableGrowsByChunksAndKeepsSlotsApart) {
     std::optional<SlotId> slot = tier->Allocate(100);  // rounded up to one granule
     ASSERT_TRUE(slot.has_value()) << i;
     ASSERT_EQ(tier->View(*slot).alloc_bytes, HotArena::kAlignment);
-    tier->SetPayload(*slot, 100, uint64_t{0x123456789abcdef0} + i);
+    tier->SetPayload(*slot, 1 + i % 100);  // sizes that tell neighbours apart
     slots.push_back(*slot);
   }
   EXPECT_FALSE(tier->Allocate(1).has_value());  // full
   for (int i = 0; i < kSlots; ++i) {
     const HotTier::SlotView v = tier->View(slots[i]);
-    EXPECT_EQ(v.checksum, uint64_t{0x123456789abcdef0} + i);
-    EXPECT_EQ(v.payload_bytes, 100u);
+    EXPECT_EQ(v.payload_bytes, 1u + i % 100);
   }
-  // 28 bytes a slot, at most one chunk (4,096 slots) of slack, a little bookkeeping.
-  EXPECT_LE(tier->MemoryBytes(), (kSlots + 4096) * 28 + 1024);
-  EXPECT_GE(tier->MemoryBytes(), kSlots * 28);
+  // 16 bytes a slot, at most one chunk (4,096 slots) of slack, a little bookkeeping.
+  EXPECT_LE(tier->MemoryBytes(), (kSlots + 4096) * 16 + 1024);
+  EXPECT_GE(tier->MemoryBytes(), kSlots * 16);
   for (SlotId slot : slots) tier->Release(slot);
   EXPECT_EQ(tier->used_bytes(), 0u);
 }

@@ -1,5 +1,6 @@
 #include "storage/prefix_index.h"
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -20,7 +21,7 @@ class PrefixIndexTest : public ::testing::Test {
   }
   std::vector<BlockId> ColdList() const {
     std::vector<BlockId> out;
-    for (BlockId id = index_.cold_head(); id != kNoEntry; id = index_.at(id).cold_next) {
+    for (BlockId id = index_.cold_head(); id != kNoEntry; id = index_.at(id).cold_next()) {
       out.push_back(id);
     }
     return out;
@@ -34,7 +35,7 @@ TEST_F(PrefixIndexTest, FindsByNamespaceAndKey) {
   EXPECT_NE(index_.FindOrCreate(1, "a"), a);
   EXPECT_EQ(index_.FindOrCreate(0, "a"), a);
   EXPECT_EQ(index_.size(), 2u);
-  EXPECT_EQ(index_.at(a).key_view(), "a");
+  EXPECT_EQ(index_.key(a), "a");
 }
 
 TEST_F(PrefixIndexTest, OnlyColdLeavesAreInTheColdList) {
@@ -43,7 +44,7 @@ TEST_F(PrefixIndexTest, OnlyColdLeavesAreInTheColdList) {
   EXPECT_EQ(ColdList(), (std::vector<BlockId>{root, child}));
   index_.SetParent(child, root);  // root is no leaf any more
   EXPECT_EQ(ColdList(), std::vector<BlockId>{child});
-  EXPECT_EQ(index_.at(root).children, 1u);
+  EXPECT_EQ(index_.at(root).children(), 1u);
   EXPECT_EQ(changed_, std::vector<BlockId>{root});
   index_.SetParent(child, kNoEntry);  // a leaf again, older than child: at the head
   EXPECT_EQ(ColdList(), (std::vector<BlockId>{root, child}));
@@ -72,13 +73,68 @@ TEST_F(PrefixIndexTest, HotChildrenAreCountedThroughSetHot) {
   index_.SetParent(child, parent);
   changed_.clear();
   index_.SetHot(child, true);
-  EXPECT_EQ(index_.at(parent).hot_children, 1u);
+  EXPECT_EQ(index_.at(parent).hot_children(), 1u);
   EXPECT_EQ(changed_, std::vector<BlockId>{parent});
   index_.SetHot(child, true);  // no change, no callback
   EXPECT_EQ(changed_.size(), 1u);
   index_.SetHot(child, false);
-  EXPECT_EQ(index_.at(parent).hot_children, 0u);
-  EXPECT_EQ(index_.at(parent).children, 1u);
+  EXPECT_EQ(index_.at(parent).hot_children(), 0u);
+  EXPECT_EQ(index_.at(parent).children(), 1u);
+}
+
+// Keys up to Entry::kInlineKeyBytes live in the entry, longer ones in a long-key cell:
+// both must read back exactly and never match each other's prefixes.
+TEST_F(PrefixIndexTest, InlineAndLongKeysReadBackAndStayDistinct) {
+  const std::string inline_key(Entry::kInlineKeyBytes, 'k');
+  const std::string long_key = inline_key + "x";
+  const std::string longest(kMaxKeyBytes, 'k');
+  const BlockId a = index_.FindOrCreate(0, inline_key);
+  const BlockId b = index_.FindOrCreate(0, long_key);
+  const BlockId c = index_.FindOrCreate(0, longest);
+  EXPECT_EQ(index_.key(a), inline_key);
+  EXPECT_EQ(index_.key(b), long_key);
+  EXPECT_EQ(index_.key(c), longest);
+  EXPECT_EQ(index_.Find(0, long_key), b);
+  EXPECT_EQ(index_.Find(0, std::string(kMaxKeyBytes - 1, 'k')), kNoEntry);
+  EXPECT_EQ(index_.Find(1, longest), kNoEntry);
+  // Freeing a long key's entry frees its cell; a new long key reuses it and reads back.
+  index_.MaybeFree(b);
+  EXPECT_EQ(index_.Find(0, long_key), kNoEntry);
+  const std::string other(kMaxKeyBytes - 2, 'z');
+  const BlockId d = index_.FindOrCreate(0, other);
+  EXPECT_EQ(index_.key(d), other);
+  EXPECT_EQ(index_.key(c), longest);
+  EXPECT_EQ(index_.Find(0, longest), c);
+}
+
+// A listed cold leaf keeps its list links where its child counts are: gaining a child
+// must take it off the list with exact counts, losing it must put it back.
+TEST_F(PrefixIndexTest, ChildCountsSurviveColdListMembership) {
+  const BlockId older = Cold("older");
+  const BlockId leaf = Cold("leaf");
+  const BlockId newer = Cold("newer");
+  EXPECT_EQ(ColdList(), (std::vector<BlockId>{older, leaf, newer}));
+  EXPECT_EQ(index_.at(leaf).children(), 0u);
+  EXPECT_EQ(index_.at(leaf).hot_children(), 0u);
+  const BlockId child = index_.FindOrCreate(0, "child");
+  index_.SetHot(child, true);
+  index_.SetParent(child, leaf);
+  EXPECT_EQ(ColdList(), (std::vector<BlockId>{older, newer}));
+  EXPECT_EQ(index_.at(leaf).children(), 1u);
+  EXPECT_EQ(index_.at(leaf).hot_children(), 1u);
+  EXPECT_EQ(index_.at(leaf).cold_next(), kNoEntry);
+  index_.SetHot(child, false);
+  EXPECT_EQ(index_.at(leaf).hot_children(), 0u);
+  EXPECT_EQ(index_.at(leaf).children(), 1u);
+  index_.MaybeFree(child);  // a childless ghost: freed, `leaf` is a leaf again
+  EXPECT_EQ(ColdList(), (std::vector<BlockId>{leaf, older, newer}));
+  EXPECT_EQ(index_.at(leaf).children(), 0u);
+  EXPECT_EQ(index_.at(older).cold_next(), newer);
+  index_.at(leaf).flags &= ~Entry::kCold;
+  index_.UpdateColdList(leaf, false);
+  EXPECT_EQ(ColdList(), (std::vector<BlockId>{older, newer}));
+  EXPECT_EQ(index_.at(leaf).children(), 0u);
+  EXPECT_EQ(index_.at(leaf).hot_children(), 0u);
 }
 
 }  // namespace
