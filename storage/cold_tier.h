@@ -91,6 +91,13 @@ class ColdTier {
   // Makes every write so far durable against power loss. UNAVAILABLE / INTERNAL.
   virtual absl::Status Sync() = 0;
 
+  // Returns the bytes of the tier's space a block of `stored_bytes` (PutBlock's result)
+  // occupies, its allocation rounding included. TieredStore counts cold usage, capacity
+  // and quotas in these, so cold_capacity_bytes bounds what the tier really allocates
+  // (tiny blocks would otherwise fill a slab of 4 KiB units long before the byte count
+  // reached the capacity). Default: `stored_bytes`.
+  virtual uint64_t FootprintBytes(uint32_t stored_bytes) const { return stored_bytes; }
+
   // What opening the tier had to drop to start (ColdTierRecovery). Default: nothing.
   virtual ColdTierRecovery recovery() const { return {}; }
 };

@@ -68,7 +68,7 @@ struct Entry {
   uint32_t block_index;
   uint32_t slot;  // hot slot id when kHot
   uint32_t payload_bytes;
-  uint32_t cold_bytes;  // stored bytes when kCold
+  uint32_t cold_bytes;  // when kCold: its footprint in the cold tier (ColdTier::FootprintBytes)
   uint32_t hits;
   uint32_t recency;  // low 32 bits of the tick of the last access
   float attention;

@@ -102,6 +102,10 @@ class RocksDbColdTier final : public ColdTier {
       const std::function<void(uint32_t ns_id, std::string_view spec)>& fn) override;
   absl::Status ForEachBlock(const std::function<void(const ColdIndexRecord&)>& fn) override;
   absl::Status Sync() override;
+  // A block's extent in cold.slab: whole 4 KiB units.
+  uint64_t FootprintBytes(uint32_t stored_bytes) const override {
+    return SlabFile::Round(stored_bytes);
+  }
 
   // What WAL recovery at Open skipped (kSkipAnyCorruptedRecords): corrupted ranges and
   // their bytes, as RocksDB reports them in its info LOG. Open logs a warning when any.

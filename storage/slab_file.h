@@ -74,12 +74,14 @@ class SlabFile {
   uint64_t end_bytes() const;
   uint64_t limit_bytes() const { return limit_; }
 
- private:
-  SlabFile(std::string path, int fd, uint64_t limit)
-      : path_(std::move(path)), fd_(fd), limit_(limit) {}
+  // Returns the bytes an extent of `bytes` allocates (rounded up to kUnitBytes).
   static uint64_t Round(uint64_t bytes) {
     return (bytes + kUnitBytes - 1) / kUnitBytes * kUnitBytes;
   }
+
+ private:
+  SlabFile(std::string path, int fd, uint64_t limit)
+      : path_(std::move(path)), fd_(fd), limit_(limit) {}
   void AddFreeLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;

@@ -75,8 +75,9 @@ struct StoreOptions {
   std::string data_dir = "./kvtier-data";
   // Hot arena size. Default: 256 MiB.
   uint64_t hot_capacity_bytes = 256ull << 20;
-  // Cold payload bytes (stored, after optional zstd); least recently used cold leaves
-  // are deleted above it. Default: 16 GiB.
+  // Cold tier bytes, counted as the tier allocates them (ColdTier::FootprintBytes: the
+  // stored bytes after optional zstd, rounded up to the slab's 4 KiB units); least
+  // recently used cold leaves are deleted above it. Default: 16 GiB.
   uint64_t cold_capacity_bytes = 16ull << 30;
   // Demotion starts when the hot arena is fuller than this fraction. Default: 0.90.
   double high_watermark = 0.90;
@@ -226,7 +227,8 @@ struct LookupResult {
 
 struct TierStats {
   uint64_t blocks = 0;
-  uint64_t bytes = 0;  // encoded payload bytes resident
+  uint64_t bytes = 0;  // hot: encoded payload bytes resident; cold: their footprint on disk
+                       // (ColdTier::FootprintBytes: extents in 4 KiB units)
   uint64_t hits = 0;   // Get hits served from this tier
 };
 

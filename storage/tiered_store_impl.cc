@@ -324,10 +324,12 @@ void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const B
     ns.stats.cold.blocks++;
   }
   e.flags |= Entry::kCold;
-  e.cold_bytes = stored_bytes;
-  ns.stats.cold.bytes += stored_bytes;
-  ns.tenant->cold_used += stored_bytes;
-  cold_used_ += stored_bytes;
+  // Counted as the tier's allocation, so cold_capacity_bytes bounds the disk it uses.
+  const auto footprint = static_cast<uint32_t>(cold_->FootprintBytes(stored_bytes));
+  e.cold_bytes = footprint;
+  ns.stats.cold.bytes += footprint;
+  ns.tenant->cold_used += footprint;
+  cold_used_ += footprint;
   index_.UpdateColdList(id, false);
   CountDebtLocked(id, was_unflushed);
   if (!was_cold) ReportLocked(id, true, events::Medium::kDisk, origin);

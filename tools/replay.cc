@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "storage/hot_arena.h"
+#include "storage/slab_file.h"
 
 namespace kvtier::tools {
 namespace {
@@ -105,7 +106,10 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, const ReplayOptions
   const uint64_t cold_blocks = std::max<uint64_t>(
       1, static_cast<uint64_t>(options.cold_capacities *
                                static_cast<double>(result.capacity_blocks)));
-  so.cold_capacity_bytes = cold_blocks * (payload.size() + kColdRecordOverheadBytes);
+  // The store counts a cold block as its slab extent (whole 4 KiB units), so the model's
+  // "cold_blocks records" is that many extents.
+  so.cold_capacity_bytes =
+      cold_blocks * storage::SlabFile::Round(payload.size() + kColdRecordOverheadBytes);
   result.cold_capacity_bytes = so.cold_capacity_bytes;
   // The cache being sized is exactly the hot tier: demote only when a block does not fit.
   so.high_watermark = 1.0;
