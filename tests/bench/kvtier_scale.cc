@@ -8,7 +8,8 @@
 //   rss_B/blk     kvtierd's RSS growth per block over the fill (VmRSS; the hot arena is
 //                 touched at open, so this is metadata only: index, hash table, policy,
 //                 allocator slack)
-//   lookup p50/p99  end-to-end Lookup of a whole resident chain (--chain keys), one thread
+//   lookup p50/p99  end-to-end Lookup of a whole resident chain (--chain keys), one thread,
+//                 reading the compact answer (LookupOptions::keep_compact)
 //   flush_ms      SIGTERM to exit: the shutdown flush of every block (write-back debt
 //                 unbounded here so the fill measures the index, not RocksDB)
 //   restart_ms    spawn to `kvtierd listening` over the filled cold tier
@@ -41,6 +42,7 @@
 #include "client/client.h"
 #include "client/cluster_client.h"
 #include "protocol/convert.h"
+#include "protocol/lookup_form.h"
 #include "storage/kv/codec.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
@@ -125,6 +127,13 @@ std::vector<client::PutBlock> ChainPuts(uint64_t ch, uint32_t n, const TinyBlobs
     puts[i].payload = kv::AsBytes(i == 0 ? blobs.first : blobs.rest);
   }
   return puts;
+}
+
+// Lookups read the compact answer, as an engine does (and `kvtier bench --ops lookup`).
+client::LookupOptions CompactLookup() {
+  client::LookupOptions o;
+  o.keep_compact = true;
+  return o;
 }
 
 v1::NamespaceSpec ScaleSpec() {
@@ -216,7 +225,7 @@ int Run(const std::string& kvtierd, uint64_t blocks, uint32_t chain, int lookups
   const bool looked_up = TimeLookups(
       lookups, blocks / chain, chain, rng,
       [&](const std::vector<std::string>& keys) {
-        auto r = (*c)->Lookup("scale", keys);
+        auto r = (*c)->Lookup("scale", keys, CompactLookup());
         if (!r.ok() || r->prefix_blocks() != chain) {
           std::fprintf(stderr, "lookup: %s\n",
                        r.ok() ? "short prefix" : r.status().ToString().c_str());
@@ -268,9 +277,9 @@ bool LookupFor(client::ClusterClient& cluster, uint32_t chain, uint64_t chains, 
     const std::vector<std::string> keys = ChainKeys(rng() % chains, chain);
     const double at = MsSince(t0) / 1000;
     const auto l0 = Clock::now();
-    auto r = cluster.Lookup("scale", keys);
+    auto r = cluster.Lookup("scale", keys, CompactLookup());
     const double us = MsSince(l0) * 1000;
-    if (!r.ok() || r->blocks_size() != static_cast<int>(chain)) {
+    if (!r.ok() || protocol::LookupKeys(*r) != chain) {
       std::fprintf(stderr, "cluster lookup: %s\n",
                    r.ok() ? "wrong block count" : r.status().ToString().c_str());
       return false;
@@ -325,7 +334,7 @@ int RunCluster(const std::string& kvtierd, int nodes, uint64_t chains, uint32_t 
 
   std::mt19937_64 rng(seed);
   auto lookup = [&](const std::vector<std::string>& keys) {
-    auto r = (*cluster)->Lookup("scale", keys);
+    auto r = (*cluster)->Lookup("scale", keys, CompactLookup());
     if (!r.ok() || r->prefix_blocks() != keys.size()) {
       std::fprintf(stderr, "cluster lookup: %s\n",
                    r.ok() ? "short prefix" : r.status().ToString().c_str());
