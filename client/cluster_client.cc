@@ -144,9 +144,8 @@ struct ClusterClient::Impl {
     common::MutexLock lock(&probe_mu);
     while (true) {
       probe_mu.Await(common::Condition(
-          +[](Impl* impl) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return impl->stopping || !impl->probes.empty();
-          },
+          +[](Impl* impl)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return impl->stopping || !impl->probes.empty(); },
           this));
       if (stopping) return;
       Probe p = std::move(probes.back());
@@ -401,8 +400,8 @@ std::vector<ClusterMember> ClusterClient::members() const {
   const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
   std::vector<ClusterMember> out;
   for (const Impl::Node& n : v->nodes) {
-    out.push_back({n.id, n.address, n.client != nullptr, n.healthy_at_refresh,
-                   n.health->down.load()});
+    out.push_back(
+        {n.id, n.address, n.client != nullptr, n.healthy_at_refresh, n.health->down.load()});
   }
   return out;
 }

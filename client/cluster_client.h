@@ -96,6 +96,7 @@ class ClusterClient {
   static absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(
       const ClusterClientOptions& options);
 
+  // Waits for a probe of a down member still in flight (at most about down_retry_ms).
   ~ClusterClient();
   ClusterClient(const ClusterClient&) = delete;
   ClusterClient& operator=(const ClusterClient&) = delete;

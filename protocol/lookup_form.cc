@@ -125,11 +125,11 @@ std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string
 }
 
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
-                                std::span<const size_t> which, bool local_only,
-                                uint64_t lease_ms, bool compact) {
+                                std::span<const size_t> which, bool local_only, uint64_t lease_ms,
+                                bool compact) {
   return EncodeRequest(
-      ns, which.size(), [&](size_t i) -> const std::string& { return keys[which[i]]; },
-      local_only, lease_ms, compact);
+      ns, which.size(), [&](size_t i) -> const std::string& { return keys[which[i]]; }, local_only,
+      lease_ms, compact);
 }
 
 bool IsCompactLookup(const v1::LookupResponse& response) {

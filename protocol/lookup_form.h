@@ -25,8 +25,8 @@ std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string
 // The same for the keys keys[which[0]], keys[which[1]], ... in that order (a peer's share
 // of a chain). REQUIRES: every entry of `which` < keys.size().
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
-                                std::span<const size_t> which, bool local_only,
-                                uint64_t lease_ms, bool compact);
+                                std::span<const size_t> which, bool local_only, uint64_t lease_ms,
+                                bool compact);
 
 // True when `response` carries the compact form (it has tiers or owners) rather than
 // `blocks`.

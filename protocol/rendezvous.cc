@@ -68,8 +68,7 @@ std::vector<size_t> RendezvousRing::OwnersOfHash(uint64_t key_hash, size_t r) co
   return out;
 }
 
-void RendezvousRing::OwnersOfHashInto(uint64_t key_hash, size_t r,
-                                      std::vector<size_t>* out) const {
+void RendezvousRing::OwnersOfHashInto(uint64_t key_hash, size_t r, std::vector<size_t>* out) const {
   const size_t n = nodes_.size();
   out->clear();
   if (n == 0) return;
@@ -86,8 +85,7 @@ void RendezvousRing::OwnersOfHashInto(uint64_t key_hash, size_t r,
     size_t best = 0;
     for (size_t i = 0; i < n; ++i) {
       const uint64_t s = RendezvousScore(key_hash, node_hashes_[i]);
-      const bool after_prev =
-          pick == 0 || s < prev_score || (s == prev_score && i > prev_index);
+      const bool after_prev = pick == 0 || s < prev_score || (s == prev_score && i > prev_index);
       if (after_prev && (!found || s > best_score)) {  // strict: ties keep the smaller index
         found = true;
         best_score = s;

@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 #include <utility>
+
 #include "common/mutex.h"
 #include "protocol/lookup_form.h"
 
@@ -340,11 +341,11 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     std::vector<std::unique_ptr<Batch>> batches = std::move(batches_);
     for (std::unique_ptr<Batch>& owned : batches) {
       Batch* batch = owned.release();  // owned by its completion callback
-      batch->stubs->generic->UnaryCall(
-          &batch->ctx, kLookupMethod, grpc::StubOptions(), &batch->request, &batch->response,
-          [self = shared_from_this(), batch](grpc::Status status) {
-            self->OnAnswer(std::unique_ptr<Batch>(batch), status);
-          });
+      batch->stubs->generic->UnaryCall(&batch->ctx, kLookupMethod, grpc::StubOptions(),
+                                       &batch->request, &batch->response,
+                                       [self = shared_from_this(), batch](grpc::Status status) {
+                                         self->OnAnswer(std::unique_ptr<Batch>(batch), status);
+                                       });
     }
   }
 
@@ -360,8 +361,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     v1::LookupResponse answer;
     const bool parsed =
         status.ok() &&
-        grpc::SerializationTraits<v1::LookupResponse>::Deserialize(&batch->response, &answer)
-            .ok();
+        grpc::SerializationTraits<v1::LookupResponse>::Deserialize(&batch->response, &answer).ok();
     std::function<void(v1::LookupResponse)> done;
     v1::LookupResponse out;
     {
@@ -381,8 +381,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   // Takes the peer's copies that beat the current ones: the lowest ring rank (the
   // primary's copy) wins, then the faster tier.
-  void Merge(const Batch& batch, const v1::LookupResponse& r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void Merge(const Batch& batch, const v1::LookupResponse& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!protocol::CheckLookup(r).ok()) return;  // a malformed answer: its keys are misses
     const size_t n = std::min(batch.index.size(), protocol::LookupKeys(r));
     if (lease_limit_ == v1::LEASE_LIMIT_NONE) lease_limit_ = r.lease_limit();
@@ -422,7 +421,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   }
 
   PeerFanout* const fanout_;
-  const bool compact_;  // answer in the compact form
+  const bool compact_;                            // answer in the compact form
   std::function<void(v1::LookupResponse)> done_;  // moved out by the last answer
   // Set by Plan(), then read only.
   std::shared_ptr<const protocol::RendezvousRing> ring_;
@@ -431,7 +430,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   std::vector<std::unique_ptr<Batch>> batches_;  // Plan() to Send() only
   common::Mutex mu_;
   std::vector<protocol::KeyAnswer> answers_ ABSL_GUARDED_BY(mu_);  // best copy per key
-  std::vector<size_t> ranks_ ABSL_GUARDED_BY(mu_);  // ring rank of answers_[i].owner
+  std::vector<size_t> ranks_ ABSL_GUARDED_BY(mu_);                 // ring rank of answers_[i].owner
   v1::LeaseLimit lease_limit_ ABSL_GUARDED_BY(mu_) = v1::LEASE_LIMIT_NONE;
   uint64_t lease_ms_ = 0;  // set by Run() before any batch is sent
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;

@@ -289,8 +289,8 @@ bool LookupFor(client::ClusterClient& cluster, uint32_t chain, uint64_t chains, 
   return true;
 }
 
-int RunCluster(const std::string& kvtierd, int nodes, uint64_t chains, uint32_t chain,
-               int lookups, double kill_seconds, uint64_t seed, ClusterRow* row) {
+int RunCluster(const std::string& kvtierd, int nodes, uint64_t chains, uint32_t chain, int lookups,
+               double kill_seconds, uint64_t seed, ClusterRow* row) {
   testing::TempDir dir;
   testing::StaticPeerCluster::Options co;
   co.kvtierd = kvtierd;
@@ -423,8 +423,8 @@ int main(int argc, char** argv) {
     }
   }
   if (!node_counts.empty()) {
-    std::printf("%5s %8s %8s %11s %11s %11s %11s %s\n", "nodes", "blocks", "put/s",
-                "chain_p50us", "chain_p99us", "64_p50us", "64_p99us",
+    std::printf("%5s %8s %8s %11s %11s %11s %11s %s\n", "nodes", "blocks", "put/s", "chain_p50us",
+                "chain_p99us", "64_p50us", "64_p99us",
                 "before kill p50/p99 us -> after, per third of the window");
     for (int n : node_counts) {
       kvtier::ClusterRow row;
@@ -436,11 +436,11 @@ int main(int argc, char** argv) {
       std::string kill;
       if (row.before_kill.samples > 0) {
         kill = absl::StrCat(static_cast<int>(row.before_kill.p50_us), "/",
-                            static_cast<int>(row.before_kill.p99_us), " (",
-                            row.before_kill.samples, ") ->");
+                            static_cast<int>(row.before_kill.p99_us), " (", row.before_kill.samples,
+                            ") ->");
         for (const kvtier::Percentiles& p : row.after_kill) {
-          absl::StrAppend(&kill, " ", static_cast<int>(p.p50_us), "/",
-                          static_cast<int>(p.p99_us), " (", p.samples, ")");
+          absl::StrAppend(&kill, " ", static_cast<int>(p.p50_us), "/", static_cast<int>(p.p99_us),
+                          " (", p.samples, ")");
         }
       }
       std::printf("%5d %8llu %8.0f %11.0f %11.0f %11.0f %11.0f %s\n", row.nodes,

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "client/client.h"
-#include "protocol/rendezvous.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "protocol/rendezvous.h"
 #include "tests/testing/poll_until.h"
 #include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
