@@ -181,9 +181,15 @@ int Run(const std::string& kvtierd, uint64_t blocks, uint32_t chain, int lookups
   const TinyBlobs blobs = MakeBlobs();
   // Hot tier: every block's slot (256-byte granules) with headroom, so nothing demotes.
   const uint64_t hot = std::max<uint64_t>(64ull << 20, blocks * 512 * 5 / 4);
-  const std::vector<std::string> args = {"--port",       "0",  "--data-dir", dir.Sub("data"),
-                                         "--config",     config, "--hot-capacity",
-                                         absl::StrCat(hot), "--shm-socket", "off",
+  // Cold tier: the flush gives every tiny block a 4 KiB slab extent (10^7 blocks: 41 GB,
+  // past the 16 GiB default), with headroom.
+  const uint64_t cold = std::max<uint64_t>(16ull << 30, blocks * 4096 * 5 / 4);
+  const std::vector<std::string> args = {"--port",          "0",
+                                         "--data-dir",      dir.Sub("data"),
+                                         "--config",        config,
+                                         "--hot-capacity",  absl::StrCat(hot),
+                                         "--cold-capacity", absl::StrCat(cold),
+                                         "--shm-socket",    "off",
                                          "--hot-allocator", "malloc"};
   auto server = testing::ServerProcess::Start(kvtierd, args, 600000);
   if (!server.ok()) {
