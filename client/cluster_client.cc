@@ -64,13 +64,26 @@ void RunParallel(const std::vector<size_t>& work, const std::function<void(size_
 }  // namespace
 
 struct ClusterClient::Impl {
+  // What the calls have learnt of one member; shared across refreshes.
+  struct Health {
+    // Steady-clock ms until which gets and puts try the node last.
+    std::atomic<int64_t> down_until_ms{0};
+    // Failed (unreachable) and has not answered since: Lookups skip it while another
+    // member is up, until a background probe (or any other call) gets an answer.
+    std::atomic<bool> down{false};
+    std::atomic<bool> probing{false};  // a probe is queued or in flight
+  };
   struct Node {
     std::string id;
     std::string address;
     bool healthy_at_refresh = false;
     std::shared_ptr<Client> client;  // null when it could not be reached
-    // Steady-clock ms until which the node is tried last; shared across refreshes.
-    std::shared_ptr<std::atomic<int64_t>> down_until_ms;
+    std::shared_ptr<Health> health;
+  };
+  // A queued probe of a down member.
+  struct Probe {
+    std::shared_ptr<Client> client;
+    std::shared_ptr<Health> health;
   };
   // One immutable membership snapshot; nodes are in ring order (sorted by id).
   struct View {
@@ -84,14 +97,72 @@ struct ClusterClient::Impl {
   mutable common::Mutex mu;
   std::shared_ptr<const View> view ABSL_GUARDED_BY(mu);
 
+  // The probe thread (started by the first probe, joined by ~Impl) and its queue.
+  common::Mutex probe_mu;
+  std::vector<Probe> probes ABSL_GUARDED_BY(probe_mu);
+  bool stopping ABSL_GUARDED_BY(probe_mu) = false;
+  std::thread prober;  // guarded by probe_mu until joined
+
+  ~Impl() {
+    {
+      common::MutexLock lock(&probe_mu);
+      stopping = true;
+    }
+    if (prober.joinable()) prober.join();
+  }
+
   std::shared_ptr<const View> Snapshot() const {
     common::MutexLock lock(&mu);
     return view;
   }
 
-  bool IsDown(const Node& n) const { return n.down_until_ms->load() > NowMs(); }
-  void MarkDown(const Node& n) const { n.down_until_ms->store(NowMs() + options.down_retry_ms); }
-  void MarkUp(const Node& n) const { n.down_until_ms->store(0); }
+  bool IsDown(const Node& n) const { return n.health->down_until_ms.load() > NowMs(); }
+  void MarkDown(Health& h) const {
+    h.down_until_ms.store(NowMs() + options.down_retry_ms);
+    h.down.store(options.down_retry_ms > 0);
+  }
+  static void MarkUp(Health& h) {
+    h.down_until_ms.store(0);
+    h.down.store(false);
+  }
+  void MarkDown(const Node& n) const { MarkDown(*n.health); }
+  void MarkUp(const Node& n) const { MarkUp(*n.health); }
+
+  // Queues one probe of the down node `n` once its down_retry_ms has passed (at most one
+  // queued or in flight per node). The probe thread asks it ListNamespaces, bounded by
+  // down_retry_ms: any answer brings it back, no answer keeps it down for another
+  // down_retry_ms. Never blocks on the node.
+  void ProbeIfDue(const Node& n) {
+    if (n.client == nullptr || IsDown(n) || n.health->probing.exchange(true)) return;
+    common::MutexLock lock(&probe_mu);
+    if (stopping) return;
+    probes.push_back({n.client, n.health});
+    if (!prober.joinable()) prober = std::thread([this] { RunProbes(); });
+  }
+
+  void RunProbes() {
+    common::MutexLock lock(&probe_mu);
+    while (true) {
+      probe_mu.Await(common::Condition(
+          +[](Impl* impl)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return impl->stopping || !impl->probes.empty(); },
+          this));
+      if (stopping) return;
+      Probe p = std::move(probes.back());
+      probes.pop_back();
+      probe_mu.Unlock();
+      CallOptions call;
+      call.deadline_ms = std::max<int64_t>(1, options.down_retry_ms);
+      const absl::Status s = p.client->ListNamespaces(call).status();
+      if (IsUnreachable(s)) {
+        MarkDown(*p.health);
+      } else {
+        MarkUp(*p.health);
+      }
+      p.health->probing.store(false);
+      probe_mu.Lock();
+    }
+  }
 
   // Node indices of `view`: connected and not down first, then down, then unconnected.
   std::vector<size_t> PreferenceOrder(const View& v) const {
@@ -131,9 +202,9 @@ struct ClusterClient::Impl {
       auto old = old_by_id.find(n.id);
       if (old != old_by_id.end() && old->second->address == n.address) {
         n.client = old->second->client;
-        n.down_until_ms = old->second->down_until_ms;
+        n.health = old->second->health;
       } else {
-        n.down_until_ms = std::make_shared<std::atomic<int64_t>>(0);
+        n.health = std::make_shared<Health>();
       }
       if (n.client == nullptr && seed != nullptr && n.address == seed_address) n.client = seed;
       seen[n.id] = v->nodes.size();
@@ -329,7 +400,8 @@ std::vector<ClusterMember> ClusterClient::members() const {
   const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
   std::vector<ClusterMember> out;
   for (const Impl::Node& n : v->nodes) {
-    out.push_back({n.id, n.address, n.client != nullptr, n.healthy_at_refresh});
+    out.push_back(
+        {n.id, n.address, n.client != nullptr, n.healthy_at_refresh, n.health->down.load()});
   }
   return out;
 }
@@ -476,17 +548,29 @@ absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
   fanned.local_only = false;  // the member answers for the whole cluster
   const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
   absl::Status last = absl::UnavailableError("no cluster member is connected");
-  for (size_t i : impl_->PreferenceOrder(*v)) {
-    const Impl::Node& n = v->nodes[i];
+  // Members that are up first (in ring order), then those down, as a last resort. A
+  // down member costs the call nothing: it is probed in the background instead.
+  std::vector<const Impl::Node*> order, down;
+  order.reserve(v->nodes.size());
+  for (const Impl::Node& n : v->nodes) {
     if (n.client == nullptr) continue;
-    auto r = n.client->Lookup(ns, keys, fanned, call);
+    if (!n.health->down.load()) {
+      order.push_back(&n);
+      continue;
+    }
+    down.push_back(&n);
+    impl_->ProbeIfDue(n);
+  }
+  order.insert(order.end(), down.begin(), down.end());
+  for (const Impl::Node* n : order) {
+    auto r = n->client->Lookup(ns, keys, fanned, call);
     if (r.ok()) {
-      impl_->MarkUp(n);
+      impl_->MarkUp(*n);
       return r;
     }
-    last = NodeError(r.status(), n.id);
+    last = NodeError(r.status(), n->id);
     if (!IsUnreachable(r.status())) return last;
-    impl_->MarkDown(n);
+    impl_->MarkDown(*n);
   }
   return last;
 }

@@ -26,8 +26,12 @@
 //              next owner, up to R owners, all within the call's one deadline. Owners that
 //              failed recently (UNAVAILABLE / DEADLINE_EXCEEDED in the last
 //              `down_retry_ms`) are tried last.
-//   Lookup     sent to one reachable member; kvtierd answers for the whole cluster
-//              (server-side fan-out to owners).
+//   Lookup     sent to one reachable member, the first in ring order that is not down;
+//              kvtierd answers for the whole cluster (server-side fan-out to owners). A
+//              member whose call found it unreachable is down: Lookups skip it (no
+//              connect attempt, no deadline wait) while another member is up, and a
+//              background thread probes it (ListNamespaces, at most one probe per
+//              `down_retry_ms`) until it answers and is up again.
 //
 // Errors name the node ("node 127.0.0.1:4000: ..."), keeping the node's status code.
 //
@@ -65,7 +69,9 @@ struct ClusterClientOptions {
   // replicas. Default: 0.
   int64_t per_owner_get_deadline_ms = 0;
   // A member whose call failed with UNAVAILABLE / DEADLINE_EXCEEDED is tried after the
-  // other owners of a key for this long. Default: 1000 ms.
+  // other owners of a key for this long, and is skipped by Lookups until it answers a
+  // probe (sent at most once per this interval, with this as its deadline). 0 = never
+  // skip. Default: 1000 ms.
   int64_t down_retry_ms = 1000;
 };
 
@@ -75,6 +81,7 @@ struct ClusterMember {
   std::string address;   // dialed host:port
   bool connected = false;             // a Client to it exists
   bool healthy_at_refresh = false;    // ClusterStatus' healthy flag at the last refresh
+  bool down = false;  // unreachable at its last call, not answered since (Lookups skip it)
 };
 
 class ClusterClient {
@@ -89,6 +96,7 @@ class ClusterClient {
   static absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(
       const ClusterClientOptions& options);
 
+  // Waits for a probe of a down member still in flight (at most about down_retry_ms).
   ~ClusterClient();
   ClusterClient(const ClusterClient&) = delete;
   ClusterClient& operator=(const ClusterClient&) = delete;
@@ -138,8 +146,9 @@ class ClusterClient {
       std::span<const std::span<uint8_t>> buffers, const GetOptions& options = {});
 
   // Client::Lookup on one reachable member (the cluster-wide answer is assembled by the
-  // server); tries the next member on UNAVAILABLE / DEADLINE_EXCEEDED. Errors: the last
-  // member's error naming it; UNAVAILABLE when no member is connected.
+  // server): members that are up in ring order, then those down; tries the next member
+  // on UNAVAILABLE / DEADLINE_EXCEEDED (and marks the one that failed down). Errors: the
+  // last member's error naming it; UNAVAILABLE when no member is connected.
   absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
                                                     std::span<const std::string> keys,
                                                     const CallOptions& call = {});

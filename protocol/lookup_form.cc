@@ -87,19 +87,19 @@ void PutBytesField(int field, std::string_view bytes, std::string* out) {
   out->append(bytes);
 }
 
-}  // namespace
-
-std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
-                                bool local_only, uint64_t lease_ms, bool compact) {
+// EncodeLookupRequest for the keys key_at(0) .. key_at(n - 1).
+template <typename KeyAt>
+std::string EncodeRequest(std::string_view ns, size_t n, KeyAt key_at, bool local_only,
+                          uint64_t lease_ms, bool compact) {
   // Field numbers of kvtier.v1.LookupRequest, in the order the generated code writes them.
   constexpr int kNamespace = 1, kKeys = 2, kLocalOnly = 3, kLeaseMs = 4, kCompact = 10;
   size_t size = ns.empty() ? 0 : 1 + VarintSize(ns.size()) + ns.size();
-  for (const std::string& k : keys) size += 1 + VarintSize(k.size()) + k.size();
+  for (size_t i = 0; i < n; ++i) size += 1 + VarintSize(key_at(i).size()) + key_at(i).size();
   size += 2 + 1 + VarintSize(lease_ms) + 2;
   std::string out;
   out.reserve(size);
   if (!ns.empty()) PutBytesField(kNamespace, ns, &out);
-  for (const std::string& k : keys) PutBytesField(kKeys, k, &out);
+  for (size_t i = 0; i < n; ++i) PutBytesField(kKeys, key_at(i), &out);
   if (local_only) {
     out.push_back(static_cast<char>(kLocalOnly << 3));
     out.push_back(1);
@@ -115,6 +115,23 @@ std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string
   return out;
 }
 
+}  // namespace
+
+std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
+                                bool local_only, uint64_t lease_ms, bool compact) {
+  return EncodeRequest(
+      ns, keys.size(), [&](size_t i) -> const std::string& { return keys[i]; }, local_only,
+      lease_ms, compact);
+}
+
+std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
+                                std::span<const size_t> which, bool local_only, uint64_t lease_ms,
+                                bool compact) {
+  return EncodeRequest(
+      ns, which.size(), [&](size_t i) -> const std::string& { return keys[which[i]]; }, local_only,
+      lease_ms, compact);
+}
+
 bool IsCompactLookup(const v1::LookupResponse& response) {
   return !response.tiers().empty() || response.owners_size() > 0;
 }
@@ -128,15 +145,22 @@ void EncodeCompactLookup(std::span<const v1::Tier> tiers, std::span<const uint64
       response);
 }
 
-void CompactLookup(v1::LookupResponse* response) {
-  if (IsCompactLookup(*response)) return;
-  auto blocks = std::move(*response->mutable_blocks());
-  response->clear_blocks();
-  EncodeCompact(
-      static_cast<size_t>(blocks.size()),
-      [&](size_t i) { return blocks[static_cast<int>(i)].tier(); },
-      [&](size_t i) { return std::string_view(blocks[static_cast<int>(i)].owner()); },
-      [&](size_t i) { return blocks[static_cast<int>(i)].lease_id(); }, {}, response);
+void EncodeLookupAnswers(std::span<const KeyAnswer> answers, bool compact,
+                         v1::LookupResponse* response) {
+  if (compact) {
+    EncodeCompact(
+        answers.size(), [&](size_t i) { return answers[i].tier; },
+        [&](size_t i) { return answers[i].owner; }, [&](size_t i) { return answers[i].lease_id; },
+        {}, response);
+    return;
+  }
+  response->mutable_blocks()->Reserve(static_cast<int>(answers.size()));
+  for (const KeyAnswer& a : answers) {
+    v1::BlockLocation* loc = response->add_blocks();
+    loc->set_tier(a.tier);
+    loc->set_owner(std::string(a.owner));
+    loc->set_lease_id(a.lease_id);
+  }
 }
 
 absl::Status CheckLookup(const v1::LookupResponse& response) {

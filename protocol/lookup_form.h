@@ -22,6 +22,11 @@ namespace kvtier::protocol {
 // a generated request would copy every key into its own heap string first.
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
                                 bool local_only, uint64_t lease_ms, bool compact);
+// The same for the keys keys[which[0]], keys[which[1]], ... in that order (a peer's share
+// of a chain). REQUIRES: every entry of `which` < keys.size().
+std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
+                                std::span<const size_t> which, bool local_only, uint64_t lease_ms,
+                                bool compact);
 
 // True when `response` carries the compact form (it has tiers or owners) rather than
 // `blocks`.
@@ -33,10 +38,20 @@ bool IsCompactLookup(const v1::LookupResponse& response);
 void EncodeCompactLookup(std::span<const v1::Tier> tiers, std::span<const uint64_t> lease_ids,
                          std::string_view owner, v1::LookupResponse* response);
 
-// Rewrites a verbose `response` into the compact form (`blocks` cleared; prefix_blocks,
-// leased_blocks and lease_limit kept), so that ExpandLookup gives the same blocks back.
-// A response already compact is left as is.
-void CompactLookup(v1::LookupResponse* response);
+// One key of an answer: its tier, the node named for it (its holder; a cluster answer
+// also names an absent key's primary owner; empty = none) and the holder's lease on it
+// (0 = none). `owner` must outlive the call it is passed to.
+struct KeyAnswer {
+  v1::Tier tier = v1::TIER_NONE;
+  std::string_view owner;
+  uint64_t lease_id = 0;
+};
+
+// Appends `answers` to `response` (whose blocks and compact fields are empty): in the
+// compact form when `compact`, else as one BlockLocation per key (owner and lease_id as
+// given). Either way ExpandLookup of the result gives the same blocks.
+void EncodeLookupAnswers(std::span<const KeyAnswer> answers, bool compact,
+                         v1::LookupResponse* response);
 
 // OK for a verbose response and for a well-formed compact one; DATA_LOSS naming the
 // field when owner_index is neither empty nor one per key or names a holder past the

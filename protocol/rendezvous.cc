@@ -63,22 +63,39 @@ RendezvousRing::RendezvousRing(std::vector<std::string> node_ids) {
 }
 
 std::vector<size_t> RendezvousRing::OwnersOfHash(uint64_t key_hash, size_t r) const {
-  const size_t n = nodes_.size();
-  if (n == 0) return {};
-  if (r == 0) r = 1;
-  r = std::min(r, n);
-  std::vector<std::pair<uint64_t, size_t>> scored(n);
-  for (size_t i = 0; i < n; ++i) scored[i] = {RendezvousScore(key_hash, node_hashes_[i]), i};
-  // Highest score first; on a tie the smaller index (= smaller node id, nodes_ is
-  // sorted) wins, so every caller agrees.
-  auto better = [](const std::pair<uint64_t, size_t>& a, const std::pair<uint64_t, size_t>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  };
-  std::partial_sort(scored.begin(), scored.begin() + static_cast<ptrdiff_t>(r), scored.end(),
-                    better);
-  std::vector<size_t> out(r);
-  for (size_t i = 0; i < r; ++i) out[i] = scored[i].second;
+  std::vector<size_t> out;
+  OwnersOfHashInto(key_hash, r, &out);
   return out;
+}
+
+void RendezvousRing::OwnersOfHashInto(uint64_t key_hash, size_t r, std::vector<size_t>* out) const {
+  const size_t n = nodes_.size();
+  out->clear();
+  if (n == 0) return;
+  r = std::min(std::max<size_t>(r, 1), n);
+  // r selection passes (r is the replication factor: small), so no scratch vector.
+  // Highest score first; on a tie the smaller index (= smaller node id, nodes_ is
+  // sorted) wins, so every caller agrees. A pass only takes nodes ranked below the
+  // previous pick's (score, index).
+  uint64_t prev_score = 0;
+  size_t prev_index = 0;
+  for (size_t pick = 0; pick < r; ++pick) {
+    bool found = false;
+    uint64_t best_score = 0;
+    size_t best = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t s = RendezvousScore(key_hash, node_hashes_[i]);
+      const bool after_prev = pick == 0 || s < prev_score || (s == prev_score && i > prev_index);
+      if (after_prev && (!found || s > best_score)) {  // strict: ties keep the smaller index
+        found = true;
+        best_score = s;
+        best = i;
+      }
+    }
+    out->push_back(best);
+    prev_score = best_score;
+    prev_index = best;
+  }
 }
 
 std::vector<size_t> RendezvousRing::Owners(std::string_view ns, std::string_view key,

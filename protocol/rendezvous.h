@@ -54,6 +54,9 @@ class RendezvousRing {
   std::vector<size_t> Owners(std::string_view ns, std::string_view key, size_t r) const;
   // Same as Owners() but from a precomputed RendezvousKeyHash().
   std::vector<size_t> OwnersOfHash(uint64_t key_hash, size_t r) const;
+  // Same as OwnersOfHash() into `*out` (replacing its contents); allocates nothing once
+  // `out` has the capacity, for loops over many keys.
+  void OwnersOfHashInto(uint64_t key_hash, size_t r, std::vector<size_t>* out) const;
 
   // Returns the ids of the owners (see Owners()).
   std::vector<std::string> OwnerIds(std::string_view ns, std::string_view key, size_t r) const;

@@ -95,11 +95,9 @@ void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
     local.lease_ids.push_back(held ? r.lease_id : 0);
   }
   if (ctx->fanout != nullptr && !request->local_only()) {
-    ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(),
-                             [response, finish, compact = request->compact()](
-                                 v1::LookupResponse merged) {
+    ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(), request->compact(),
+                             [response, finish](v1::LookupResponse merged) {
                                *response = std::move(merged);
-                               if (compact) protocol::CompactLookup(response);
                                finish(absl::OkStatus());
                              });
     return;

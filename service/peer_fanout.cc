@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <iterator>
 #include <set>
+#include <string_view>
 #include <utility>
+
 #include "common/mutex.h"
 #include "protocol/lookup_form.h"
 
@@ -39,6 +41,7 @@ bool IsNumericAddress(const std::string& host) {
 int TierRank(v1::Tier t) { return t == v1::TIER_HOT ? 2 : t == v1::TIER_COLD ? 1 : 0; }
 
 constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+constexpr char kLookupMethod[] = "/kvtier.v1.KvCache/Lookup";
 
 // HealthCheckResponse{status: SERVING} on the wire (field 1, varint 1). The only other
 // answers are NOT_SERVING (the peer's store is not open yet, or it is draining) and
@@ -212,10 +215,12 @@ void PeerFanout::Probe(const Peer& peer) {
 // (this node's copies) then MakeBatches() (the other keys per live owner), then Send().
 // Then on gRPC threads, OnAnswer() for each batch: Merge() its copies, and the last one
 // builds the response (Result()) and calls `done`. Shared by its batches' callbacks.
+// Owners are named by string_views into the ring's node ids (ring_ keeps them alive) or
+// into self_id_: no string per key.
 class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
  public:
-  LookupCall(PeerFanout* fanout, std::function<void(v1::LookupResponse)> done)
-      : fanout_(fanout), done_(std::move(done)) {}
+  LookupCall(PeerFanout* fanout, bool compact, std::function<void(v1::LookupResponse)> done)
+      : fanout_(fanout), compact_(compact), done_(std::move(done)) {}
 
   void Run(const std::string& ns, const std::vector<std::string>& keys,
            const LocalAnswer& local, uint64_t lease_ms) {
@@ -234,59 +239,56 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   }
 
  private:
-  // The best copy found so far of one key.
-  struct Answer {
-    v1::Tier tier = v1::TIER_NONE;
-    std::string owner;
-    size_t rank = SIZE_MAX;  // ring rank of `owner` among the key's owners
-    uint64_t lease_id = 0;   // `owner`'s lease on it
-  };
   // One peer call: request key j is key index[j] of the chain, owned at ring rank[j].
   struct Batch {
-    std::string peer_id;
+    std::string_view peer_id;  // into ring_
     std::shared_ptr<PeerStubs> stubs;
     grpc::ClientContext ctx;
-    v1::LookupRequest request;
-    v1::LookupResponse response;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
     std::vector<size_t> index;
     std::vector<size_t> rank;
   };
 
-  // (key index, ring rank) of each key a peer should be asked about, per peer id.
-  using Wanted = std::map<std::string, std::vector<std::pair<size_t, size_t>>>;
+  // Per ring node: (key index, ring rank) of each key that node should be asked about.
+  using Wanted = std::vector<std::vector<std::pair<size_t, size_t>>>;
 
   void Plan(const std::string& ns, const std::vector<std::string>& keys,
             const LocalAnswer& local) {
     Membership& membership = *fanout_->membership_;
     const std::vector<Peer> members = membership.peers();
     fanout_->SyncMembership(members);
-    const Wanted wanted = TakeLocalHits(ns, keys, local, *membership.ring(), membership.self_id());
+    ring_ = membership.ring();
+    self_id_ = membership.self_id();
+    const Wanted wanted = TakeLocalHits(ns, keys, local);
     MakeBatches(ns, keys, members, wanted);
   }
 
   // Records this node's own copies as answers and returns what to ask the other owners.
   Wanted TakeLocalHits(const std::string& ns, const std::vector<std::string>& keys,
-                       const LocalAnswer& local_answer, const protocol::RendezvousRing& ring,
-                       const std::string& self_id) {
+                       const LocalAnswer& local_answer) {
     const std::vector<v1::Tier>& local_tiers = local_answer.tiers;
-    Wanted wanted;
-    primary_.assign(keys.size(), "");
+    const std::vector<std::string>& nodes = ring_->nodes();
+    Wanted wanted(nodes.size());
+    primary_.assign(keys.size(), std::string_view());
+    std::vector<size_t> owners;
     common::MutexLock lock(&mu_);
-    answers_.assign(keys.size(), Answer{});
+    answers_.assign(keys.size(), protocol::KeyAnswer{});
+    ranks_.assign(keys.size(), SIZE_MAX);
     lease_limit_ = local_answer.lease_limit;
     for (size_t i = 0; i < keys.size(); ++i) {
-      const std::vector<size_t> owners =
-          ring.Owners(ns, keys[i], fanout_->options_.replication_factor);
-      if (!owners.empty()) primary_[i] = ring.nodes()[owners[0]];
+      ring_->OwnersOfHashInto(protocol::RendezvousKeyHash(ns, keys[i]),
+                              fanout_->options_.replication_factor, &owners);
+      if (!owners.empty()) primary_[i] = nodes[owners[0]];
       const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
       if (local != v1::TIER_NONE) {
-        answers_[i] = Answer{local, self_id, 0,
-                             i < local_answer.lease_ids.size() ? local_answer.lease_ids[i] : 0};
+        answers_[i] = {local, self_id_,
+                       i < local_answer.lease_ids.size() ? local_answer.lease_ids[i] : 0};
+        ranks_[i] = 0;
         continue;
       }
       for (size_t r = 0; r < owners.size(); ++r) {
-        const std::string& id = ring.nodes()[owners[r]];
-        if (id != self_id) wanted[id].emplace_back(i, r);
+        if (nodes[owners[r]] != self_id_) wanted[owners[r]].emplace_back(i, r);
       }
     }
     return wanted;
@@ -297,29 +299,31 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   void MakeBatches(const std::string& ns, const std::vector<std::string>& keys,
                    const std::vector<Peer>& members, const Wanted& wanted) {
     PeerHealth& health = fanout_->health_;
+    const std::vector<std::string>& nodes = ring_->nodes();
     const size_t per_call = std::max<uint32_t>(1, fanout_->options_.max_keys_per_call);
     for (const Peer& peer : members) {
-      auto it = wanted.find(peer.id);
-      if (it == wanted.end()) continue;
+      auto it = std::lower_bound(nodes.begin(), nodes.end(), peer.id);
+      if (it == nodes.end() || *it != peer.id) continue;
+      const std::vector<std::pair<size_t, size_t>>& entries = wanted[it - nodes.begin()];
+      if (entries.empty()) continue;
       if (!health.ShouldCall(peer.id)) {
         if (health.TakeProbe(peer.id)) fanout_->Probe(peer);
         continue;
       }
       const std::shared_ptr<PeerStubs> stubs = fanout_->StubsFor(peer.address);
-      const std::vector<std::pair<size_t, size_t>>& entries = it->second;
       for (size_t start = 0; start < entries.size(); start += per_call) {
         auto batch = std::make_unique<Batch>();
-        batch->peer_id = peer.id;
+        batch->peer_id = *it;
         batch->stubs = stubs;
-        batch->request.set_namespace_(ns);
-        batch->request.set_local_only(true);
-        batch->request.set_lease_ms(lease_ms_);
-        batch->request.set_compact(true);  // an older peer answers with blocks instead
         for (size_t j = start; j < std::min(entries.size(), start + per_call); ++j) {
-          batch->request.add_keys(keys[entries[j].first]);
           batch->index.push_back(entries[j].first);
           batch->rank.push_back(entries[j].second);
         }
+        // Compact: an older peer answers with blocks instead.
+        grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, batch->index,
+                                                       /*local_only=*/true, lease_ms_,
+                                                       /*compact=*/true));
+        batch->request = grpc::ByteBuffer(&body, 1);
         fanout_->PrepareContext(&batch->ctx);
         batches_.push_back(std::move(batch));
       }
@@ -337,25 +341,32 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     std::vector<std::unique_ptr<Batch>> batches = std::move(batches_);
     for (std::unique_ptr<Batch>& owned : batches) {
       Batch* batch = owned.release();  // owned by its completion callback
-      batch->stubs->kv->async()->Lookup(&batch->ctx, &batch->request, &batch->response,
-                                        [self = shared_from_this(), batch](grpc::Status status) {
-                                          self->OnAnswer(std::unique_ptr<Batch>(batch), status);
-                                        });
+      batch->stubs->generic->UnaryCall(&batch->ctx, kLookupMethod, grpc::StubOptions(),
+                                       &batch->request, &batch->response,
+                                       [self = shared_from_this(), batch](grpc::Status status) {
+                                         self->OnAnswer(std::unique_ptr<Batch>(batch), status);
+                                       });
     }
   }
 
   void OnAnswer(std::unique_ptr<Batch> batch, const grpc::Status& status) {
     PeerFanout* const fanout = fanout_;
+    const std::string peer_id(batch->peer_id);
     if (!status.ok() && IsPeerDown(status.error_code())) {
-      fanout->health_.RecordFailure(batch->peer_id);
+      fanout->health_.RecordFailure(peer_id);
     } else {
-      fanout->health_.RecordSuccess(batch->peer_id);  // an error answer: its keys are misses
+      fanout->health_.RecordSuccess(peer_id);  // an error answer: its keys are misses
     }
+    // Parsed outside mu_: other batches' answers merge meanwhile.
+    v1::LookupResponse answer;
+    const bool parsed =
+        status.ok() &&
+        grpc::SerializationTraits<v1::LookupResponse>::Deserialize(&batch->response, &answer).ok();
     std::function<void(v1::LookupResponse)> done;
     v1::LookupResponse out;
     {
       common::MutexLock lock(&mu_);
-      if (status.ok()) Merge(*batch);
+      if (parsed) Merge(*batch, answer);
       if (--remaining_ == 0) {
         out = Result();
         done = std::move(done_);
@@ -370,39 +381,39 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   // Takes the peer's copies that beat the current ones: the lowest ring rank (the
   // primary's copy) wins, then the faster tier.
-  void Merge(const Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const v1::LookupResponse& r = batch.response;  // either form
-    if (!protocol::CheckLookup(r).ok()) return;     // a malformed answer: its keys are misses
+  void Merge(const Batch& batch, const v1::LookupResponse& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!protocol::CheckLookup(r).ok()) return;  // a malformed answer: its keys are misses
     const size_t n = std::min(batch.index.size(), protocol::LookupKeys(r));
     if (lease_limit_ == v1::LEASE_LIMIT_NONE) lease_limit_ = r.lease_limit();
     for (size_t j = 0; j < n; ++j) {
       const v1::Tier t = protocol::LookupTier(r, j);
       if (t == v1::TIER_NONE) continue;
-      Answer& a = answers_[batch.index[j]];
-      if (a.tier == v1::TIER_NONE || batch.rank[j] < a.rank ||
-          (batch.rank[j] == a.rank && TierRank(t) > TierRank(a.tier))) {
-        a = Answer{t, batch.peer_id, batch.rank[j], protocol::LookupLeaseId(r, j)};
+      const size_t k = batch.index[j];
+      protocol::KeyAnswer& a = answers_[k];
+      if (a.tier == v1::TIER_NONE || batch.rank[j] < ranks_[k] ||
+          (batch.rank[j] == ranks_[k] && TierRank(t) > TierRank(a.tier))) {
+        a = {t, batch.peer_id, protocol::LookupLeaseId(r, j)};
+        ranks_[k] = batch.rank[j];
       }
     }
   }
 
-  v1::LookupResponse Result() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  v1::LookupResponse Result() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     v1::LookupResponse out;
     uint32_t prefix = 0;
     uint32_t leased = 0;
     bool contiguous = true;
     bool leased_so_far = true;
     for (size_t i = 0; i < answers_.size(); ++i) {
-      v1::BlockLocation* loc = out.add_blocks();
-      const bool found = answers_[i].tier != v1::TIER_NONE;
-      loc->set_tier(answers_[i].tier);
-      loc->set_owner(found ? answers_[i].owner : primary_[i]);
-      loc->set_lease_id(answers_[i].lease_id);
+      protocol::KeyAnswer& a = answers_[i];
+      const bool found = a.tier != v1::TIER_NONE;
+      if (!found) a.owner = primary_[i];  // a miss names the key's primary owner
       contiguous &= found;
       prefix += contiguous ? 1 : 0;
-      leased_so_far &= contiguous && answers_[i].lease_id != 0;
+      leased_so_far &= contiguous && a.lease_id != 0;
       leased += leased_so_far ? 1 : 0;
     }
+    protocol::EncodeLookupAnswers(answers_, compact_, &out);
     out.set_prefix_blocks(prefix);
     out.set_leased_blocks(leased);
     if (leased < prefix) out.set_lease_limit(lease_limit_);
@@ -410,11 +421,16 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   }
 
   PeerFanout* const fanout_;
+  const bool compact_;                            // answer in the compact form
   std::function<void(v1::LookupResponse)> done_;  // moved out by the last answer
-  std::vector<std::string> primary_;              // primary owner per key; set by Plan()
-  std::vector<std::unique_ptr<Batch>> batches_;   // Plan() to Send() only
+  // Set by Plan(), then read only.
+  std::shared_ptr<const protocol::RendezvousRing> ring_;
+  std::string self_id_;
+  std::vector<std::string_view> primary_;        // primary owner per key
+  std::vector<std::unique_ptr<Batch>> batches_;  // Plan() to Send() only
   common::Mutex mu_;
-  std::vector<Answer> answers_ ABSL_GUARDED_BY(mu_);
+  std::vector<protocol::KeyAnswer> answers_ ABSL_GUARDED_BY(mu_);  // best copy per key
+  std::vector<size_t> ranks_ ABSL_GUARDED_BY(mu_);                 // ring rank of answers_[i].owner
   v1::LeaseLimit lease_limit_ ABSL_GUARDED_BY(mu_) = v1::LEASE_LIMIT_NONE;
   uint64_t lease_ms_ = 0;  // set by Run() before any batch is sent
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
@@ -425,13 +441,13 @@ void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::strin
                              std::function<void(v1::LookupResponse)> done) {
   LocalAnswer local;
   local.tiers = local_tiers;
-  LookupAsync(ns, keys, local, 0, std::move(done));
+  LookupAsync(ns, keys, local, 0, /*compact=*/false, std::move(done));
 }
 
 void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
-                             const LocalAnswer& local, uint64_t lease_ms,
+                             const LocalAnswer& local, uint64_t lease_ms, bool compact,
                              std::function<void(v1::LookupResponse)> done) {
-  std::make_shared<LookupCall>(this, std::move(done))->Run(ns, keys, local, lease_ms);
+  std::make_shared<LookupCall>(this, compact, std::move(done))->Run(ns, keys, local, lease_ms);
 }
 
 v1::LookupResponse PeerFanout::Lookup(const std::string& ns, const std::vector<std::string>& keys,

@@ -92,9 +92,10 @@ class PeerFanout {
   // those it is asked for (LookupRequest.lease_ms): blocks[i].lease_id is the
   // owner's lease holding keys[i] (0 = none), leased_blocks the leading keys leased and
   // lease_limit the first bound an owner reported. A peer's copy that loses the merge to
-  // another replica keeps its lease until it expires.
+  // another replica keeps its lease until it expires. With `compact` the answer comes in
+  // the compact form (protocol/lookup_form.h) instead of `blocks`, same content.
   void LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
-                   const LocalAnswer& local, uint64_t lease_ms,
+                   const LocalAnswer& local, uint64_t lease_ms, bool compact,
                    std::function<void(v1::LookupResponse)> done);
 
   // Blocking form of LookupAsync (returns within about peer_deadline_ms). Do not call

@@ -15,18 +15,21 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
-#include "protocol/rendezvous.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "protocol/rendezvous.h"
+#include "tests/testing/poll_until.h"
 #include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
 namespace {
 
+using ::kvtier::testing::PollUntil;
 using ::kvtier::testing::StaticPeerCluster;
 using ::kvtier::testing::TempDir;
 using ::testing::HasSubstr;
@@ -105,9 +108,11 @@ class ClusterClientTest : public ::testing::Test {
         << "node " << ids_[0] << " does not list the whole cluster in ClusterStatus";
   }
 
-  std::unique_ptr<client::ClusterClient> NewClusterClient(int64_t per_owner_get_deadline_ms) {
+  std::unique_ptr<client::ClusterClient> NewClusterClient(int64_t per_owner_get_deadline_ms,
+                                                          int64_t down_retry_ms = 1000) {
     client::ClusterClientOptions o;
     o.per_owner_get_deadline_ms = per_owner_get_deadline_ms;
+    o.down_retry_ms = down_retry_ms;
     o.node.server = ids_[0];
     o.node.num_channels = 1;
     o.node.default_deadline_ms = 5000;
@@ -331,6 +336,81 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
     ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   }
   kill(nodes_->node(2).pid(), SIGCONT);
+}
+
+// Issue 16. Lookups go to the first member in ring order. Once a call finds it hung
+// (SIGSTOP: it accepts connections and never answers, so any call to it waits its whole
+// deadline), the ClusterClient marks it down and later Lookups skip it: they answer
+// through the survivors without waiting on it. A background probe re-admits it once it
+// answers again (SIGCONT).
+TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
+  constexpr int64_t kLongDeadlineMs = 20000;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  std::unique_ptr<client::ClusterClient> cluster =
+      NewClusterClient(/*per_owner=*/0, /*down_retry_ms=*/200);
+  ASSERT_NE(cluster, nullptr);
+  const Blocks b = MakeBlocks(29);
+  client::PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  ASSERT_TRUE(cluster->PutBlocks(kNs, b.puts, po).ok());
+  const std::vector<std::string> chain(b.keys.begin(), b.keys.begin() + kChainLen);
+  auto lookup = [&](int64_t deadline_ms) {
+    client::CallOptions call;
+    call.deadline_ms = deadline_ms;
+    return cluster->Lookup(kNs, chain, call);
+  };
+  ASSERT_EQ(lookup(kLongDeadlineMs)->prefix_blocks(), static_cast<uint32_t>(kChainLen));
+
+  const std::string first = cluster->members()[0].node_id;  // where Lookups go
+  const int hung = static_cast<int>(std::find(ids_.begin(), ids_.end(), first) - ids_.begin());
+  auto is_down = [&] {
+    for (const client::ClusterMember& m : cluster->members()) {
+      if (m.node_id == first) return m.down;
+    }
+    return false;
+  };
+  ASSERT_FALSE(is_down());
+  ASSERT_EQ(kill(nodes_->node(hung).pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing::WaitUntilStopped(nodes_->node(hung).pid()));
+  // Detection costs one short deadline; a survivor answers, the hung node's keys missing.
+  auto detected = lookup(1000);
+  ASSERT_TRUE(detected.ok()) << detected.status();
+  EXPECT_TRUE(is_down());
+  // Known down: a Lookup that still asked it would wait the whole long deadline. Keep
+  // looking up over several probe intervals: the probes (which time out) keep it down
+  // and never hold a Lookup.
+  for (int i = 0; i < 20; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = lookup(kLongDeadlineMs);
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::milliseconds(kLongDeadlineMs / 2))
+        << "lookup " << i << " waited for the hung member";
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->blocks_size(), kChainLen);
+    for (int k = 0; k < kChainLen; ++k) {
+      const bool on_hung = ring_.OwnerIds(kNs, chain[k], 1)[0] == first;
+      EXPECT_EQ(r->blocks(k).tier() != v1::TIER_NONE, !on_hung) << k;
+    }
+    EXPECT_TRUE(is_down());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // spans probe intervals
+  }
+
+  // Resumed: a probe finds it (Lookups keep triggering probes) and it is up again.
+  ASSERT_EQ(kill(nodes_->node(hung).pid(), SIGCONT), 0);
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        EXPECT_TRUE(lookup(kLongDeadlineMs).ok());
+        return !is_down();
+      },
+      std::chrono::milliseconds(10000)))
+      << "the resumed member was not re-admitted";
+  // Its peers re-admit it too, so its blocks are found again.
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto r = lookup(kLongDeadlineMs);
+        return r.ok() && r->prefix_blocks() == static_cast<uint32_t>(kChainLen);
+      },
+      std::chrono::milliseconds(10000)));
 }
 
 }  // namespace

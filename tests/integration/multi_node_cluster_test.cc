@@ -27,12 +27,14 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "tests/testing/poll_until.h"
 #include "tests/testing/static_peer_cluster.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
 namespace {
 
+using ::kvtier::testing::PollUntil;
 using ::kvtier::testing::StaticPeerCluster;
 using ::kvtier::testing::TempDir;
 using ::kvtier::testing::WaitUntilStopped;
@@ -40,18 +42,6 @@ using ::kvtier::testing::WaitUntilStopped;
 constexpr char kNs[] = "ns";
 constexpr size_t kBlockBytes = 1 * 2 * 1 * 4 * 8 * 2;  // layers*kv*heads*tokens*dim*fp16
 constexpr int kPeerDeadlineMs = 300;
-
-// Polls `done` every 100 ms until it returns true or `timeout` passes; returns its last
-// result. Only for conditions inside other processes (kvtierd nodes), which a test
-// cannot wait on directly.
-bool PollUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return true;
-}
 
 struct Chain {
   std::vector<std::string> keys;

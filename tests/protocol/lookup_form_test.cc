@@ -17,6 +17,18 @@ void AddBlock(v1::LookupResponse* r, v1::Tier tier, const std::string& owner, ui
   b->set_lease_id(lease);
 }
 
+// `verbose`'s prefix fields, with its blocks encoded compact by EncodeLookupAnswers.
+v1::LookupResponse Compact(const v1::LookupResponse& verbose) {
+  v1::LookupResponse compact = verbose;
+  compact.clear_blocks();
+  std::vector<KeyAnswer> answers;
+  for (const v1::BlockLocation& b : verbose.blocks()) {
+    answers.push_back({b.tier(), b.owner(), b.lease_id()});
+  }
+  EncodeLookupAnswers(answers, /*compact=*/true, &compact);
+  return compact;
+}
+
 void ExpectSameBlocks(const v1::LookupResponse& a, const v1::LookupResponse& b) {
   ASSERT_EQ(a.blocks_size(), b.blocks_size());
   for (int i = 0; i < a.blocks_size(); ++i) {
@@ -30,8 +42,7 @@ TEST(LookupFormTest, SingleOwnerWithoutLeaseNeedsNoIndex) {
   AddBlock(&verbose, v1::TIER_HOT, "n1", 0);
   AddBlock(&verbose, v1::TIER_COLD, "n1", 0);
   AddBlock(&verbose, v1::TIER_NONE, "", 0);
-  v1::LookupResponse compact = verbose;
-  CompactLookup(&compact);
+  v1::LookupResponse compact = Compact(verbose);
   EXPECT_TRUE(IsCompactLookup(compact));
   EXPECT_EQ(compact.blocks_size(), 0);
   EXPECT_EQ(compact.tiers().size(), 3u);
@@ -52,8 +63,7 @@ TEST(LookupFormTest, SeveralOwnersAndLeasesRoundTrip) {
   AddBlock(&verbose, v1::TIER_COLD, "n1", 9);
   AddBlock(&verbose, v1::TIER_HOT, "n2", 7);
   AddBlock(&verbose, v1::TIER_NONE, "", 0);
-  v1::LookupResponse compact = verbose;
-  CompactLookup(&compact);
+  v1::LookupResponse compact = Compact(verbose);
   EXPECT_EQ(compact.owners_size(), 4);  // (n1, 0), (n2, 7), ("", 0), (n1, 9)
   EXPECT_EQ(compact.owner_lease_ids_size(), 4);
   EXPECT_EQ(compact.owner_index_size(), 6);
@@ -67,8 +77,7 @@ TEST(LookupFormTest, ClusterAnswerNamesOwnersOfAbsentKeys) {
   v1::BlockLocation* absent = verbose.add_blocks();
   absent->set_tier(v1::TIER_NONE);
   absent->set_owner("n3");
-  v1::LookupResponse compact = verbose;
-  CompactLookup(&compact);
+  v1::LookupResponse compact = Compact(verbose);
   EXPECT_EQ(compact.owner_index_size(), 2);
   EXPECT_EQ(LookupOwner(compact, 1), "n3");
   ASSERT_TRUE(ExpandLookup(&compact).ok());
@@ -138,6 +147,39 @@ TEST(LookupFormTest, EncodedRequestIsWhatProtobufWrites) {
     }
   }
   EXPECT_EQ(EncodeLookupRequest("", {}, false, 0, false), "");
+}
+
+TEST(LookupFormTest, EncodedSubsetRequestNamesOnlyThoseKeysInThatOrder) {
+  const std::vector<std::string> keys = {"k0", "k1", "k2", "k3"};
+  const std::vector<size_t> which = {3, 1};
+  v1::LookupRequest req;
+  req.set_namespace_("ns");
+  req.add_keys("k3");
+  req.add_keys("k1");
+  req.set_local_only(true);
+  req.set_lease_ms(500);
+  req.set_compact(true);
+  EXPECT_EQ(EncodeLookupRequest("ns", keys, which, true, 500, true), req.SerializeAsString());
+}
+
+TEST(LookupFormTest, AnswersEncodeToTheSameBlocksInEitherForm) {
+  const std::vector<KeyAnswer> answers = {{v1::TIER_HOT, "n1", 4},
+                                          {v1::TIER_NONE, "n2", 0},
+                                          {v1::TIER_COLD, "n2", 0},
+                                          {v1::TIER_HOT, "n1", 4}};
+  v1::LookupResponse verbose, compact;
+  EncodeLookupAnswers(answers, /*compact=*/false, &verbose);
+  EncodeLookupAnswers(answers, /*compact=*/true, &compact);
+  EXPECT_FALSE(IsCompactLookup(verbose));
+  ASSERT_TRUE(IsCompactLookup(compact));
+  ASSERT_EQ(verbose.blocks_size(), 4);
+  for (size_t i = 0; i < answers.size(); ++i) {
+    EXPECT_EQ(verbose.blocks(static_cast<int>(i)).tier(), answers[i].tier) << i;
+    EXPECT_EQ(verbose.blocks(static_cast<int>(i)).owner(), answers[i].owner) << i;
+    EXPECT_EQ(verbose.blocks(static_cast<int>(i)).lease_id(), answers[i].lease_id) << i;
+  }
+  ASSERT_TRUE(ExpandLookup(&compact).ok());
+  ExpectSameBlocks(compact, verbose);
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ std::string StaticPeerCluster::ConfigFor(int i) const {
 absl::Status StaticPeerCluster::StartNode(int i) {
   const std::string path = absl::StrCat(options_.root_dir, "/node", i, ".textproto");
   std::ofstream(path) << ConfigFor(i);
-  absl::StatusOr<ServerProcess> proc = ServerProcess::Start(KvtierdPath(), {"--config", path});
+  absl::StatusOr<ServerProcess> proc = ServerProcess::Start(
+      options_.kvtierd.empty() ? KvtierdPath() : options_.kvtierd, {"--config", path});
   if (!proc.ok()) return proc.status();
   nodes_[i].emplace(std::move(*proc));
   return absl::OkStatus();

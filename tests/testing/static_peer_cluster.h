@@ -26,6 +26,8 @@ int PickFreePort();
 class StaticPeerCluster {
  public:
   struct Options {
+    // The kvtierd binary; empty = KvtierdPath().
+    std::string kvtierd;
     int num_nodes = 3;
     uint32_t replication_factor = 1;
     int peer_deadline_ms = 300;
