@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include <xxhash.h>
+
 #include "absl/strings/str_cat.h"
 #include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
@@ -37,6 +39,8 @@ absl::StatusOr<EvictionPolicyKind> ParseEvictionPolicy(std::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("policy must be one of ", valid, "; got '", std::string(name), "'"));
 }
+
+uint64_t BlockKeyHash(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
 
 bool RankedEvictionPolicy::After(const HeapItem& a, const HeapItem& b) {
   // std::*_heap builds a max-heap on "less"; returning "a after b" yields a min-heap.

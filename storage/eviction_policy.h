@@ -5,7 +5,7 @@
 // block is currently *eligible*: unpinned, not a protected sink block (block_index <
 // sink_blocks with a descendant in the hot tier), and, for a structure-aware policy
 // (structure_aware() == true), a leaf of the hot prefix tree (no child resident in the hot
-// tier). A policy only ranks; it never sees keys or payloads.
+// tier). A policy only ranks; it never sees keys or payloads, only a hash of the key.
 //
 // Event order for one block id while it is hot:
 //   OnInsert -> (OnAccess | OnScore | OnEligible)* -> OnRemove
@@ -75,7 +75,12 @@ struct BlockInfo {
   float attention = 0.0f;    // total worker-reported attention mass (ReportScores), undecayed
   uint64_t tick = 0;         // store-wide logical clock: +1 per block Put or Get
   uint32_t payload_bytes = 0;
+  uint64_t key_hash = 0;     // BlockKeyHash(key): equal for equal keys, whatever the id
 };
+
+// Returns the hash the store passes as BlockInfo::key_hash: XXH3-64 of the key bytes
+// (the namespace is not part of it). Stable across processes and runs.
+uint64_t BlockKeyHash(std::string_view key);
 
 class EvictionPolicy {
  public:

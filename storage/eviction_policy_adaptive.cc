@@ -1,14 +1,14 @@
 #include "storage/eviction_policy_adaptive.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <functional>
 
 namespace kvtier::storage {
 namespace {
 
-constexpr uint32_t kGhostReused = 1u << 31;  // in a ghost index value
-constexpr uint32_t kPositionMask = kGhostReused - 1;
-constexpr size_t kNoSlot = ~size_t{0};
+constexpr uint32_t kShadowTickLimit = 1u << 29;  // shadow ticks keep 29 bits
 
 uint64_t MakeItem(uint32_t packed, BlockId id, uint32_t tick_mask) {
   return (static_cast<uint64_t>(packed & tick_mask) << 32) | id;
@@ -21,7 +21,116 @@ void PushBack(std::vector<T>* v, T value) {
   v->push_back(value);
 }
 
+// flat_hash_map: a slot and a control byte per bucket (plus one group of control bytes),
+// whatever its load factor.
+template <typename Map>
+size_t MapBytes(const Map& m) {
+  return m.capacity() * (sizeof(typename Map::value_type) + 1) + 16;
+}
+
 }  // namespace
+
+int AdaptiveClassOf(uint32_t hits) {
+  return std::min<int>(kAdaptiveClasses - 1, std::bit_width(hits));
+}
+
+// ---------------------------------------------------------------------------------------
+// AdaptiveShadow
+
+AdaptiveShadow::AdaptiveShadow(const AdaptiveHeadStarts& head_starts)
+    : head_starts_(head_starts) {
+  head_.fill(kNil);
+  tail_.fill(kNil);
+  run_.fill(kNil);
+}
+
+void AdaptiveShadow::Unlink(uint32_t n) {
+  Node& node = nodes_[n];
+  const int c = node.tick_cls & 7;
+  if (run_[c] == n) run_[c] = node.next;
+  (node.prev == kNil ? head_[c] : nodes_[node.prev].next) = node.next;
+  (node.next == kNil ? tail_[c] : nodes_[node.next].prev) = node.prev;
+}
+
+void AdaptiveShadow::Insert(uint32_t n) {
+  // At the tail, but before the current request's run: within a request the deepest
+  // block goes first, as leaves go first in the live cache.
+  Node& node = nodes_[n];
+  const int c = node.tick_cls & 7;
+  const uint32_t before = run_[c];
+  node.next = before;
+  node.prev = before == kNil ? tail_[c] : nodes_[before].prev;
+  (node.prev == kNil ? head_[c] : nodes_[node.prev].next) = n;
+  (before == kNil ? tail_[c] : nodes_[before].prev) = n;
+  run_[c] = n;
+}
+
+void AdaptiveShadow::EvictOne(uint64_t capacity) {
+  // The live rule: the oldest head, class c counted H[c] lifetimes (capacity ticks: one
+  // shadow tick per sampled reference) younger.
+  uint32_t victim = kNil;
+  double best = 0;
+  for (int c = 0; c < kAdaptiveClasses; ++c) {
+    if (head_[c] == kNil) continue;
+    const double age = static_cast<double>(nodes_[head_[c]].tick_cls >> 3) +
+                       head_starts_[c] * static_cast<double>(capacity);
+    if (victim == kNil || age < best) {
+      victim = head_[c];
+      best = age;
+    }
+  }
+  Unlink(victim);
+  index_.erase(nodes_[victim].key);
+  PushBack(&free_, victim);
+}
+
+bool AdaptiveShadow::Reference(uint32_t key, int cls, uint32_t tick, uint64_t capacity,
+                               bool new_request) {
+  if (new_request) run_.fill(kNil);
+  auto it = index_.find(key);
+  const bool hit = it != index_.end();
+  uint32_t n;
+  if (hit) {
+    n = it->second;
+    Unlink(n);
+  } else {
+    while (index_.size() >= capacity) EvictOne(capacity);
+    if (free_.empty()) {
+      n = static_cast<uint32_t>(nodes_.size());
+      PushBack(&nodes_, Node{});
+    } else {
+      n = free_.back();
+      free_.pop_back();
+    }
+    nodes_[n].key = key;
+    index_.emplace(key, n);
+  }
+  nodes_[n].tick_cls = tick << 3 | static_cast<uint32_t>(cls);
+  Insert(n);
+  while (index_.size() > capacity) EvictOne(capacity);  // the capacity shrank
+  return hit;
+}
+
+void AdaptiveShadow::Clear() {
+  nodes_.clear();
+  free_.clear();
+  index_.clear();
+  head_.fill(kNil);
+  tail_.fill(kNil);
+  run_.fill(kNil);
+}
+
+size_t AdaptiveShadow::MemoryBytes() const {
+  return nodes_.capacity() * sizeof(Node) + free_.capacity() * sizeof(uint32_t) +
+         MapBytes(index_);
+}
+
+// ---------------------------------------------------------------------------------------
+// AdaptivePolicy
+
+AdaptivePolicy::AdaptivePolicy() {
+  for (const AdaptiveHeadStarts& h : kAdaptiveCandidates) shadows_.emplace_back(h);
+}
 
 uint32_t AdaptivePolicy::RelativeTick(uint64_t tick) {
   if (tick < base_) return 0;
@@ -60,7 +169,7 @@ void AdaptivePolicy::DropStaleItems() {
   // resident blocks are eligible (leaves), and rebuilding from every state each time the
   // stale items pile up made the Put rate fall with the index size (kvtier_scale).
   heap_items_ = 0;
-  for (int c = 0; c < 2; ++c) {
+  for (int c = 0; c < kAdaptiveClasses; ++c) {
     std::vector<HeapItem>& heap = heaps_[c];
     std::erase_if(heap, [&](HeapItem item) { return !Live(item, c); });
     if (heap.capacity() > 2 * heap.size() + 64) heap.shrink_to_fit();
@@ -98,19 +207,49 @@ bool AdaptivePolicy::CleanTop(int c) {
   return false;
 }
 
+void AdaptivePolicy::Simulate(const BlockInfo& info) {
+  if (info.block_index == 0) new_request_ = true;  // every request starts at its root
+  if (info.key_hash % kAdaptiveSampleRate != 0) return;
+  if (info.key_hash == last_key_hash_ && info.tick == last_tick_) return;  // one reference
+  last_key_hash_ = info.key_hash;
+  last_tick_ = info.tick;
+  const bool new_request = new_request_;
+  new_request_ = false;
+  if (++shadow_tick_ == kShadowTickLimit) {
+    for (AdaptiveShadow& s : shadows_) s.Clear();
+    shadow_tick_ = 1;
+  }
+  if (new_request) request_tick_ = shadow_tick_;
+  const uint64_t capacity = std::max<uint64_t>(1, resident_ / kAdaptiveSampleRate);
+  // Decay by growing the weight of new hits; rescale long before it overflows.
+  hit_weight_ *=
+      std::exp2(1.0 / (kAdaptiveHalfLifeLifetimes * static_cast<double>(capacity)));
+  const uint32_t key = static_cast<uint32_t>(info.key_hash >> 32);
+  const int cls = AdaptiveClassOf(info.hits);
+  for (size_t c = 0; c < shadows_.size(); ++c) {
+    if (shadows_[c].Reference(key, cls, request_tick_, capacity, new_request)) {
+      scores_[c] += hit_weight_;
+    }
+  }
+  if (hit_weight_ > 1e100) {
+    for (double& s : scores_) s *= 1e-100;
+    hit_weight_ *= 1e-100;
+  }
+  // Follow the best; on a tie keep the current one (shadows agree until they diverge).
+  for (size_t c = 0; c < scores_.size(); ++c) {
+    if (scores_[c] > scores_[candidate_]) candidate_ = static_cast<int>(c);
+  }
+}
+
 void AdaptivePolicy::Reference(BlockId id, const BlockInfo& info) {
   const uint32_t rel = RelativeTick(info.tick);  // may rebase: look the state up after
   uint32_t& s = states_[id];
-  s = (s & kEligible) | (info.hits > 0 ? kReused : 0) | rel;
+  s = (s & kEligible) | static_cast<uint32_t>(AdaptiveClassOf(info.hits)) << kClassShift | rel;
   if (s & kEligible) Push(id, s);
 }
 
 void AdaptivePolicy::OnInsert(BlockId id, const BlockInfo& info) {
-  if (info.hits > 0) {
-    Learn(id);  // a known key came back (promotion from the cold tier)
-  } else {
-    ClearGhost(id);  // a new key under a reused id
-  }
+  Simulate(info);
   auto [it, inserted] = states_.try_emplace(id, 0);
   if (!inserted && (it->second & kEligible)) --eligible_;
   if (inserted) ++resident_;
@@ -119,7 +258,9 @@ void AdaptivePolicy::OnInsert(BlockId id, const BlockInfo& info) {
 }
 
 void AdaptivePolicy::OnAccess(BlockId id, const BlockInfo& info) {
-  if (states_.contains(id)) Reference(id, info);
+  if (!states_.contains(id)) return;
+  Simulate(info);
+  Reference(id, info);
 }
 
 void AdaptivePolicy::OnEligible(BlockId id, bool eligible) {
@@ -138,134 +279,31 @@ void AdaptivePolicy::OnEligible(BlockId id, bool eligible) {
 void AdaptivePolicy::OnRemove(BlockId id) {
   auto it = states_.find(id);
   if (it == states_.end()) return;
-  const uint32_t s = it->second;
-  if (s & kEligible) --eligible_;
+  if (it->second & kEligible) --eligible_;
   states_.erase(it);
   --resident_;
-  if (id == last_victim_) {
-    AddGhost(id, ClassOf(s));
-    last_victim_ = kInvalidBlock;
-  }
 }
 
 BlockId AdaptivePolicy::PickVictim() {
-  const bool fresh = CleanTop(0);
-  const bool reused = CleanTop(1);
-  if (!fresh && !reused) return last_victim_ = kInvalidBlock;
-  int c = fresh ? 0 : 1;
-  if (fresh && reused) {
-    const double reused_age = static_cast<double>(heaps_[1].front() >> 32) +
-                              boost_ * static_cast<double>(resident_);
-    if (reused_age < static_cast<double>(heaps_[0].front() >> 32)) c = 1;
-  }
-  last_victim_ = static_cast<BlockId>(heaps_[c].front());
-  return last_victim_;
-}
-
-void AdaptivePolicy::Learn(BlockId id) {
-  const size_t slot = FindGhostSlot(id);
-  if (slot == kNoSlot) return;
-  const uint32_t value = ghost_index_[slot];
-  const size_t position = (value & kPositionMask) - 1;
-  const int c = (value & kGhostReused) ? 1 : 0;
-  const size_t ring = ghost_ring_.size();
-  const size_t age = (ghost_next_ + ring - 1 - position) % ring;  // victims since it
-  ClearGhost(id);
-  if (age >= std::max<uint64_t>(resident_, 1)) return;  // older than one cache size
-  // ARC's step: a return from the shorter ghost list weighs more.
-  const double own = static_cast<double>(std::max<uint64_t>(live_[c], 1));
-  const double other = static_cast<double>(live_[1 - c]);
-  const double step = kAdaptiveStep * std::max(1.0, other / own);
-  boost_ = std::clamp(boost_ + (c == 1 ? step : -step), 0.0, kAdaptiveMaxBoost);
-}
-
-void AdaptivePolicy::AddGhost(BlockId id, int c) {
-  if (ghost_ring_.size() < resident_ + 1) {
-    ResizeGhosts(std::max<size_t>(resident_ + 1, ghost_ring_.size() + ghost_ring_.size() / 4));
-  }
-  ClearGhost(id);
-  const BlockId old = ghost_ring_[ghost_next_];
-  if (old != kInvalidBlock) ClearGhost(old);  // one ring size old: forgotten
-  ghost_ring_[ghost_next_] = id;
-  InsertGhostSlot(static_cast<uint32_t>(ghost_next_ + 1) | (c == 1 ? kGhostReused : 0));
-  ++live_[c];
-  ghost_next_ = (ghost_next_ + 1) % ghost_ring_.size();
-}
-
-void AdaptivePolicy::ClearGhost(BlockId id) {
-  const size_t slot = FindGhostSlot(id);
-  if (slot == kNoSlot) return;
-  const uint32_t value = ghost_index_[slot];
-  --live_[(value & kGhostReused) ? 1 : 0];
-  ghost_ring_[(value & kPositionMask) - 1] = kInvalidBlock;
-  EraseGhostSlot(slot);
-}
-
-size_t AdaptivePolicy::Home(BlockId id) const {
-  // Multiply-shift hash, mapped onto the table size without a power of two.
-  const uint64_t h = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32;
-  return static_cast<size_t>((h * ghost_index_.size()) >> 32);
-}
-
-size_t AdaptivePolicy::FindGhostSlot(BlockId id) const {
-  if (ghost_index_.empty()) return kNoSlot;
-  const size_t n = ghost_index_.size();
-  for (size_t i = Home(id);; i = i + 1 == n ? 0 : i + 1) {
-    const uint32_t v = ghost_index_[i];
-    if (v == 0) return kNoSlot;
-    if (ghost_ring_[(v & kPositionMask) - 1] == id) return i;
-  }
-}
-
-void AdaptivePolicy::InsertGhostSlot(uint32_t value) {
-  const size_t n = ghost_index_.size();
-  size_t i = Home(ghost_ring_[(value & kPositionMask) - 1]);
-  while (ghost_index_[i] != 0) i = i + 1 == n ? 0 : i + 1;
-  ghost_index_[i] = value;
-}
-
-void AdaptivePolicy::EraseGhostSlot(size_t slot) {
-  // Backward-shift deletion keeps every probe chain unbroken without tombstones: an
-  // entry after the hole moves into it unless its home lies cyclically in (hole, entry].
-  const size_t n = ghost_index_.size();
-  size_t hole = slot;
-  for (size_t i = slot + 1 == n ? 0 : slot + 1; ghost_index_[i] != 0;
-       i = i + 1 == n ? 0 : i + 1) {
-    const size_t home = Home(ghost_ring_[(ghost_index_[i] & kPositionMask) - 1]);
-    if ((i + n - home) % n >= (i + n - hole) % n) {
-      ghost_index_[hole] = ghost_index_[i];
-      hole = i;
+  const AdaptiveHeadStarts& h = kAdaptiveCandidates[candidate_];
+  int victim_class = -1;
+  double best = 0;
+  for (int c = 0; c < kAdaptiveClasses; ++c) {
+    if (!CleanTop(c)) continue;
+    const double age = static_cast<double>(heaps_[c].front() >> 32) +
+                       h[c] * static_cast<double>(resident_);
+    if (victim_class < 0 || age < best) {
+      victim_class = c;
+      best = age;
     }
   }
-  ghost_index_[hole] = 0;
-}
-
-void AdaptivePolicy::ResizeGhosts(size_t ring_size) {
-  // Unroll the ring oldest first into the new size and re-index it (load <= 3/4).
-  std::vector<BlockId> ring(ring_size, kInvalidBlock);
-  std::vector<bool> reused(ring_size, false);
-  size_t n = 0;
-  for (size_t k = 0; k < ghost_ring_.size(); ++k) {
-    const BlockId id = ghost_ring_[(ghost_next_ + k) % ghost_ring_.size()];
-    if (id == kInvalidBlock) continue;
-    reused[n] = (ghost_index_[FindGhostSlot(id)] & kGhostReused) != 0;
-    ring[n++] = id;
-  }
-  ghost_ring_ = std::move(ring);
-  ghost_next_ = n % ring_size;
-  ghost_index_.assign(ring_size + ring_size / 3 + 1, 0);
-  for (size_t pos = 0; pos < n; ++pos) {
-    InsertGhostSlot(static_cast<uint32_t>(pos + 1) | (reused[pos] ? kGhostReused : 0));
-  }
+  return victim_class < 0 ? kInvalidBlock : static_cast<BlockId>(heaps_[victim_class].front());
 }
 
 size_t AdaptivePolicy::MemoryBytes() const {
-  // flat_hash_map: a slot and a control byte per bucket (plus one group of control
-  // bytes), whatever its load factor.
-  size_t bytes = states_.capacity() * (sizeof(std::pair<const BlockId, uint32_t>) + 1) + 16 +
-                 ghost_ring_.capacity() * sizeof(BlockId) +
-                 ghost_index_.capacity() * sizeof(uint32_t);
+  size_t bytes = MapBytes(states_);
   for (const auto& h : heaps_) bytes += h.capacity() * sizeof(HeapItem);
+  for (const AdaptiveShadow& s : shadows_) bytes += s.MemoryBytes();
   return bytes;
 }
 

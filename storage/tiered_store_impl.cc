@@ -209,6 +209,7 @@ BlockInfo TieredStoreImpl::InfoLocked(const Entry& e) const {
   info.attention = e.attention;
   info.tick = tick_;
   info.payload_bytes = e.payload_bytes;
+  info.key_hash = BlockKeyHash(e.key_view());
   return info;
 }
 

@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
+#include "tools/replay.h"
 #include "tools/store_model.h"
 
 namespace kvtier::tools {
@@ -25,6 +26,7 @@ struct DenseTrace {
   std::vector<std::vector<uint32_t>> requests;
   std::vector<int32_t> parent;
   std::vector<uint32_t> depth;  // position in its requests (fixed by prefix chaining)
+  std::vector<uint64_t> key_hash;  // BlockKeyHash of the replay's store key
 };
 
 DenseTrace Densify(const Trace& trace) {
@@ -40,6 +42,7 @@ DenseTrace Densify(const Trace& trace) {
       if (inserted) {
         d.parent.push_back(i == 0 ? kNoParent : static_cast<int32_t>(out.back()));
         d.depth.push_back(static_cast<uint32_t>(i));
+        d.key_hash.push_back(storage::BlockKeyHash(TraceKey(r.hash_ids[i])));
       }
       out.push_back(it->second);
     }
@@ -304,7 +307,7 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
                                    static_cast<double>(options.capacity_blocks)));
       mo.sink_blocks = options.sink_blocks;
       mo.policy = kind;
-      StoreModel model(mo, d.parent.size());
+      StoreModel model(mo, d.key_hash);
       std::vector<storage::Tier> tiers;
       for (size_t q = 0; q < d.requests.size(); ++q) {
         model.Request(d.requests[q], &tiers);

@@ -10,10 +10,11 @@ using storage::BlockInfo;
 using storage::kInvalidBlock;
 using storage::Tier;
 
-StoreModel::StoreModel(const StoreModelOptions& options, size_t num_keys)
+StoreModel::StoreModel(const StoreModelOptions& options, std::vector<uint64_t> key_hashes)
     : options_(options),
       policy_(storage::NewEvictionPolicy(options.policy)),
-      entry_of_key_(num_keys, kNone) {}
+      key_hashes_(std::move(key_hashes)),
+      entry_of_key_(key_hashes_.size(), kNone) {}
 
 void StoreModel::Request(std::span<const uint32_t> keys, std::vector<Tier>* tiers) {
   tiers->clear();
@@ -35,6 +36,7 @@ BlockInfo StoreModel::Info(const Entry& e) const {
   info.block_index = e.block_index;
   info.hits = e.hits;
   info.tick = tick_;
+  info.key_hash = key_hashes_[e.key];
   return info;
 }
 

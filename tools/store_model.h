@@ -48,8 +48,9 @@ struct StoreModelOptions {
 
 class StoreModel {
  public:
-  // `num_keys`: keys are dense ids 0..num_keys-1.
-  StoreModel(const StoreModelOptions& options, size_t num_keys);
+  // Keys are dense ids 0..key_hashes.size()-1; key_hashes[k] is what the store would pass
+  // as BlockInfo::key_hash for key k (storage::BlockKeyHash of its store key).
+  StoreModel(const StoreModelOptions& options, std::vector<uint64_t> key_hashes);
 
   // One replay request over dense keys (root first; the parent of keys[i] is keys[i-1]).
   // Fills `tiers` with each key's tier at lookup (before the request changes anything).
@@ -101,6 +102,7 @@ class StoreModel {
 
   StoreModelOptions options_;
   std::unique_ptr<storage::EvictionPolicy> policy_;
+  std::vector<uint64_t> key_hashes_;
   std::vector<uint32_t> entry_of_key_;  // kNone when not in the index
   std::vector<Entry> entries_;
   std::vector<uint32_t> free_ids_;

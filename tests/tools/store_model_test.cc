@@ -84,7 +84,9 @@ TEST(StoreModelTest, ColdTierServesWhatHotEvictedUntilItIsFull) {
     o.hot_slots = 3;
     o.cold_capacity_bytes = cold_bytes;
     o.policy = storage::EvictionPolicyKind::kPrefixLru;
-    StoreModel model(o, 6);
+    std::vector<uint64_t> hashes;
+    for (uint64_t k = 0; k < 6; ++k) hashes.push_back(storage::BlockKeyHash(TraceKey(k)));
+    StoreModel model(o, hashes);
     std::vector<storage::Tier> tiers;
     SimResult r;
     for (const auto& q : reqs) {
@@ -98,25 +100,28 @@ TEST(StoreModelTest, ColdTierServesWhatHotEvictedUntilItIsFull) {
 }
 
 TEST(StoreModelTest, AdaptivePolicyStaysWithin64BytesPerHotBlock) {
-  // What the policy allocates (hash-map slots at their load factor, heap and ghost
+  // What the policy allocates (hash-map slots at their load factor, heap and shadow
   // vectors with their slack: EvictionPolicy::MemoryBytes) per hot block, on every trace
-  // family with a full hot tier, evictions and an 8x cold tier (ghosts in use).
+  // family with a full hot tier, evictions and an 8x cold tier (shadows full).
   for (SynthFamily family : AllSynthFamilies()) {
     SCOPED_TRACE(SynthFamilyName(family));
     const Trace trace = Synth(family, 1500);
     absl::flat_hash_map<uint64_t, uint32_t> dense;
+    std::vector<uint64_t> hashes;
     std::vector<std::vector<uint32_t>> requests;
     for (const TraceRequest& r : trace.requests) {
       std::vector<uint32_t>& keys = requests.emplace_back();
       for (uint64_t h : r.hash_ids) {
-        keys.push_back(dense.try_emplace(h, static_cast<uint32_t>(dense.size())).first->second);
+        auto [it, inserted] = dense.try_emplace(h, static_cast<uint32_t>(dense.size()));
+        if (inserted) hashes.push_back(storage::BlockKeyHash(TraceKey(h)));
+        keys.push_back(it->second);
       }
     }
     StoreModelOptions o;
     o.hot_slots = 2000;
     o.cold_capacity_bytes = 8 * o.hot_slots;
     o.policy = storage::EvictionPolicyKind::kAdaptive;
-    StoreModel model(o, dense.size());
+    StoreModel model(o, hashes);
     std::vector<storage::Tier> tiers;
     size_t peak = 0;
     for (const std::vector<uint32_t>& keys : requests) {
