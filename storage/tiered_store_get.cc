@@ -28,7 +28,7 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Get(std::string_view ns_name, std::str
     if (e.flags & Entry::kHot) {
       e.hits++;
       TouchLocked(id);
-      policy_->OnAccess(id, InfoLocked(e));
+      policy_->OnAccess(id, InfoLocked(id));
       ns->stats.hot.hits++;
       return hot_->NewRef(e.slot, Tier::kHot, e.block_index);
     }
@@ -150,7 +150,7 @@ absl::StatusOr<BlockRef> TieredStoreImpl::PublishPromotedLocked(NsState* ns, std
   EnterHotLocked(id, *slot);
   ns->stats.promotions++;
   if (pin) PinLocked(id, pin_until_ms);
-  policy_->OnAccess(id, InfoLocked(e));
+  policy_->OnAccess(id, InfoLocked(id));
   hot_->Release(*slot);  // the allocation's reference: the index owns the slot now
   MaybeWakeDemoterLocked();
   return ref;

@@ -202,14 +202,15 @@ std::vector<NamespaceOptions> TieredStoreImpl::ListNamespaces() const {
 // ---------------------------------------------------------------------------------------
 // Index helpers and residency transitions
 
-BlockInfo TieredStoreImpl::InfoLocked(const Entry& e) const {
+BlockInfo TieredStoreImpl::InfoLocked(BlockId id) const {
+  const Entry& e = index_.at(id);
   BlockInfo info;
   info.block_index = e.block_index;
   info.hits = e.hits;
   info.attention = e.attention;
   info.tick = tick_;
   info.payload_bytes = e.payload_bytes;
-  info.key_hash = BlockKeyHash(e.key_view());
+  info.key_hash = BlockKeyHash(index_.key(id));
   return info;
 }
 
@@ -282,7 +283,7 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* 
   ns.stats.hot.blocks++;
   ns.stats.hot.bytes += hot_->View(slot).payload_bytes;
   ns.tenant->hot_used += hot_->View(slot).payload_bytes;
-  policy_->OnInsert(id, InfoLocked(e));
+  policy_->OnInsert(id, InfoLocked(id));
   index_.SetHot(id, true);  // re-evaluates the parent
   UpdateEligibilityLocked(id);
   CountDebtLocked(id, was_unflushed);
@@ -438,7 +439,7 @@ absl::Status TieredStoreImpl::ReportScores(std::string_view ns_name,
     if (id == kNoEntry) continue;
     Entry& e = index_.at(id);
     e.attention += scores[i];
-    if (e.flags & Entry::kHot) policy_->OnScore(id, scores[i], InfoLocked(e));
+    if (e.flags & Entry::kHot) policy_->OnScore(id, scores[i], InfoLocked(id));
   }
   return absl::OkStatus();
 }

@@ -153,7 +153,7 @@ class TieredStoreImpl final : public TieredStore {
   absl::StatusOr<NsState*> FindNsLocked(std::string_view name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<NsState*> FindNs(std::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
-  BlockInfo InfoLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BlockInfo InfoLocked(BlockId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Residency transitions (tiered_store_impl.cc). They keep child counts, policy and
