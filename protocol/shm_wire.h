@@ -15,7 +15,8 @@
 // frame and one reply frame (each a single message of at most kMaxFrameBytes):
 //
 //   client -> server  FrameHeader {magic, op, request_id, deadline_unix_ms}
-//                     + the serialized kvtier.v1.PutHeader (op kPut) or GetRequest (kGet),
+//                     + the serialized kvtier.v1.PutRequest holding only its header (op
+//                       kPut) or GetRequest (kGet),
 //                       exactly what the gRPC call sends, naming its shm session
 //   server -> client  ReplyHeader {magic, code, request_id, message_bytes, details_bytes}
 //                     + the status message, the serialized grpc-status-details (as gRPC's

@@ -18,8 +18,17 @@ def _spec():
 
 
 def _spy(client):
-    """Records the session argument of every Put stream and every shared-memory Get."""
+    """Records the session argument of every Put stream, every shared-memory Get and every
+    call the shared-memory socket answered."""
     calls = []
+    socket_call = client._socket_call
+
+    def socket_call_spy(region, op, *a, **kw):
+        resp = socket_call(region, op, *a, **kw)
+        if resp is not None:
+            calls.append(("put" if op == kvtier.shm.OP_PUT else "get", True))
+        return resp
+    client._socket_call = socket_call_spy
     put = client._put_stream
 
     def put_stream(*a, **kw):
@@ -35,8 +44,10 @@ def _spy(client):
     return calls
 
 
-def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server):
-    with kvtier.Client(server.address, namespace=_spec()) as c:
+@pytest.mark.parametrize("socket_calls", [True, False], ids=["socket", "grpc"])
+def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, socket_calls):
+    with kvtier.Client(server.address, namespace=_spec(),
+                       shared_memory_socket_calls=socket_calls) as c:
         assert c.uses_shared_memory and c.connect_info.shared_memory_error == ""
         assert c.stats().shm_sessions >= 1
         lay = blocks.layout()
@@ -56,10 +67,15 @@ def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server):
                    for d, r in zip(dst, raw))
         assert calls and all(shm for _, shm in calls)
         assert c.uses_shared_memory
+        # Over the socket every run of both calls is a frame; else gRPC streams carry the
+        # headers.
+        assert (c.shared_memory_socket_calls > 0) == socket_calls
 
 
-def test_private_buffers_are_staged_through_the_region(server):
-    with kvtier.Client(server.address, namespace=_spec()) as c:
+@pytest.mark.parametrize("socket_calls", [True, False], ids=["socket", "grpc"])
+def test_private_buffers_are_staged_through_the_region(server, socket_calls):
+    with kvtier.Client(server.address, namespace=_spec(),
+                       shared_memory_socket_calls=socket_calls) as c:
         calls = _spy(c)
         keys, puts, raw = blocks.sequence(NS, blocks.layout(), 3, seed=11)
         c.put_blocks(NS, puts, format=kvtier.RAW)
@@ -68,6 +84,7 @@ def test_private_buffers_are_staged_through_the_region(server):
         assert all(np.array_equal(o, r) for o, r in zip(out, raw))
         assert calls and all(shm for _, shm in calls)
         assert not c._region._used  # staging returned
+        assert (c.shared_memory_socket_calls > 0) == socket_calls
 
 
 def test_calls_larger_than_the_region_fall_back_to_tcp(server):

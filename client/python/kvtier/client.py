@@ -25,7 +25,10 @@ connection per channel: payloads are sent from the caller's buffers and received
 them with no copy in Python (uses_native says which). Errors, retries and messages are
 the same as on grpcio. When the server is on this host and offers its
 shared-memory socket, the client maps a region (see kvtier.shm) and put_blocks /
-get_blocks_into payloads travel through it: the stream carries the header only. Payloads
+get_blocks_into payloads travel through it: the call itself goes as one frame over
+another connection to the server's socket (kvtier.shm, SharedRegion.call; as the C++
+client; shared_memory_socket_calls=False or a failed socket: a gRPC stream carrying the
+header only; shared_memory_socket_calls counts the calls the socket answered). Payloads
 and get buffers that are SharedBuffers (allocate_shared_buffer) are not copied by the
 client at all; others are staged through the region with one copy. A call whose payloads
 do not fit the region, and every call after the server forgot the session (it restarted:
@@ -189,7 +192,7 @@ class Client:
                  chunk_bytes=1 << 20, max_streams_per_call=4,
                  max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
                  shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
-                 auth_token="", tls=False, tls_ca_file="", tls_cert_file="", tls_key_file="",
+                 shared_memory_socket_calls=True, auth_token="", tls=False, tls_ca_file="", tls_cert_file="", tls_key_file="",
                  tls_server_name="", native=True):
         if not address:
             raise errors.InvalidArgumentError("options.server is empty")
@@ -206,6 +209,10 @@ class Client:
         self.retry_backoff = retry_backoff
         self.chunk_bytes = chunk_bytes
         self.max_streams_per_call = max_streams_per_call
+        self._shm_socket_calls = shared_memory_socket_calls
+        # Calls answered over the shared-memory socket (not gRPC), as the C++ client's
+        # Client::shared_memory_socket_calls().
+        self.shared_memory_socket_calls = 0
         self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
         opts = dict(max_receive_message_bytes=max_receive_message_bytes,
                     http2_stream_window_bytes=http2_stream_window_bytes,
@@ -450,6 +457,12 @@ class Client:
                 offsets.append(at)
             try:
                 if ok:
+                    resp = self._socket_call(
+                        region, shm_mod.OP_PUT,
+                        self._put_header(ns, blocks, views, fmt, region.session, offsets),
+                        deadline, "Put", pb.PutResponse)
+                    if resp is not None:
+                        return PutResult(resp.blocks_stored, resp.bytes_stored)
                     return self._put_stream(ns, blocks, views, fmt, deadline,
                                             region.session, offsets)
             except errors.KvtierError as e:
@@ -460,7 +473,38 @@ class Client:
                     region.free(at)
         return self._put_stream(ns, blocks, views, fmt, deadline)
 
-    def _put_stream(self, ns, blocks, views, fmt, deadline, session=None, offsets=None):
+    def _socket_call(self, region, op, message, deadline, rpc, response_type):
+        """The call over the region's socket (shm.SharedRegion.call), as the C++ client
+        makes it: its parsed response_type, or None when it must go over gRPC instead
+        (socket calls off, the socket failed, the frame is too large, or the server
+        answered UNAVAILABLE or UNAUTHENTICATED: a session is bound to its caller by the
+        first authenticated gRPC call naming it). Raises the server's error otherwise."""
+        if not self._shm_socket_calls:
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
+        try:
+            reply = region.call(op, message.SerializeToString(), left)
+        except errors.DeadlineExceededError:
+            raise errors.DeadlineExceededError("Deadline Exceeded", rpc) from None
+        except OSError:
+            return None
+        if reply is None:
+            return None
+        code, message, details, body = reply
+        if code in (grpc.StatusCode.UNAVAILABLE.value[0],
+                    grpc.StatusCode.UNAUTHENTICATED.value[0]):
+            return None
+        with self._lock:
+            self.shared_memory_socket_calls += 1
+        if code != 0:
+            raise errors.from_status(rpc, code, message, details)
+        return response_type.FromString(body)
+
+    def _put_header(self, ns, blocks, views, fmt, session=None, offsets=None):
+        """The first message of a Put of `blocks`: a PutRequest holding only its header
+        (payloads in the region at `offsets` when `session` is set)."""
         with self._lock:
             known = self._layouts.get(ns)
         request = pb.PutRequest()
@@ -481,7 +525,10 @@ class Client:
                 pb_block.lora_name = b.lora_name
             if b.extra_keys:
                 pb_block.extra_keys.extend(b.extra_keys)
-        first = request.SerializeToString()
+        return request
+
+    def _put_stream(self, ns, blocks, views, fmt, deadline, session=None, offsets=None):
+        first = self._put_header(ns, blocks, views, fmt, session, offsets).SerializeToString()
         chunk = self.chunk_bytes
 
         def requests():
@@ -612,7 +659,10 @@ class Client:
             try:
                 if ok:
                     req.shm_session = region.session
-                    infos = self._call("Get", self._get_shm_attempt(req), True, deadline)
+                    resp = self._socket_call(region, shm_mod.OP_GET, req, deadline, "Get",
+                                             pb.GetResponse)
+                    infos = (list(resp.header.blocks) if resp is not None else
+                             self._call("Get", self._get_shm_attempt(req), True, deadline))
                     if len(infos) != len(keys):
                         raise errors.InternalError("header lists %d blocks for %d keys"
                                                    % (len(infos), len(keys)), "Get")

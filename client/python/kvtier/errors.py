@@ -136,7 +136,12 @@ _CODE_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
 def from_native_error(rpc, err):
     """Converts a kvtier._native.RpcError (code number, message, grpc-status-details-bin
     bytes) into the KvtierError from_rpc_error gives for the same status."""
-    number, message, details = err.args
+    return from_status(rpc, *err.args)
+
+
+def from_status(rpc, number, message, details):
+    """The KvtierError of a status given as its code number, message and
+    grpc-status-details-bin bytes (a native call's error, a shared-memory socket reply)."""
     reason, field = decode_status_details(details) if details else (REASON_UNSPECIFIED, "")
     return error_for(_CODE_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN), message, rpc, reason,
                      field)

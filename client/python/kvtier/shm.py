@@ -9,14 +9,29 @@ socket, structs little-endian with C layout:
                     with the region's sealed memfd attached (SCM_RIGHTS) when ok.
 The session lasts while the socket stays open. SharedRegion maps the memfd (populated),
 exposes it as a numpy uint8 array and allocates ranges of it (first fit, 4 KiB granules)
-for staging copies and SharedBuffers. Thread-safe.
+for staging copies and SharedBuffers.
+
+Calls (SharedRegion.call): other connections to the same socket path carry Put and Get
+calls, one at a time each, as single messages of at most MAX_FRAME_BYTES:
+  client -> server  FrameHeader {char magic[4] "KVF1"; u32 op (1 Put, 2 Get);
+                                 u64 request_id; i64 deadline_unix_ms (0: none)}  (24 bytes)
+                    + the serialized kvtier.v1.PutRequest holding only its header (Put) or
+                      GetRequest (Get), exactly
+                      what the gRPC call sends, naming the session
+  server -> client  ReplyHeader {char magic[4] "KVF1"; i32 code (grpc status); u64
+                                 request_id; u32 message_bytes; u32 details_bytes} (24 bytes)
+                    + the status message, grpc-status-details-bin, and when code is 0 the
+                      serialized PutResponse / GetResponse (the payloads are in the region)
+Thread-safe.
 """
 
 import ctypes
+import itertools
 import mmap
 import socket
 import struct
 import threading
+import time
 
 import numpy as np
 
@@ -28,6 +43,11 @@ INSTANCE_BYTES = 16
 _REQUEST = struct.Struct("<8sQ16s")
 _REPLY = struct.Struct("<8sIIQ16s16s200s")
 _GRANULE = 4096
+FRAME_MAGIC = b"KVF1"
+OP_PUT, OP_GET = 1, 2
+MAX_FRAME_BYTES = 128 << 10
+_FRAME = struct.Struct("<4sIQq")
+_REPLY_HEADER = struct.Struct("<4siQII")
 
 
 def buffer_address(buf):
@@ -39,8 +59,12 @@ def buffer_address(buf):
 class SharedRegion:
     """A mapped region of one shared-memory session."""
 
-    def __init__(self, sock, mm, size, session):
+    def __init__(self, sock, mm, size, session, socket_path):
         self._sock = sock
+        self._socket_path = socket_path
+        self._idle = []  # call connections not in use
+        self._closed = False
+        self._request_ids = itertools.count(1)
         self._mm = mm
         self.size = size
         self.session = session
@@ -99,11 +123,68 @@ class SharedRegion:
         finally:
             for fd in fds:
                 socket.close(fd)
-        return cls(sock, mm, nbytes, session)
+        return cls(sock, mm, nbytes, session, socket_path)
+
+    def call(self, op, request, timeout):
+        """Sends one call (OP_PUT with a serialized header-only PutRequest, OP_GET with a
+        GetRequest) on
+        a call connection of the pool (one per concurrent call, opened on demand) and
+        returns (code, message, details, body) of the server's reply; None when the frame
+        is larger than MAX_FRAME_BYTES. DeadlineExceededError when `timeout` seconds pass
+        without a reply (that connection is dropped); OSError when the socket fails (the
+        caller may redo the call over gRPC)."""
+        if len(request) + _FRAME.size > MAX_FRAME_BYTES:
+            return None
+        request_id = next(self._request_ids)
+        deadline_ms = int((time.time() + timeout) * 1000)
+        with self._lock:
+            if self._closed:
+                raise OSError("shared memory: the session was closed")
+            sock = self._idle.pop() if self._idle else None
+        if sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(self._socket_path)
+            except BaseException:
+                sock.close()
+                raise
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(_FRAME.pack(FRAME_MAGIC, op, request_id, deadline_ms) + request)
+            reply = sock.recv(MAX_FRAME_BYTES)
+        except socket.timeout:
+            sock.close()
+            raise errors.DeadlineExceededError("Deadline Exceeded") from None
+        except BaseException:
+            sock.close()
+            raise
+        if len(reply) < _REPLY_HEADER.size:
+            sock.close()
+            raise OSError("shm socket: reply of %d bytes" % len(reply))
+        magic, code, rid, message_bytes, details_bytes = _REPLY_HEADER.unpack_from(reply)
+        end = _REPLY_HEADER.size + message_bytes + details_bytes
+        if magic != FRAME_MAGIC or rid != request_id or end > len(reply):
+            sock.close()
+            raise OSError("shm socket: malformed reply")
+        with self._lock:
+            if self._closed:
+                sock.close()
+            else:
+                self._idle.append(sock)
+        at = _REPLY_HEADER.size
+        message = reply[at:at + message_bytes].decode("utf-8", "replace")
+        details = reply[at + message_bytes:end]
+        return code, message, details, reply[end:]
 
     def close(self):
         """Ends the session (the server forgets it). The mapping stays while SharedBuffers
         or other views of it are alive and goes when the last one does."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for s in idle:
+            s.close()
         self._sock.close()
         self.array = None
         try:
