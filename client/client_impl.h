@@ -33,6 +33,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "protocol/convert.h"
 #include "protocol/error_detail.h"
+#include "protocol/slice_refs.h"
 #include "protocol/tls.h"
 #include "protocol/wire.h"
 
@@ -262,17 +263,7 @@ struct Client::Impl {
                 });
   }
 
-  // Counts the gRPC slices that still reference caller memory, so PutRun returns only
-  // after gRPC has let go of all of them (even when a stream fails half-way).
-  struct SliceRefs {
-    common::Mutex mu;
-    int live ABSL_GUARDED_BY(mu) = 0;
-    static void Release(void* self) {
-      auto* refs = static_cast<SliceRefs*>(self);
-      common::MutexLock lock(&refs->mu);
-      --refs->live;
-    }
-  };
+  using SliceRefs = protocol::SliceRefs;
 
   // Puts `blocks` through the shared region when there is one and it has room for the
   // payloads that are not in it already; else (or if the server lost the session) over

@@ -79,9 +79,7 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
   }
   SliceRefs refs;
   absl::Status status = PutStream(ns, blocks, format, deadline, &refs, result);
-  common::MutexLock lock(&refs.mu);
-  refs.mu.Await(common::Condition(
-      +[](int* live) { return *live == 0; }, &refs.live));
+  refs.WaitForNone();
   return status;
 }
 
@@ -126,10 +124,7 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
       slices.emplace_back(prefix, prefix_len);  // copied: a few bytes
       for (const auto& piece : chunk) {
         // Points at the caller's memory (no copy); PutRun waits for its release.
-        {
-          common::MutexLock lock(&refs->mu);
-          ++refs->live;
-        }
+        refs->Add();
         slices.emplace_back(const_cast<uint8_t*>(blocks[piece.block].payload.data() + piece.offset),
                             piece.bytes, &SliceRefs::Release, refs);
       }

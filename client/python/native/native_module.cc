@@ -40,6 +40,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/sync_stream.h"
 #include "protocol/frame.h"
+#include "protocol/slice_refs.h"
 
 namespace kvtier::python {
 namespace {
@@ -82,21 +83,7 @@ class NoGil {
   PyThreadState* state_;
 };
 
-// Counts the slices that still point at caller buffers: a put returns (and releases the
-// buffers) only after gRPC has let go of all of them, even when the stream failed.
-struct SliceRefs {
-  common::Mutex mu;
-  int live ABSL_GUARDED_BY(mu) = 0;
-  static void Release(void* self) {
-    auto* refs = static_cast<SliceRefs*>(self);
-    common::MutexLock lock(&refs->mu);
-    --refs->live;
-  }
-  void WaitForNone() {
-    common::MutexLock lock(&mu);
-    mu.Await(common::Condition(+[](int* n) { return *n == 0; }, &live));
-  }
-};
+using protocol::SliceRefs;
 
 struct Metadata {
   std::vector<std::pair<std::string, std::string>> pairs;
@@ -254,10 +241,7 @@ void PutStream(grpc::Channel* channel, const char* method, double timeout_s, con
     slices.clear();
     slices.emplace_back(prefix, protocol::EncodeChunkPrefix(len, prefix));
     for (const auto& piece : chunk) {
-      {
-        common::MutexLock lock(&refs->mu);
-        ++refs->live;
-      }
+      refs->Add();
       slices.emplace_back(payloads[piece.block].data() + piece.offset, piece.bytes,
                           &SliceRefs::Release, refs);
     }
