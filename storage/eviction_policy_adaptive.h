@@ -65,10 +65,13 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "storage/eviction_policy.h"
+#include "storage/mmap_allocator.h"
 
 namespace kvtier::storage {
 
@@ -166,7 +169,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t resident_ = 0;
   size_t eligible_ = 0;
   size_t heap_items_ = 0;
-  absl::flat_hash_map<BlockId, uint32_t> states_;  // packed state
+  // Packed state. Its array is mapped (MmapAllocator): the one a doubling leaves behind
+  // goes back to the system instead of staying in another thread's malloc arena.
+  absl::flat_hash_map<BlockId, uint32_t, absl::Hash<BlockId>, std::equal_to<BlockId>,
+                      MmapAllocator<std::pair<const BlockId, uint32_t>>>
+      states_;
   std::array<std::vector<HeapItem>, kAdaptiveClasses> heaps_;  // eligible, lazily cleaned
   // Miniature simulation.
   std::vector<AdaptiveShadow> shadows_;  // one per candidate
