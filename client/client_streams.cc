@@ -114,21 +114,10 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
     stream_ok = writer->Write(bb);
   }
   if (stream_ok && shm_session.empty() && ucx_session.empty()) {
-    std::vector<grpc::Slice> slices;
     for (const auto& chunk : protocol::PlanChunks(sizes, options.chunk_bytes)) {
-      uint64_t len = 0;
-      for (const auto& piece : chunk) len += piece.bytes;
-      uint8_t prefix[protocol::kMaxFramePrefixBytes];
-      const size_t prefix_len = protocol::EncodeChunkPrefix(len, prefix);
-      slices.clear();
-      slices.emplace_back(prefix, prefix_len);  // copied: a few bytes
-      for (const auto& piece : chunk) {
-        // Points at the caller's memory (no copy); PutRun waits for its release.
-        refs->Add();
-        slices.emplace_back(const_cast<uint8_t*>(blocks[piece.block].payload.data() + piece.offset),
-                            piece.bytes, &SliceRefs::Release, refs);
-      }
-      grpc::ByteBuffer bb(slices.data(), slices.size());
+      // Points at the caller's memory (no copy); PutRun waits for its release.
+      grpc::ByteBuffer bb = protocol::ChunkMessage(
+          chunk, [&](size_t b) { return blocks[b].payload.data(); }, refs);
       if (!writer->Write(bb)) {
         stream_ok = false;
         break;

@@ -232,22 +232,11 @@ void PutStream(grpc::Channel* channel, const char* method, double timeout_s, con
                                                                     response));
   grpc::Slice first(header.data(), header.size());  // copied: the small header
   bool ok = writer->Write(grpc::ByteBuffer(&first, 1));
-  std::vector<grpc::Slice> slices;
   for (const auto& chunk : protocol::PlanChunks(sizes, chunk_bytes)) {
     if (!ok) break;
-    uint64_t len = 0;
-    for (const auto& piece : chunk) len += piece.bytes;
-    uint8_t prefix[protocol::kMaxFramePrefixBytes];
-    slices.clear();
-    slices.emplace_back(prefix, protocol::EncodeChunkPrefix(len, prefix));
-    for (const auto& piece : chunk) {
-      refs->Add();
-      slices.emplace_back(payloads[piece.block].data() + piece.offset, piece.bytes,
-                          &SliceRefs::Release, refs);
-    }
-    ok = writer->Write(grpc::ByteBuffer(slices.data(), slices.size()));
+    ok = writer->Write(protocol::ChunkMessage(
+        chunk, [&](size_t b) -> const uint8_t* { return payloads[b].data(); }, refs));
   }
-  slices.clear();
   if (ok) writer->WritesDone();
   *status = writer->Finish();
 }
