@@ -192,8 +192,8 @@ class Client:
                  chunk_bytes=1 << 20, max_streams_per_call=4,
                  max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
                  shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
-                 shared_memory_socket_calls=True, auth_token="", tls=False, tls_ca_file="", tls_cert_file="", tls_key_file="",
-                 tls_server_name="", native=True):
+                 shared_memory_socket_calls=True, auth_token="", tls=False, tls_ca_file="",
+                 tls_cert_file="", tls_key_file="", tls_server_name="", native=True):
         if not address:
             raise errors.InvalidArgumentError("options.server is empty")
         if num_channels < 1:

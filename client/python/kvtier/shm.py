@@ -141,16 +141,13 @@ class SharedRegion:
             if self._closed:
                 raise OSError("shared memory: the session was closed")
             sock = self._idle.pop() if self._idle else None
-        if sock is None:
+        fresh = sock is None
+        if fresh:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                sock.settimeout(timeout)
-                sock.connect(self._socket_path)
-            except BaseException:
-                sock.close()
-                raise
         try:
             sock.settimeout(timeout)
+            if fresh:
+                sock.connect(self._socket_path)
             sock.sendall(_FRAME.pack(FRAME_MAGIC, op, request_id, deadline_ms) + request)
             reply = sock.recv(MAX_FRAME_BYTES)
         except socket.timeout:
