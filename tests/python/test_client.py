@@ -283,10 +283,17 @@ def test_deadlines_and_unreachable_servers(server, native):
             with pytest.raises(kvtier.DeadlineExceededError) as e:
                 fn()
             assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
-        # A deadline that runs out inside the streams (not before they start).
-        big = [kvtier.PutBlock(b"dl-big-%d" % i, np.zeros(32 << 20, np.uint8)) for i in range(4)]
+    # A deadline that runs out inside the streams (not before they start): 64 MiB of valid
+    # RAW blocks (2 MiB each), far more than loopback moves in 5 ms, so nothing but the
+    # deadline can end the call (an invalid block would race the deadline with the
+    # server's INVALID_ARGUMENT).
+    big_lay = kvtier.make_layout()
+    big_spec = kvtier.make_namespace("dl-big", big_lay, codec="fp16")
+    with _client(server, big_spec, shared_memory=False, native=native) as c:
+        payload = np.zeros(kvtier.block_shape(big_lay), np.float16)
+        big = [kvtier.PutBlock(b"dl-big-%d" % i, payload) for i in range(32)]
         with pytest.raises(kvtier.DeadlineExceededError) as e:
-            c.put_blocks("dl", big, timeout=0.005)
+            c.put_blocks("dl-big", big, format=kvtier.RAW, timeout=0.005)
         assert e.value.message == "Deadline Exceeded"
 
 
