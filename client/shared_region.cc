@@ -1,13 +1,11 @@
 #include "client/shared_region.h"
 
-#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
@@ -90,12 +88,12 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Open(
 
 SharedRegion::SharedRegion(std::string socket_path, int sock, uint8_t* base, uint64_t size,
                            std::string session, const common::CudaRuntime* cuda)
-    : socket_path_(std::move(socket_path)),
-      sock_(sock),
+    : sock_(sock),
       base_(base),
       size_(size),
       session_(std::move(session)),
-      cuda_(cuda) {
+      cuda_(cuda),
+      calls_(std::move(socket_path)) {
   free_[0] = size_;
 }
 
@@ -103,87 +101,11 @@ SharedRegion::~SharedRegion() {
   if (cuda_ != nullptr) cuda_->host_unregister(base_);
   munmap(base_, size_);
   close(sock_);  // the server ends the session
-  common::MutexLock lock(&conn_mu_);
-  for (int fd : idle_) close(fd);
-}
-
-int SharedRegion::TakeConnection(std::string* error) {
-  {
-    common::MutexLock lock(&conn_mu_);
-    if (!idle_.empty()) {
-      const int fd = idle_.back();
-      idle_.pop_back();
-      return fd;
-    }
-  }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());  // checked by Open
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-  *error = absl::StrCat("shared memory: cannot connect to ", socket_path_, ": ", strerror(errno));
-  if (fd >= 0) close(fd);
-  return -1;
 }
 
 absl::StatusOr<SharedRegion::Reply> SharedRegion::Call(shm::FrameOp op, std::string_view request,
                                                        int64_t deadline_unix_ms) {
-  shm::FrameHeader h{};
-  if (sizeof(h) + request.size() > shm::kMaxFrameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("shared memory: a request of ", request.size(),
-                                                   " bytes does not fit a frame"));
-  }
-  std::memcpy(h.magic, shm::kFrameMagic, sizeof(h.magic));
-  h.op = static_cast<uint32_t>(op);
-  h.request_id = next_request_id_.fetch_add(1);
-  h.deadline_unix_ms = deadline_unix_ms;
-  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
-  frame.append(request);
-  std::string error;
-  const int fd = TakeConnection(&error);
-  if (fd < 0) return absl::UnavailableError(error);
-  absl::Status s = shm::SendMessage(fd, frame.data(), frame.size());
-  if (s.ok() && deadline_unix_ms != 0) {
-    const int64_t now = shm::NowUnixMs();
-    pollfd p{fd, POLLIN, 0};
-    int ready;
-    do {
-      ready =
-          poll(&p, 1, static_cast<int>(std::clamp<int64_t>(deadline_unix_ms - now, 0, 1 << 30)));
-    } while (ready < 0 && errno == EINTR);
-    if (ready == 0) s = absl::DeadlineExceededError("shared memory: no reply before the deadline");
-  }
-  thread_local std::string buffer;  // sized once per thread (ReceiveFrame), not per call
-  absl::StatusOr<std::string_view> got =
-      s.ok() ? shm::ReceiveFrame(fd, &buffer) : absl::StatusOr<std::string_view>(s);
-  shm::ReplyHeader r{};
-  if (got.ok()) {
-    if (got->size() < sizeof(r)) {
-      got = absl::UnavailableError("shared memory: short reply");
-    } else {
-      std::memcpy(&r, got->data(), sizeof(r));
-      if (std::memcmp(r.magic, shm::kFrameMagic, sizeof(r.magic)) != 0 ||
-          r.request_id != h.request_id ||
-          uint64_t{r.message_bytes} + r.details_bytes > got->size() - sizeof(r)) {
-        got = absl::UnavailableError("shared memory: malformed reply");
-      }
-    }
-  }
-  if (!got.ok()) {
-    close(fd);  // its state is unknown: never reused
-    return got.status();
-  }
-  {
-    common::MutexLock lock(&conn_mu_);
-    idle_.push_back(fd);
-  }
-  std::string_view rest = got->substr(sizeof(r));
-  Reply reply;
-  reply.code = r.code;
-  reply.message = std::string(rest.substr(0, r.message_bytes));
-  reply.details = std::string(rest.substr(r.message_bytes, r.details_bytes));
-  reply.body = std::string(rest.substr(uint64_t{r.message_bytes} + r.details_bytes));
-  return reply;
+  return calls_.Call(op, request, deadline_unix_ms);
 }
 
 std::optional<uint64_t> SharedRegion::Allocate(uint64_t n) {

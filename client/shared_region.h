@@ -14,14 +14,12 @@
 #ifndef KVTIER_CLIENT_SHARED_REGION_H_
 #define KVTIER_CLIENT_SHARED_REGION_H_
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/cuda_runtime.h"
@@ -53,19 +51,10 @@ class SharedRegion {
   const std::string& session() const { return session_; }
   bool cuda_registered() const { return cuda_ != nullptr; }
 
-  // A call's answer as the server sent it: a gRPC status code, message and
-  // grpc-status-details, and the serialized response when code is 0.
-  struct Reply {
-    int code = 0;
-    std::string message;
-    std::string details;
-    std::string body;
-  };
-  // Sends `request` (a serialized PutRequest for kPut, GetRequest for kGet) as one frame
-  // and waits for its reply until `deadline_unix_ms` (0: no deadline). UNAVAILABLE when
-  // the socket fails (the server went away; nothing is known about the call's outcome
-  // beyond what a lost gRPC call would tell), DEADLINE_EXCEEDED when the reply is late,
-  // INVALID_ARGUMENT when the request is too large for a frame.
+  // A call's answer (protocol/shm_wire.h).
+  using Reply = protocol::shm::CallReply;
+  // Sends `request` as one frame over a pooled call connection and waits for its reply:
+  // protocol::shm::CallConnections::Call.
   absl::StatusOr<Reply> Call(protocol::shm::FrameOp op, std::string_view request,
                              int64_t deadline_unix_ms);
 
@@ -80,10 +69,6 @@ class SharedRegion {
  private:
   SharedRegion(std::string socket_path, int sock, uint8_t* base, uint64_t size, std::string session,
                const common::CudaRuntime* cuda);
-  // An idle call connection, or a new one; -1 with *error set when none can be opened.
-  int TakeConnection(std::string* error);
-
-  const std::string socket_path_;
 
   const int sock_;
   uint8_t* const base_;
@@ -93,9 +78,7 @@ class SharedRegion {
   common::Mutex mu_;
   std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
   std::map<uint64_t, uint64_t> used_ ABSL_GUARDED_BY(mu_);  // offset -> length
-  common::Mutex conn_mu_;
-  std::vector<int> idle_ ABSL_GUARDED_BY(conn_mu_);  // call connections not in use
-  std::atomic<uint64_t> next_request_id_{1};
+  protocol::shm::CallConnections calls_;
 };
 
 }  // namespace kvtier::client

@@ -1,11 +1,15 @@
 #include "protocol/shm_wire.h"
 
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -87,6 +91,93 @@ absl::StatusOr<std::string_view> ReceiveFrame(int sock, std::string* buffer) {
         absl::StrCat("shm socket: frame of ", got, " bytes exceeds ", kMaxFrameBytes));
   }
   return std::string_view(buffer->data(), static_cast<size_t>(got));
+}
+
+CallConnections::CallConnections(std::string socket_path) : socket_path_(std::move(socket_path)) {}
+
+CallConnections::~CallConnections() {
+  common::MutexLock lock(&mu_);
+  for (int fd : idle_) close(fd);
+}
+
+int CallConnections::Take(std::string* error) {
+  {
+    common::MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      const int fd = idle_.back();
+      idle_.pop_back();
+      return fd;
+    }
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path_.data(),
+              std::min(socket_path_.size(), sizeof(addr.sun_path) - 1));
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  *error = absl::StrCat("shared memory: cannot connect to ", socket_path_, ": ", strerror(errno));
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+absl::StatusOr<CallReply> CallConnections::Call(FrameOp op, std::string_view request,
+                                                int64_t deadline_unix_ms) {
+  FrameHeader h{};
+  if (sizeof(h) + request.size() > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("shared memory: a request of ", request.size(),
+                                                   " bytes does not fit a frame"));
+  }
+  std::memcpy(h.magic, kFrameMagic, sizeof(h.magic));
+  h.op = static_cast<uint32_t>(op);
+  h.request_id = next_request_id_.fetch_add(1);
+  h.deadline_unix_ms = deadline_unix_ms;
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
+  frame.append(request);
+  std::string error;
+  const int fd = Take(&error);
+  if (fd < 0) return absl::UnavailableError(error);
+  absl::Status s = SendMessage(fd, frame.data(), frame.size());
+  if (s.ok() && deadline_unix_ms != 0) {
+    const int64_t now = NowUnixMs();
+    pollfd p{fd, POLLIN, 0};
+    int ready;
+    do {
+      ready =
+          poll(&p, 1, static_cast<int>(std::clamp<int64_t>(deadline_unix_ms - now, 0, 1 << 30)));
+    } while (ready < 0 && errno == EINTR);
+    if (ready == 0) s = absl::DeadlineExceededError("shared memory: no reply before the deadline");
+  }
+  thread_local std::string buffer;  // sized once per thread (ReceiveFrame), not per call
+  absl::StatusOr<std::string_view> got =
+      s.ok() ? ReceiveFrame(fd, &buffer) : absl::StatusOr<std::string_view>(s);
+  ReplyHeader r{};
+  if (got.ok()) {
+    if (got->size() < sizeof(r)) {
+      got = absl::UnavailableError("shared memory: short reply");
+    } else {
+      std::memcpy(&r, got->data(), sizeof(r));
+      if (std::memcmp(r.magic, kFrameMagic, sizeof(r.magic)) != 0 ||
+          r.request_id != h.request_id ||
+          uint64_t{r.message_bytes} + r.details_bytes > got->size() - sizeof(r)) {
+        got = absl::UnavailableError("shared memory: malformed reply");
+      }
+    }
+  }
+  if (!got.ok()) {
+    close(fd);  // its state is unknown: never reused
+    return got.status();
+  }
+  {
+    common::MutexLock lock(&mu_);
+    idle_.push_back(fd);
+  }
+  std::string_view rest = got->substr(sizeof(r));
+  CallReply reply;
+  reply.code = r.code;
+  reply.message = std::string(rest.substr(0, r.message_bytes));
+  reply.details = std::string(rest.substr(r.message_bytes, r.details_bytes));
+  reply.body = std::string(rest.substr(uint64_t{r.message_bytes} + r.details_bytes));
+  return reply;
 }
 
 }  // namespace kvtier::protocol::shm

@@ -24,17 +24,21 @@
 //                       GetResponse (the Get header; the payloads are in the region)
 //
 // Such a connection names no session of its own: every request names one, as over gRPC.
-// Plain structs and a few syscall wrappers; no gRPC.
+// Plain structs, a few syscall wrappers and the client's call connections; no gRPC and no
+// protobuf.
 #ifndef KVTIER_PROTOCOL_SHM_WIRE_H_
 #define KVTIER_PROTOCOL_SHM_WIRE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace kvtier::protocol::shm {
 
@@ -95,6 +99,45 @@ absl::Status ReceiveMessage(int sock, void* data, size_t n, int* fd);
 // reused across calls) and returns its bytes. UNAVAILABLE on EOF, errors or a longer
 // message.
 absl::StatusOr<std::string_view> ReceiveFrame(int sock, std::string* buffer);
+
+// A call's answer as the server sent it: a gRPC status code, message and
+// grpc-status-details, and the serialized response when code is 0.
+struct CallReply {
+  int code = 0;
+  std::string message;
+  std::string details;
+  std::string body;
+};
+
+// The client's end of the calls: connections to one socket path, one per concurrent call,
+// opened on demand and kept for the next call while they answer well (the C++ client's
+// SharedRegion and the Python client's kvtier._native use it). Thread-safe; no memory of
+// the region is touched here.
+class CallConnections {
+ public:
+  // REQUIRES: socket_path fits sockaddr_un::sun_path (checked by the handshake).
+  explicit CallConnections(std::string socket_path);
+  ~CallConnections();  // closes the idle connections
+  CallConnections(const CallConnections&) = delete;
+  CallConnections& operator=(const CallConnections&) = delete;
+
+  // Sends `request` (a serialized PutRequest for kPut, GetRequest for kGet) as one frame
+  // and waits for its reply until `deadline_unix_ms` (0: no deadline). UNAVAILABLE when
+  // the socket fails (the server went away; nothing is known about the call's outcome
+  // beyond what a lost gRPC call would tell), DEADLINE_EXCEEDED when the reply is late,
+  // INVALID_ARGUMENT when the request is too large for a frame. A connection that failed
+  // or timed out is closed, never reused.
+  absl::StatusOr<CallReply> Call(FrameOp op, std::string_view request, int64_t deadline_unix_ms);
+
+ private:
+  // An idle connection, or a new one; -1 with *error set when none can be opened.
+  int Take(std::string* error);
+
+  const std::string socket_path_;
+  common::Mutex mu_;
+  std::vector<int> idle_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> next_request_id_{1};
+};
 
 }  // namespace kvtier::protocol::shm
 

@@ -44,11 +44,20 @@ def _spy(client):
     return calls
 
 
-@pytest.mark.parametrize("socket_calls", [True, False], ids=["socket", "grpc"])
-def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, socket_calls):
-    with kvtier.Client(server.address, namespace=_spec(),
+# Socket calls made by kvtier._native.ShmCalls or in Python, and gRPC streams naming the
+# region.
+PATHS = pytest.mark.parametrize("socket_calls,native", [(True, True), (True, False),
+                                                        (False, True)],
+                                ids=["socket-native", "socket-python", "grpc"])
+
+
+@PATHS
+def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, socket_calls,
+                                                                      native):
+    with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket_calls=socket_calls) as c:
         assert c.uses_shared_memory and c.connect_info.shared_memory_error == ""
+        assert (c._region._native is not None) == native
         assert c.stats().shm_sessions >= 1
         lay = blocks.layout()
         keys, puts, raw = blocks.sequence(NS, lay, 4, seed=10)
@@ -72,9 +81,9 @@ def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, so
         assert (c.shared_memory_socket_calls > 0) == socket_calls
 
 
-@pytest.mark.parametrize("socket_calls", [True, False], ids=["socket", "grpc"])
-def test_private_buffers_are_staged_through_the_region(server, socket_calls):
-    with kvtier.Client(server.address, namespace=_spec(),
+@PATHS
+def test_private_buffers_are_staged_through_the_region(server, socket_calls, native):
+    with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket_calls=socket_calls) as c:
         calls = _spy(c)
         keys, puts, raw = blocks.sequence(NS, blocks.layout(), 3, seed=11)
@@ -188,3 +197,27 @@ def test_a_closed_region_refuses_copies_instead_of_touching_unmapped_memory(serv
         region.copy_in(off, np.ones(4096, np.uint8))
     with pytest.raises(kvtier.errors.UnavailableError):
         region.copy_out(off, out, 4096)
+
+
+def test_native_shm_calls_check_copies_and_refuse_after_close(server):
+    # kvtier._native.ShmCalls copies only inside the region, and after close() refuses
+    # calls (the client then redoes the call over gRPC).
+    with kvtier.Client(server.address, namespace=_spec()) as c:
+        region = c._region
+        calls = region._native
+        assert calls is not None
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 1, seed=12)
+        req = c._put_header(NS, puts, [memoryview(p.payload).cast("B") for p in puts],
+                            kvtier.RAW, region.session, [0]).SerializeToString()
+        with pytest.raises(ValueError, match="copies"):
+            calls.call(kvtier.shm.OP_PUT, req, 5.0, [(region.size - 16, raw[0])])
+        with pytest.raises(ValueError, match="op"):
+            calls.call(7, req, 5.0, [])
+        calls.close()
+        with pytest.raises(ConnectionError):
+            calls.call(kvtier.shm.OP_PUT, req, 5.0, [])
+        # The client falls back to gRPC for the call, and the data arrives intact.
+        assert c.put_blocks(NS, puts, format=kvtier.RAW).blocks_stored == 1
+        out = np.empty_like(raw[0])
+        assert c.get_blocks_into(NS, keys, [out], format=kvtier.RAW)[0].found
+        assert np.array_equal(out, raw[0])

@@ -330,7 +330,7 @@ class Client:
             try:
                 self._region = shm_mod.SharedRegion.open(
                     shm_socket or offer.socket_path, min(shm_bytes, offer.max_region_bytes),
-                    offer.instance_id)
+                    offer.instance_id, _native if self.uses_native else None)
             except errors.KvtierError as e:
                 info.shared_memory_error = e.message
 
@@ -452,40 +452,43 @@ class Client:
                     if at is None:
                         ok = False
                         break
-                    staged.append(at)
-                    region.copy_in(at, v)
+                    staged.append((at, v))
                 offsets.append(at)
             try:
                 if ok:
+                    # The socket call stages the payloads itself (in C++ with kvtier._native);
+                    # the gRPC stream naming the region needs them staged here.
                     resp = self._socket_call(
                         region, shm_mod.OP_PUT,
                         self._put_header(ns, blocks, views, fmt, region.session, offsets),
-                        deadline, "Put", pb.PutResponse)
+                        deadline, "Put", pb.PutResponse, staged)
                     if resp is not None:
                         return PutResult(resp.blocks_stored, resp.bytes_stored)
+                    region.stage(staged)
                     return self._put_stream(ns, blocks, views, fmt, deadline,
                                             region.session, offsets)
             except errors.KvtierError as e:
                 if not self._lost_session(e, region):
                     raise
             finally:
-                for at in staged:
+                for at, _ in staged:
                     region.free(at)
         return self._put_stream(ns, blocks, views, fmt, deadline)
 
-    def _socket_call(self, region, op, message, deadline, rpc, response_type):
-        """The call over the region's socket (shm.SharedRegion.call), as the C++ client
-        makes it: its parsed response_type, or None when it must go over gRPC instead
-        (socket calls off, the socket failed, the frame is too large, or the server
-        answered UNAVAILABLE or UNAUTHENTICATED: a session is bound to its caller by the
-        first authenticated gRPC call naming it). Raises the server's error otherwise."""
+    def _socket_call(self, region, op, message, deadline, rpc, response_type, copies=()):
+        """The call over the region's socket (shm.SharedRegion.call, which first copies
+        `copies` into the region), as the C++ client makes it: its parsed response_type,
+        or None when it must go over gRPC instead (socket calls off, the socket failed,
+        the frame is too large, or the server answered UNAVAILABLE or UNAUTHENTICATED: a
+        session is bound to its caller by the first authenticated gRPC call naming it;
+        the copies may then not have been made). Raises the server's error otherwise."""
         if not self._shm_socket_calls:
             return None
         left = deadline - time.monotonic()
         if left <= 0:
             raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
         try:
-            reply = region.call(op, message.SerializeToString(), left)
+            reply = region.call(op, message.SerializeToString(), left, copies)
         except errors.DeadlineExceededError:
             raise errors.DeadlineExceededError("Deadline Exceeded", rpc) from None
         except OSError:

@@ -11,8 +11,9 @@ The session lasts while the socket stays open. SharedRegion maps the memfd (popu
 exposes it as a numpy uint8 array and allocates ranges of it (first fit, 4 KiB granules)
 for staging copies and SharedBuffers.
 
-Calls (SharedRegion.call): other connections to the same socket path carry Put and Get
-calls, one at a time each, as single messages of at most MAX_FRAME_BYTES:
+Calls (SharedRegion.call; in kvtier._native.ShmCalls when the extension is built): other
+connections to the same socket path carry Put and Get calls, one at a time each, as single
+messages of at most MAX_FRAME_BYTES:
   client -> server  FrameHeader {char magic[4] "KVF1"; u32 op (1 Put, 2 Get);
                                  u64 request_id; i64 deadline_unix_ms (0: none)}  (24 bytes)
                     + the serialized kvtier.v1.PutRequest holding only its header (Put) or
@@ -59,7 +60,7 @@ def buffer_address(buf):
 class SharedRegion:
     """A mapped region of one shared-memory session."""
 
-    def __init__(self, sock, mm, size, session, socket_path):
+    def __init__(self, sock, mm, size, session, socket_path, native=None):
         self._sock = sock
         self._socket_path = socket_path
         self._idle = []  # call connections not in use
@@ -73,10 +74,15 @@ class SharedRegion:
         self._lock = threading.Lock()
         self._free = {0: size}  # offset -> length, coalesced
         self._used = {}
+        # kvtier._native.ShmCalls: the staging copies and the frame round trip of a call in
+        # C++, one GIL release per call (else the socket calls below, in Python).
+        self._native = (native.ShmCalls(socket_path, self.base, size)
+                        if native is not None else None)
 
     @classmethod
-    def open(cls, socket_path, nbytes, expected_instance):
-        """Connects, asks for `nbytes` and maps the region. Raises FailedPreconditionError
+    def open(cls, socket_path, nbytes, expected_instance, native=None):
+        """Connects, asks for `nbytes` and maps the region; its calls go through
+        `native` (the kvtier._native module) when given. Raises FailedPreconditionError
         when the socket belongs to another server than `expected_instance`,
         UnavailableError when it cannot be reached, ResourceExhaustedError with the
         server's reason when it refuses."""
@@ -123,18 +129,28 @@ class SharedRegion:
         finally:
             for fd in fds:
                 socket.close(fd)
-        return cls(sock, mm, nbytes, session, socket_path)
+        return cls(sock, mm, nbytes, session, socket_path, native)
 
-    def call(self, op, request, timeout):
-        """Sends one call (OP_PUT with a serialized header-only PutRequest, OP_GET with a
-        GetRequest) on
-        a call connection of the pool (one per concurrent call, opened on demand) and
-        returns (code, message, details, body) of the server's reply; None when the frame
-        is larger than MAX_FRAME_BYTES. DeadlineExceededError when `timeout` seconds pass
-        without a reply (that connection is dropped); OSError when the socket fails (the
-        caller may redo the call over gRPC)."""
+    def call(self, op, request, timeout, copies=()):
+        """Copies each (offset, buffer) of `copies` into the region (a Put's staged
+        payloads), then sends one call (OP_PUT with a serialized header-only PutRequest,
+        OP_GET with a GetRequest) on a call connection of the pool (one per concurrent
+        call, opened on demand) and returns (code, message, details, body) of the server's
+        reply; None, with nothing copied, when the frame is larger than MAX_FRAME_BYTES.
+        DeadlineExceededError when `timeout` seconds pass without a reply (that connection
+        is dropped); OSError when the socket fails (the caller may redo the call over
+        gRPC, after staging the copies itself)."""
         if len(request) + _FRAME.size > MAX_FRAME_BYTES:
             return None
+        if self._native is not None:
+            mapped = self._mapped()  # the mapping stays while the copies run
+            try:
+                return self._native.call(op, request, timeout, copies)
+            except TimeoutError:
+                raise errors.DeadlineExceededError("Deadline Exceeded") from None
+            finally:
+                del mapped
+        self.stage(copies)
         request_id = next(self._request_ids)
         deadline_ms = int((time.time() + timeout) * 1000)
         with self._lock:
@@ -180,6 +196,8 @@ class SharedRegion:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+        if self._native is not None:
+            self._native.close()
         for s in idle:
             s.close()
         self._sock.close()
@@ -249,6 +267,11 @@ class SharedRegion:
         mapped = self._mapped()
         ctypes.memmove(self.base + offset, addr, n)
         del mapped
+
+    def stage(self, copies):
+        """copy_in of each (offset, buffer) of `copies`."""
+        for offset, src in copies:
+            self.copy_in(offset, src)
 
     def copy_out(self, offset, dst, n):
         """Copies region[offset, offset + n) to the start of writable array `dst`."""

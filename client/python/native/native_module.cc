@@ -1,6 +1,7 @@
 // kvtier._native: the payload-carrying Put and Get streams of the Python client's gRPC
 // path, run in C++ with the GIL released (grpcio copies every sent message once more, and
-// every received one three times, with the GIL held). Optional: kvtier.client uses it when
+// every received one three times, with the GIL held), and the frames of its same-node
+// shared-memory calls with their staging copies (one GIL release per call). Optional: kvtier.client uses it when
 // it imports and falls back to grpcio otherwise. No protocol logic lives here: Python
 // builds the serialized header / request, parses the GetHeader, picks the destinations,
 // retries and maps errors; this module moves bytes.
@@ -20,6 +21,19 @@
 //     one entry per block, None or a writable C-contiguous buffer that the block's
 //     payload bytes then fill completely, in order (protocol::GetStreamFramer).
 //   metadata: None or a sequence of (key, value) str pairs; timeout_s: seconds (> 0).
+//
+//   ShmCalls(socket_path, region_address, region_bytes)
+//     The same-node calls of one shared-memory session (protocol/shm_wire.h): a pool of
+//     call connections to `socket_path`; the region is the caller's mapping at
+//     region_address, which the caller keeps mapped while a call runs.
+//   ShmCalls.call(op, request, timeout_s, copies) -> (code, message, details, body)
+//     Copies each (offset, buffer) of `copies` into the region at `offset` (the staged
+//     payloads of a Put), then sends `request` (a serialized PutRequest header or
+//     GetRequest) as one frame (op 1 Put, 2 Get) and waits for the reply; all without
+//     the GIL. TimeoutError when no reply came in time (the connection is dropped),
+//     ConnectionError when the socket failed, ValueError for a copy outside the region or
+//     a request too large for a frame.
+//   ShmCalls.close(): drops the idle connections; later calls raise ConnectionError.
 //   Errors: RpcError(code, details, error_details) with the gRPC status code number,
 //   message and grpc-status-details-bin bytes; INTERNAL "get stream: ..." for a malformed
 //   Get stream (the call is cancelled); an exception raised by on_header is re-raised
@@ -29,6 +43,7 @@
 #include <Python.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,6 +55,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/sync_stream.h"
 #include "protocol/frame.h"
+#include "protocol/shm_wire.h"
 #include "protocol/slice_refs.h"
 
 namespace kvtier::python {
@@ -414,6 +430,139 @@ PyType_Slot kChannelSlots[] = {
 PyType_Spec kChannelSpec = {"kvtier._native.Channel", sizeof(ChannelObject), 0,
                             Py_TPFLAGS_DEFAULT, kChannelSlots};
 
+// -- ShmCalls ---------------------------------------------------------------------------
+
+namespace shm = protocol::shm;
+
+struct ShmCallsObject {
+  PyObject_HEAD
+  // Owned; null until __init__ succeeded and after close(). A call holds its own
+  // reference, so close() during a call frees nothing under it.
+  std::shared_ptr<shm::CallConnections>* calls;
+  uint8_t* region;
+  uint64_t region_bytes;
+};
+
+void ShmCallsDealloc(PyObject* self) {
+  delete reinterpret_cast<ShmCallsObject*>(self)->calls;
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+int ShmCallsInit(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"socket_path", "region_address", "region_bytes", nullptr};
+  const char* path;
+  unsigned long long address;
+  unsigned long long bytes;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sKK", const_cast<char**>(kwlist), &path,
+                                   &address, &bytes)) {
+    return -1;
+  }
+  auto* obj = reinterpret_cast<ShmCallsObject*>(self);
+  delete obj->calls;
+  obj->calls = new std::shared_ptr<shm::CallConnections>(
+      std::make_shared<shm::CallConnections>(path));
+  obj->region = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(address));
+  obj->region_bytes = bytes;
+  return 0;
+}
+
+PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
+  unsigned int op;
+  PyObject* request_obj;
+  double timeout_s;
+  PyObject* copies_obj;
+  if (!PyArg_ParseTuple(args, "IOdO", &op, &request_obj, &timeout_s, &copies_obj)) {
+    return nullptr;
+  }
+  auto* obj = reinterpret_cast<ShmCallsObject*>(self);
+  if (obj->calls == nullptr) {
+    PyErr_SetString(PyExc_ConnectionError, "shared memory: the session was closed");
+    return nullptr;
+  }
+  if (op != static_cast<unsigned>(shm::FrameOp::kPut) &&
+      op != static_cast<unsigned>(shm::FrameOp::kGet)) {
+    PyErr_SetString(PyExc_ValueError, "op must be 1 (Put) or 2 (Get)");
+    return nullptr;
+  }
+  if (!CheckTimeout(timeout_s)) return nullptr;
+  Buffer request;
+  if (!request.Get(request_obj, PyBUF_SIMPLE)) return nullptr;
+  PyObject* seq = PySequence_Fast(copies_obj, "copies must be a sequence of (offset, buffer)");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<Buffer> sources(static_cast<size_t>(n));
+  std::vector<uint64_t> offsets(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    unsigned long long offset;
+    PyObject* src;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KO;copies: (offset, buffer)",
+                          &offset, &src) ||
+        !sources[i].Get(src, PyBUF_C_CONTIGUOUS)) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    if (offset > obj->region_bytes || sources[i].size() > obj->region_bytes - offset) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_ValueError, "copies[%zd]: %zu bytes at offset %llu leave the region",
+                   i, sources[i].size(), offset);
+      return nullptr;
+    }
+    offsets[i] = offset;
+  }
+  Py_DECREF(seq);
+  std::shared_ptr<shm::CallConnections> calls = *obj->calls;
+  absl::StatusOr<shm::CallReply> reply;
+  {
+    NoGil no_gil;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      std::memcpy(obj->region + offsets[i], sources[i].data(), sources[i].size());
+    }
+    const int64_t deadline_ms = shm::NowUnixMs() + static_cast<int64_t>(timeout_s * 1000) + 1;
+    reply = calls->Call(
+        static_cast<shm::FrameOp>(op),
+        std::string_view(reinterpret_cast<const char*>(request.data()), request.size()),
+        deadline_ms);
+  }
+  if (!reply.ok()) {
+    PyObject* type = absl::IsDeadlineExceeded(reply.status()) ? PyExc_TimeoutError
+                     : absl::IsInvalidArgument(reply.status()) ? PyExc_ValueError
+                                                               : PyExc_ConnectionError;
+    PyErr_SetString(type, std::string(reply.status().message()).c_str());
+    return nullptr;
+  }
+  return Py_BuildValue("(is#y#y#)", reply->code, reply->message.data(),
+                       static_cast<Py_ssize_t>(reply->message.size()), reply->details.data(),
+                       static_cast<Py_ssize_t>(reply->details.size()), reply->body.data(),
+                       static_cast<Py_ssize_t>(reply->body.size()));
+}
+
+PyObject* ShmCallsClose(PyObject* self, PyObject*) {
+  auto* obj = reinterpret_cast<ShmCallsObject*>(self);
+  delete obj->calls;
+  obj->calls = nullptr;
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kShmCallsMethods[] = {
+    {"call", ShmCallsCall, METH_VARARGS,
+     "call(op, request, timeout_s, copies) -> (code, message, details, body)"},
+    {"close", ShmCallsClose, METH_NOARGS, "close() -> None"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyType_Slot kShmCallsSlots[] = {
+    {Py_tp_doc,
+     const_cast<char*>("The same-node calls of one shared-memory session (see the module doc).")},
+    {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+    {Py_tp_init, reinterpret_cast<void*>(ShmCallsInit)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(ShmCallsDealloc)},
+    {Py_tp_methods, kShmCallsMethods},
+    {0, nullptr}};
+
+PyType_Spec kShmCallsSpec = {"kvtier._native.ShmCalls", sizeof(ShmCallsObject), 0,
+                             Py_TPFLAGS_DEFAULT, kShmCallsSlots};
+
 PyModuleDef g_module = {PyModuleDef_HEAD_INIT, "kvtier._native",
                         "Put / Get streams of the kvtier Python client in C++ (GIL released).",
                         -1, nullptr, nullptr, nullptr, nullptr, nullptr};
@@ -426,12 +575,16 @@ PyMODINIT_FUNC PyInit__native() {
   PyObject* m = PyModule_Create(&g_module);
   if (m == nullptr) return nullptr;
   PyObject* channel_type = PyType_FromSpec(&kChannelSpec);
+  PyObject* shm_calls_type = PyType_FromSpec(&kShmCallsSpec);
   g_rpc_error = PyErr_NewException("kvtier._native.RpcError", nullptr, nullptr);
   // PyModule_AddObjectRef keeps our references: g_rpc_error lives as long as the process.
-  const bool ok = channel_type != nullptr && g_rpc_error != nullptr &&
+  const bool ok = channel_type != nullptr && shm_calls_type != nullptr &&
+                  g_rpc_error != nullptr &&
                   PyModule_AddObjectRef(m, "Channel", channel_type) == 0 &&
+                  PyModule_AddObjectRef(m, "ShmCalls", shm_calls_type) == 0 &&
                   PyModule_AddObjectRef(m, "RpcError", g_rpc_error) == 0;
   Py_XDECREF(channel_type);
+  Py_XDECREF(shm_calls_type);
   if (!ok) {
     Py_DECREF(m);
     return nullptr;
