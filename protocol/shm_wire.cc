@@ -156,8 +156,7 @@ absl::StatusOr<CallReply> CallConnections::Call(FrameOp op, std::string_view req
       got = absl::UnavailableError("shared memory: short reply");
     } else {
       std::memcpy(&r, got->data(), sizeof(r));
-      if (std::memcmp(r.magic, kFrameMagic, sizeof(r.magic)) != 0 ||
-          r.request_id != h.request_id ||
+      if (std::memcmp(r.magic, kFrameMagic, sizeof(r.magic)) != 0 || r.request_id != h.request_id ||
           uint64_t{r.message_bytes} + r.details_bytes > got->size() - sizeof(r)) {
         got = absl::UnavailableError("shared memory: malformed reply");
       }

@@ -74,6 +74,8 @@ _NATIVE_ERROR = _native.RpcError if _native is not None else ()
 RAW = pb.PAYLOAD_FORMAT_RAW
 ENCODED = pb.PAYLOAD_FORMAT_ENCODED
 _FORMATS = {"raw": RAW, "encoded": ENCODED}
+# Codes of a shared-memory socket reply that send the call over gRPC instead.
+_REDO_OVER_GRPC = (grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.UNAUTHENTICATED.value[0])
 
 _PUT = "/kvtier.v1.KvCache/Put"
 _GET = "/kvtier.v1.KvCache/Get"
@@ -354,6 +356,8 @@ class Client:
     def _parallel(self, n, fn):
         """fn(begin, end) over up to max_streams_per_call contiguous ranges of [0, n), the
         first on this thread; returns the results in order (first error raised)."""
+        if n == 1 or self.max_streams_per_call == 1:
+            return [fn(0, n)]
         ranges = _split_ranges(n, self.max_streams_per_call)
         futures = [self._pool.submit(fn, b, e) for b, e in ranges[1:]]
         results = [fn(*ranges[0])]
@@ -496,8 +500,7 @@ class Client:
         if reply is None:
             return None
         code, message, details, body = reply
-        if code in (grpc.StatusCode.UNAVAILABLE.value[0],
-                    grpc.StatusCode.UNAUTHENTICATED.value[0]):
+        if code in _REDO_OVER_GRPC:
             return None
         with self._lock:
             self.shared_memory_socket_calls += 1

@@ -243,6 +243,8 @@ class SharedRegion:
 
     def offset_of(self, buf):
         """Offset of a buffer that lies wholly inside the region, else None."""
+        if isinstance(buf, (bytes, bytearray)):
+            return None  # Python's own memory: never inside the mapping
         try:
             addr, n = buffer_address(buf)
         except (TypeError, ValueError):

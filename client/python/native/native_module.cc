@@ -1,10 +1,10 @@
 // kvtier._native: the payload-carrying Put and Get streams of the Python client's gRPC
 // path, run in C++ with the GIL released (grpcio copies every sent message once more, and
 // every received one three times, with the GIL held), and the frames of its same-node
-// shared-memory calls with their staging copies (one GIL release per call). Optional: kvtier.client uses it when
-// it imports and falls back to grpcio otherwise. No protocol logic lives here: Python
-// builds the serialized header / request, parses the GetHeader, picks the destinations,
-// retries and maps errors; this module moves bytes.
+// shared-memory calls with their staging copies (one GIL release per call). Optional:
+// kvtier.client uses it when it imports and falls back to grpcio otherwise. No protocol
+// logic lives here: Python builds the serialized header / request, parses the GetHeader,
+// picks the destinations, retries and maps errors; this module moves bytes.
 //
 //   Channel(address, channel_id, max_receive_message_bytes, http2_stream_window_bytes,
 //           tls=None | (root_pem, key_pem, cert_pem) with None for a missing file,
@@ -455,14 +455,14 @@ int ShmCallsInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   const char* path;
   unsigned long long address;
   unsigned long long bytes;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sKK", const_cast<char**>(kwlist), &path,
-                                   &address, &bytes)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sKK", const_cast<char**>(kwlist), &path, &address,
+                                   &bytes)) {
     return -1;
   }
   auto* obj = reinterpret_cast<ShmCallsObject*>(self);
   delete obj->calls;
-  obj->calls = new std::shared_ptr<shm::CallConnections>(
-      std::make_shared<shm::CallConnections>(path));
+  obj->calls =
+      new std::shared_ptr<shm::CallConnections>(std::make_shared<shm::CallConnections>(path));
   obj->region = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(address));
   obj->region_bytes = bytes;
   return 0;
@@ -497,16 +497,16 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     unsigned long long offset;
     PyObject* src;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KO;copies: (offset, buffer)",
-                          &offset, &src) ||
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KO;copies: (offset, buffer)", &offset,
+                          &src) ||
         !sources[i].Get(src, PyBUF_C_CONTIGUOUS)) {
       Py_DECREF(seq);
       return nullptr;
     }
     if (offset > obj->region_bytes || sources[i].size() > obj->region_bytes - offset) {
       Py_DECREF(seq);
-      PyErr_Format(PyExc_ValueError, "copies[%zd]: %zu bytes at offset %llu leave the region",
-                   i, sources[i].size(), offset);
+      PyErr_Format(PyExc_ValueError, "copies[%zd]: %zu bytes at offset %llu leave the region", i,
+                   sources[i].size(), offset);
       return nullptr;
     }
     offsets[i] = offset;
@@ -520,13 +520,13 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
       std::memcpy(obj->region + offsets[i], sources[i].data(), sources[i].size());
     }
     const int64_t deadline_ms = shm::NowUnixMs() + static_cast<int64_t>(timeout_s * 1000) + 1;
-    reply = calls->Call(
-        static_cast<shm::FrameOp>(op),
-        std::string_view(reinterpret_cast<const char*>(request.data()), request.size()),
-        deadline_ms);
+    reply =
+        calls->Call(static_cast<shm::FrameOp>(op),
+                    std::string_view(reinterpret_cast<const char*>(request.data()), request.size()),
+                    deadline_ms);
   }
   if (!reply.ok()) {
-    PyObject* type = absl::IsDeadlineExceeded(reply.status()) ? PyExc_TimeoutError
+    PyObject* type = absl::IsDeadlineExceeded(reply.status())  ? PyExc_TimeoutError
                      : absl::IsInvalidArgument(reply.status()) ? PyExc_ValueError
                                                                : PyExc_ConnectionError;
     PyErr_SetString(type, std::string(reply.status().message()).c_str());
@@ -578,8 +578,7 @@ PyMODINIT_FUNC PyInit__native() {
   PyObject* shm_calls_type = PyType_FromSpec(&kShmCallsSpec);
   g_rpc_error = PyErr_NewException("kvtier._native.RpcError", nullptr, nullptr);
   // PyModule_AddObjectRef keeps our references: g_rpc_error lives as long as the process.
-  const bool ok = channel_type != nullptr && shm_calls_type != nullptr &&
-                  g_rpc_error != nullptr &&
+  const bool ok = channel_type != nullptr && shm_calls_type != nullptr && g_rpc_error != nullptr &&
                   PyModule_AddObjectRef(m, "Channel", channel_type) == 0 &&
                   PyModule_AddObjectRef(m, "ShmCalls", shm_calls_type) == 0 &&
                   PyModule_AddObjectRef(m, "RpcError", g_rpc_error) == 0;
