@@ -356,9 +356,9 @@ class Client:
     def _parallel(self, n, fn):
         """fn(begin, end) over up to max_streams_per_call contiguous ranges of [0, n), the
         first on this thread; returns the results in order (first error raised)."""
-        if n == 1 or self.max_streams_per_call == 1:
-            return [fn(0, n)]
         ranges = _split_ranges(n, self.max_streams_per_call)
+        if len(ranges) == 1:
+            return [fn(*ranges[0])]
         futures = [self._pool.submit(fn, b, e) for b, e in ranges[1:]]
         results = [fn(*ranges[0])]
         first_error = None
