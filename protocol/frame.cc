@@ -97,6 +97,85 @@ std::vector<std::vector<ChunkPiece>> PlanChunks(std::span<const uint64_t> block_
   return chunks;
 }
 
+namespace {
+
+// Moves past one field whose tag was just read. False for field number 0 (invalid), a
+// group (wire types 3 and 4: not proto3) or a field that runs past the end.
+bool SkipField(SliceCursor& c, uint64_t tag) {
+  if (tag >> 3 == 0) return false;
+  uint64_t v = 0;
+  switch (tag & 7) {
+    case 0:
+      return c.ReadVarint(&v);
+    case 1:
+      return c.Next(8).size() == 8;
+    case 2:
+      return c.ReadVarint(&v) && v <= c.remaining() && c.Next(v).size() == v;
+    case 5:
+      return c.Next(4).size() == 4;
+    default:
+      return false;
+  }
+}
+
+// The contiguous bytes of a length-delimited field whose tag was just read.
+bool ReadLengthDelimited(SliceCursor& c, std::span<const uint8_t>* out) {
+  uint64_t n = 0;
+  if (!c.ReadVarint(&n) || n > c.remaining()) return false;
+  *out = c.Next(n);
+  return out->size() == n;  // one span: always contiguous
+}
+
+// found (field 2) and size (field 3) of one serialized GetBlockInfo.
+bool ReadBlockSize(std::span<const uint8_t> info, uint64_t* size) {
+  const std::span<const uint8_t> whole[] = {info};
+  SliceCursor c(whole);
+  uint64_t found = 0, bytes = 0;
+  while (c.remaining() > 0) {
+    uint64_t tag = 0;
+    if (!c.ReadVarint(&tag)) return false;
+    if (tag >> 3 == 2 || tag >> 3 == 3) {
+      // A known field with another wire type would be an unknown field to protobuf.
+      if ((tag & 7) != 0 || !c.ReadVarint(tag >> 3 == 2 ? &found : &bytes)) return false;
+    } else if (!SkipField(c, tag)) {
+      return false;
+    }
+  }
+  *size = found != 0 ? bytes : 0;
+  return true;
+}
+
+}  // namespace
+
+bool ReadGetHeaderSizes(std::span<const uint8_t> get_response, std::vector<uint64_t>* sizes) {
+  sizes->clear();
+  const std::span<const uint8_t> whole[] = {get_response};
+  SliceCursor c(whole);
+  bool any = false;
+  while (c.remaining() > 0) {  // a repeated header field merges: its blocks append
+    uint64_t tag = 0;
+    std::span<const uint8_t> header;
+    if (!c.ReadVarint(&tag) || tag != kHeaderTag || !ReadLengthDelimited(c, &header)) return false;
+    any = true;
+    const std::span<const uint8_t> header_whole[] = {header};
+    SliceCursor h(header_whole);
+    while (h.remaining() > 0) {
+      if (!h.ReadVarint(&tag)) return false;
+      if (tag >> 3 != 1) {
+        if (!SkipField(h, tag)) return false;
+        continue;
+      }
+      std::span<const uint8_t> info;
+      uint64_t size = 0;
+      if ((tag & 7) != 2 || !ReadLengthDelimited(h, &info) || !ReadBlockSize(info, &size)) {
+        return false;
+      }
+      sizes->push_back(size);
+    }
+  }
+  return any;
+}
+
 GetStreamFramer::GetStreamFramer(HeaderFn on_header) : on_header_(std::move(on_header)) {}
 
 absl::Status GetStreamFramer::Consume(std::span<const std::span<const uint8_t>> slices) {

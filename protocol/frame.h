@@ -77,6 +77,14 @@ class SliceCursor {
 // unspecified (parse the message with protobuf instead).
 bool ReadChunkPrefix(SliceCursor& cursor);
 
+// Reads the payload size of every block a serialized GetResponse header lists, without
+// protobuf: GetResponse { GetHeader header = 1; } with GetHeader { repeated GetBlockInfo
+// blocks = 1; } and GetBlockInfo { bool found = 2; uint64 size = 3; } (other fields
+// skipped). `sizes` gets one entry per block: its size when found, else 0. Returns false
+// (sizes unspecified) unless the bytes are exactly header fields of that shape; parse
+// them with protobuf then.
+bool ReadGetHeaderSizes(std::span<const uint8_t> get_response, std::vector<uint64_t>* sizes);
+
 // One piece of a chunk message: `bytes` of block `block` starting at `offset`.
 struct ChunkPiece {
   size_t block = 0;

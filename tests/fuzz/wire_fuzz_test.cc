@@ -1,9 +1,9 @@
 // Mutation fuzzing of the Put / Get frame parsers (protocol/wire.h): SliceCursor varints,
-// ReadChunkPrefix and GetStreamParser over mutated, truncated and extended messages cut
-// into random slices. Nothing may crash, hang or read out of bounds (this test also runs
-// under ASAN+UBSAN); every rejection is an error with a message; whatever is accepted is
-// internally consistent (a chunk prefix leaves exactly its announced payload, a finished
-// Get stream filled exactly the announced bytes).
+// ReadChunkPrefix, ReadGetHeaderSizes and GetStreamParser over mutated, truncated and
+// extended messages cut into random slices. Nothing may crash, hang or read out of bounds
+// (this test also runs under ASAN+UBSAN); every rejection is an error with a message;
+// whatever is accepted is internally consistent (a chunk prefix leaves exactly its
+// announced payload, a finished Get stream filled exactly the announced bytes).
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -188,6 +188,36 @@ TEST(WireFuzzTest, GetStreamParserAnswersEveryMutatedStreamWithAStatus) {
   }
   EXPECT_GT(finished, 0);
   EXPECT_GT(rejected, 0);
+}
+
+TEST(WireFuzzTest, GetHeaderSizesAgreeWithProtobufWheneverRead) {
+  // ReadGetHeaderSizes may refuse what protobuf parses (it falls back to protobuf then),
+  // but whatever it reads, protobuf reads the same: one size per block, 0 when not found.
+  testing::Mutator m(23);
+  int read = 0, refused = 0;
+  for (int it = 0; it < kIterations; ++it) {
+    SCOPED_TRACE(absl::StrCat("iteration ", it));
+    std::string msg = MakeGetStream(m).messages[0];
+    if (m.Below(8) == 0) msg += MakeGetStream(m).messages[0];  // a second header merges
+    if (m.Below(4) != 0) msg = m.Mutate(msg);
+    std::vector<uint64_t> sizes;
+    if (!ReadGetHeaderSizes(std::span(reinterpret_cast<const uint8_t*>(msg.data()), msg.size()),
+                            &sizes)) {
+      ++refused;
+      continue;
+    }
+    ++read;
+    v1::GetResponse r;
+    ASSERT_TRUE(r.ParseFromString(msg));
+    ASSERT_TRUE(r.has_header());
+    ASSERT_EQ(sizes.size(), static_cast<size_t>(r.header().blocks_size()));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const v1::GetBlockInfo& b = r.header().blocks(static_cast<int>(i));
+      EXPECT_EQ(sizes[i], b.found() ? b.size() : 0) << "block " << i;
+    }
+  }
+  EXPECT_GT(read, kIterations / 4);
+  EXPECT_GT(refused, 0);
 }
 
 }  // namespace

@@ -273,5 +273,46 @@ TEST(ReadChunkPrefixTest, AcceptsExactlyOneChunkField) {
   EXPECT_FALSE(ReadChunkPrefix(empty));
 }
 
+TEST(ReadGetHeaderSizesTest, ReadsFoundSizesAndSkipsOtherFields) {
+  v1::GetResponse r;
+  auto* a = r.mutable_header()->add_blocks();
+  a->set_key("k0");
+  a->set_found(true);
+  a->set_size(2097152);
+  a->set_tier(v1::TIER_HOT);
+  a->add_positions(7);
+  a->set_ucx(true);  // field 20: a two-byte tag
+  auto* miss = r.mutable_header()->add_blocks();
+  miss->set_key("k1");
+  auto* b = r.mutable_header()->add_blocks();
+  b->set_found(true);
+  b->set_size(5);
+  const std::string bytes = r.SerializeAsString();
+  auto span = [](const std::string& s) {
+    return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  std::vector<uint64_t> sizes;
+  ASSERT_TRUE(ReadGetHeaderSizes(span(bytes), &sizes));
+  EXPECT_EQ(sizes, (std::vector<uint64_t>{2097152, 0, 5}));
+  // Two header fields merge, as protobuf merges them.
+  ASSERT_TRUE(ReadGetHeaderSizes(span(bytes + bytes), &sizes));
+  EXPECT_EQ(sizes.size(), 6u);
+  // An empty header lists no block.
+  v1::GetResponse empty;
+  empty.mutable_header();
+  ASSERT_TRUE(ReadGetHeaderSizes(span(empty.SerializeAsString()), &sizes));
+  EXPECT_TRUE(sizes.empty());
+
+  // Refused: a chunk, no header at all, a truncated header, a found flag of another wire
+  // type.
+  v1::GetResponse chunk;
+  chunk.set_chunk("abc");
+  EXPECT_FALSE(ReadGetHeaderSizes(span(chunk.SerializeAsString()), &sizes));
+  EXPECT_FALSE(ReadGetHeaderSizes(span(std::string()), &sizes));
+  EXPECT_FALSE(ReadGetHeaderSizes(span(bytes.substr(0, bytes.size() - 1)), &sizes));
+  const std::string fixed_found("\x0a\x04\x0a\x02\x15\x01", 6);  // found as a fixed32
+  EXPECT_FALSE(ReadGetHeaderSizes(span(fixed_found), &sizes));
+}
+
 }  // namespace
 }  // namespace kvtier::protocol

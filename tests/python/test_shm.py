@@ -24,10 +24,10 @@ def _spy(client):
     socket_call = client._socket_call
 
     def socket_call_spy(region, op, *a, **kw):
-        resp = socket_call(region, op, *a, **kw)
+        resp, copied = socket_call(region, op, *a, **kw)
         if resp is not None:
             calls.append(("put" if op == kvtier.shm.OP_PUT else "get", True))
-        return resp
+        return resp, copied
     client._socket_call = socket_call_spy
     put = client._put_stream
 
@@ -213,6 +213,9 @@ def test_native_shm_calls_check_copies_and_refuse_after_close(server):
             calls.call(kvtier.shm.OP_PUT, req, 5.0, [(region.size - 16, raw[0])])
         with pytest.raises(ValueError, match="op"):
             calls.call(7, req, 5.0, [])
+        with pytest.raises(ValueError, match="copy_outs"):
+            calls.call(kvtier.shm.OP_PUT, req, 5.0, [],
+                       [(0, region.size - 16, np.empty(4096, np.uint8))])
         calls.close()
         with pytest.raises(ConnectionError):
             calls.call(kvtier.shm.OP_PUT, req, 5.0, [])
@@ -221,3 +224,20 @@ def test_native_shm_calls_check_copies_and_refuse_after_close(server):
         out = np.empty_like(raw[0])
         assert c.get_blocks_into(NS, keys, [out], format=kvtier.RAW)[0].found
         assert np.array_equal(out, raw[0])
+
+
+@PATHS
+def test_staged_gets_write_found_blocks_only(server, socket_calls, native):
+    # Staged Get destinations (copied out of the region within the native call, or by
+    # Python) receive exactly their block's bytes; a miss's buffer and every tail stay
+    # as they were.
+    with kvtier.Client(server.address, namespace=_spec(), native=native,
+                       shared_memory_socket_calls=socket_calls) as c:
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 2, seed=31)
+        assert c.put_blocks(NS, puts[:1], format=kvtier.RAW).blocks_stored == 1
+        n = raw[0].nbytes
+        outs = [np.full(n + 4096, 0xA5, np.uint8) for _ in keys]
+        infos = c.get_blocks_into(NS, keys, outs, format=kvtier.RAW)
+        assert [i.found for i in infos] == [True, False]
+        assert np.array_equal(outs[0][:n], raw[0].view(np.uint8).reshape(-1))
+        assert (outs[0][n:] == 0xA5).all() and (outs[1] == 0xA5).all()

@@ -462,7 +462,7 @@ class Client:
                 if ok:
                     # The socket call stages the payloads itself (in C++ with kvtier._native);
                     # the gRPC stream naming the region needs them staged here.
-                    resp = self._socket_call(
+                    resp, _ = self._socket_call(
                         region, shm_mod.OP_PUT,
                         self._put_header(ns, blocks, views, fmt, region.session, offsets),
                         deadline, "Put", pb.PutResponse, staged)
@@ -479,34 +479,36 @@ class Client:
                     region.free(at)
         return self._put_stream(ns, blocks, views, fmt, deadline)
 
-    def _socket_call(self, region, op, message, deadline, rpc, response_type, copies=()):
+    def _socket_call(self, region, op, message, deadline, rpc, response_type, copies=(),
+                     copy_outs=()):
         """The call over the region's socket (shm.SharedRegion.call, which first copies
-        `copies` into the region), as the C++ client makes it: its parsed response_type,
-        or None when it must go over gRPC instead (socket calls off, the socket failed,
-        the frame is too large, or the server answered UNAVAILABLE or UNAUTHENTICATED: a
+        `copies` into the region and may copy `copy_outs` out of it), as the C++ client
+        makes it: (its parsed response_type, whether copy_outs were copied), or (None,
+        False) when it must go over gRPC instead (socket calls off, the socket failed, the
+        frame is too large, or the server answered UNAVAILABLE or UNAUTHENTICATED: a
         session is bound to its caller by the first authenticated gRPC call naming it;
         the copies may then not have been made). Raises the server's error otherwise."""
         if not self._shm_socket_calls:
-            return None
+            return None, False
         left = deadline - time.monotonic()
         if left <= 0:
             raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
         try:
-            reply = region.call(op, message.SerializeToString(), left, copies)
+            reply = region.call(op, message.SerializeToString(), left, copies, copy_outs)
         except errors.DeadlineExceededError:
             raise errors.DeadlineExceededError("Deadline Exceeded", rpc) from None
         except OSError:
-            return None
+            return None, False
         if reply is None:
-            return None
-        code, message, details, body = reply
+            return None, False
+        code, message, details, body, copied = reply
         if code in _REDO_OVER_GRPC:
-            return None
+            return None, False
         with self._lock:
             self.shared_memory_socket_calls += 1
         if code != 0:
             raise errors.from_status(rpc, code, message, details)
-        return response_type.FromString(body)
+        return response_type.FromString(body), copied
 
     def _put_header(self, ns, blocks, views, fmt, session=None, offsets=None):
         """The first message of a Put of `blocks`: a PutRequest holding only its header
@@ -665,8 +667,10 @@ class Client:
             try:
                 if ok:
                     req.shm_session = region.session
-                    resp = self._socket_call(region, shm_mod.OP_GET, req, deadline, "Get",
-                                             pb.GetResponse)
+                    resp, copied = self._socket_call(
+                        region, shm_mod.OP_GET, req, deadline, "Get", pb.GetResponse,
+                        copy_outs=[(i, at, arrays[i]) for i, at in staged])
+                    staged_out = () if copied else staged  # copied: done within the call
                     infos = (list(resp.header.blocks) if resp is not None else
                              self._call("Get", self._get_shm_attempt(req), True, deadline))
                     if len(infos) != len(keys):
@@ -677,7 +681,7 @@ class Client:
                             raise errors.InternalError(
                                 "the server wrote %d bytes into buffers[%d] of %d"
                                 % (info.size, i, arrays[i].size), "Get")
-                    for i, at in staged:
+                    for i, at in staged_out:
                         if infos[i].found:
                             region.copy_out(at, arrays[i], infos[i].size)
                     return infos

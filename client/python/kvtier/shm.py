@@ -131,21 +131,24 @@ class SharedRegion:
                 socket.close(fd)
         return cls(sock, mm, nbytes, session, socket_path, native)
 
-    def call(self, op, request, timeout, copies=()):
+    def call(self, op, request, timeout, copies=(), copy_outs=()):
         """Copies each (offset, buffer) of `copies` into the region (a Put's staged
         payloads), then sends one call (OP_PUT with a serialized header-only PutRequest,
         OP_GET with a GetRequest) on a call connection of the pool (one per concurrent
-        call, opened on demand) and returns (code, message, details, body) of the server's
-        reply; None, with nothing copied, when the frame is larger than MAX_FRAME_BYTES.
-        DeadlineExceededError when `timeout` seconds pass without a reply (that connection
-        is dropped); OSError when the socket fails (the caller may redo the call over
-        gRPC, after staging the copies itself)."""
+        call, opened on demand) and returns (code, message, details, body, copied) of the
+        server's reply; None, with nothing copied, when the frame is larger than
+        MAX_FRAME_BYTES. copied: whether the staged Get destinations `copy_outs` ((block
+        index, offset, writable array) each) were copied out of the region already, which
+        kvtier._native does for an OK reply in the same GIL release; else the caller
+        copies. DeadlineExceededError when `timeout` seconds pass without a reply (that
+        connection is dropped); OSError when the socket fails (the caller may redo the
+        call over gRPC, after staging the copies itself)."""
         if len(request) + _FRAME.size > MAX_FRAME_BYTES:
             return None
         if self._native is not None:
             mapped = self._mapped()  # the mapping stays while the copies run
             try:
-                return self._native.call(op, request, timeout, copies)
+                return self._native.call(op, request, timeout, copies, copy_outs)
             except TimeoutError:
                 raise errors.DeadlineExceededError("Deadline Exceeded") from None
             finally:
@@ -188,7 +191,7 @@ class SharedRegion:
         at = _REPLY_HEADER.size
         message = reply[at:at + message_bytes].decode("utf-8", "replace")
         details = reply[at + message_bytes:end]
-        return code, message, details, reply[end:]
+        return code, message, details, reply[end:], False
 
     def close(self):
         """Ends the session (the server forgets it). The mapping stays while SharedBuffers

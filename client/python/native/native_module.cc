@@ -26,13 +26,18 @@
 //     The same-node calls of one shared-memory session (protocol/shm_wire.h): a pool of
 //     call connections to `socket_path`; the region is the caller's mapping at
 //     region_address, which the caller keeps mapped while a call runs.
-//   ShmCalls.call(op, request, timeout_s, copies) -> (code, message, details, body)
+//   ShmCalls.call(op, request, timeout_s, copies, copy_outs=())
+//       -> (code, message, details, body, copied)
 //     Copies each (offset, buffer) of `copies` into the region at `offset` (the staged
 //     payloads of a Put), then sends `request` (a serialized PutRequest header or
-//     GetRequest) as one frame (op 1 Put, 2 Get) and waits for the reply; all without
-//     the GIL. TimeoutError when no reply came in time (the connection is dropped),
-//     ConnectionError when the socket failed, ValueError for a copy outside the region or
-//     a request too large for a frame.
+//     GetRequest) as one frame (op 1 Put, 2 Get) and waits for the reply; then, for an OK
+//     Get reply whose header protocol::ReadGetHeaderSizes reads, copies block `index`'s
+//     bytes from the region at `offset` to the start of `buffer` for each (index, offset,
+//     writable buffer) of `copy_outs` whose block was found and fits (the staged
+//     destinations of a Get); copied says whether it did (else the caller copies); all
+//     without the GIL. TimeoutError when no reply came in time (the connection is
+//     dropped), ConnectionError when the socket failed, ValueError for a copy outside the
+//     region or a request too large for a frame.
 //   ShmCalls.close(): drops the idle connections; later calls raise ConnectionError.
 //   Errors: RpcError(code, details, error_details) with the gRPC status code number,
 //   message and grpc-status-details-bin bytes; INTERNAL "get stream: ..." for a malformed
@@ -468,12 +473,76 @@ int ShmCallsInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
+// One staged Get destination: block `index` lands in the region at `offset`, to be
+// copied to `buffer`.
+struct CopyOut {
+  size_t index = 0;
+  uint64_t offset = 0;
+  Buffer buffer;
+};
+
+// Parses `copy_outs` (a sequence of (index, offset, writable buffer)). False with a Python
+// error set when an entry is malformed or its buffer's range leaves the region.
+bool ParseCopyOuts(PyObject* copy_outs, uint64_t region_bytes, std::vector<CopyOut>* out) {
+  PyObject* seq =
+      PySequence_Fast(copy_outs, "copy_outs must be a sequence of (index, offset, buffer)");
+  if (seq == nullptr) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  *out = std::vector<CopyOut>(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    CopyOut& o = (*out)[i];
+    Py_ssize_t index;
+    unsigned long long offset;
+    PyObject* dst;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i),
+                          "nKO;copy_outs: (index, offset, buffer)", &index, &offset, &dst) ||
+        !o.buffer.Get(dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)) {
+      Py_DECREF(seq);
+      return false;
+    }
+    if (index < 0 || offset > region_bytes || o.buffer.size() > region_bytes - offset) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_ValueError,
+                   "copy_outs[%zd]: index %zd, %zu bytes at offset %llu leave the region", i, index,
+                   o.buffer.size(), offset);
+      return false;
+    }
+    o.index = static_cast<size_t>(index);
+    o.offset = offset;
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+// The copies of `outs` for an OK Get reply. False, with nothing copied, when the reply's
+// header is not one ReadGetHeaderSizes reads or names fewer blocks than an index; a
+// block larger than its buffer is not copied (the caller reports it).
+bool CopyOutBlocks(const shm::CallReply& reply, const ShmCallsObject* obj,
+                   const std::vector<CopyOut>& outs) {
+  std::vector<uint64_t> sizes;
+  if (!protocol::ReadGetHeaderSizes(
+          std::span(reinterpret_cast<const uint8_t*>(reply.body.data()), reply.body.size()),
+          &sizes)) {
+    return false;
+  }
+  for (const CopyOut& o : outs) {
+    if (o.index >= sizes.size()) return false;
+  }
+  for (const CopyOut& o : outs) {
+    const uint64_t n = sizes[o.index];
+    if (n != 0 && n <= o.buffer.size()) std::memcpy(o.buffer.data(), obj->region + o.offset, n);
+  }
+  return true;
+}
+
 PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
   unsigned int op;
   PyObject* request_obj;
   double timeout_s;
   PyObject* copies_obj;
-  if (!PyArg_ParseTuple(args, "IOdO", &op, &request_obj, &timeout_s, &copies_obj)) {
+  PyObject* copy_outs_obj = nullptr;
+  if (!PyArg_ParseTuple(args, "IOdO|O", &op, &request_obj, &timeout_s, &copies_obj,
+                        &copy_outs_obj)) {
     return nullptr;
   }
   auto* obj = reinterpret_cast<ShmCallsObject*>(self);
@@ -512,8 +581,13 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
     offsets[i] = offset;
   }
   Py_DECREF(seq);
+  std::vector<CopyOut> outs;
+  if (copy_outs_obj != nullptr && !ParseCopyOuts(copy_outs_obj, obj->region_bytes, &outs)) {
+    return nullptr;
+  }
   std::shared_ptr<shm::CallConnections> calls = *obj->calls;
   absl::StatusOr<shm::CallReply> reply;
+  bool copied = false;
   {
     NoGil no_gil;
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -524,6 +598,7 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
         calls->Call(static_cast<shm::FrameOp>(op),
                     std::string_view(reinterpret_cast<const char*>(request.data()), request.size()),
                     deadline_ms);
+    if (reply.ok() && reply->code == 0 && !outs.empty()) copied = CopyOutBlocks(*reply, obj, outs);
   }
   if (!reply.ok()) {
     PyObject* type = absl::IsDeadlineExceeded(reply.status())  ? PyExc_TimeoutError
@@ -532,10 +607,10 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
     PyErr_SetString(type, std::string(reply.status().message()).c_str());
     return nullptr;
   }
-  return Py_BuildValue("(is#y#y#)", reply->code, reply->message.data(),
+  return Py_BuildValue("(is#y#y#O)", reply->code, reply->message.data(),
                        static_cast<Py_ssize_t>(reply->message.size()), reply->details.data(),
                        static_cast<Py_ssize_t>(reply->details.size()), reply->body.data(),
-                       static_cast<Py_ssize_t>(reply->body.size()));
+                       static_cast<Py_ssize_t>(reply->body.size()), copied ? Py_True : Py_False);
 }
 
 PyObject* ShmCallsClose(PyObject* self, PyObject*) {
