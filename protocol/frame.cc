@@ -99,33 +99,6 @@ std::vector<std::vector<ChunkPiece>> PlanChunks(std::span<const uint64_t> block_
 
 namespace {
 
-// Moves past one field whose tag was just read. False for field number 0 (invalid), a
-// group (wire types 3 and 4: not proto3) or a field that runs past the end.
-bool SkipField(SliceCursor& c, uint64_t tag) {
-  if (tag >> 3 == 0) return false;
-  uint64_t v = 0;
-  switch (tag & 7) {
-    case 0:
-      return c.ReadVarint(&v);
-    case 1:
-      return c.Next(8).size() == 8;
-    case 2:
-      return c.ReadVarint(&v) && v <= c.remaining() && c.Next(v).size() == v;
-    case 5:
-      return c.Next(4).size() == 4;
-    default:
-      return false;
-  }
-}
-
-// The contiguous bytes of a length-delimited field whose tag was just read.
-bool ReadLengthDelimited(SliceCursor& c, std::span<const uint8_t>* out) {
-  uint64_t n = 0;
-  if (!c.ReadVarint(&n) || n > c.remaining()) return false;
-  *out = c.Next(n);
-  return out->size() == n;  // one span: always contiguous
-}
-
 // found (field 2) and size (field 3) of one serialized GetBlockInfo.
 bool ReadBlockSize(std::span<const uint8_t> info, uint64_t* size) {
   const std::span<const uint8_t> whole[] = {info};
@@ -146,6 +119,40 @@ bool ReadBlockSize(std::span<const uint8_t> info, uint64_t* size) {
 }
 
 }  // namespace
+
+namespace {
+
+bool SkipBytes(SliceCursor& c, uint64_t n) {
+  if (n > c.remaining()) return false;
+  while (n > 0) n -= c.Next(n).size();
+  return true;
+}
+
+}  // namespace
+
+bool SkipField(SliceCursor& c, uint64_t tag) {
+  if (tag >> 3 == 0) return false;
+  uint64_t v = 0;
+  switch (tag & 7) {
+    case 0:
+      return c.ReadVarint(&v);
+    case 1:
+      return SkipBytes(c, 8);
+    case 2:
+      return c.ReadVarint(&v) && SkipBytes(c, v);
+    case 5:
+      return SkipBytes(c, 4);
+    default:
+      return false;
+  }
+}
+
+bool ReadLengthDelimited(SliceCursor& c, std::span<const uint8_t>* out) {
+  uint64_t n = 0;
+  if (!c.ReadVarint(&n) || n > c.remaining()) return false;
+  *out = c.Next(n);
+  return out->size() == n;
+}
 
 bool ReadGetHeaderSizes(std::span<const uint8_t> get_response, std::vector<uint64_t>* sizes) {
   sizes->clear();

@@ -77,6 +77,13 @@ class SliceCursor {
 // unspecified (parse the message with protobuf instead).
 bool ReadChunkPrefix(SliceCursor& cursor);
 
+// Moves `cursor` past one protobuf field whose tag (just read) is `tag`. False for field
+// number 0, a group (wire types 3 and 4: not proto3) or a field that runs past the end.
+bool SkipField(SliceCursor& cursor, uint64_t tag);
+// Reads the length and bytes of a length-delimited field whose tag was just read. False
+// when it runs past the end or its bytes are not contiguous (they span two slices).
+bool ReadLengthDelimited(SliceCursor& cursor, std::span<const uint8_t>* out);
+
 // Reads the payload size of every block a serialized GetResponse header lists, without
 // protobuf: GetResponse { GetHeader header = 1; } with GetHeader { repeated GetBlockInfo
 // blocks = 1; } and GetBlockInfo { bool found = 2; uint64 size = 3; } (other fields

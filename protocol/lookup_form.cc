@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "protocol/frame.h"
 
 namespace kvtier::protocol {
 namespace {
@@ -124,12 +125,50 @@ std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string
       lease_ms, compact);
 }
 
-std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
+std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string_view> keys,
                                 std::span<const size_t> which, bool local_only, uint64_t lease_ms,
                                 bool compact) {
   return EncodeRequest(
-      ns, which.size(), [&](size_t i) -> const std::string& { return keys[which[i]]; }, local_only,
-      lease_ms, compact);
+      ns, which.size(), [&](size_t i) { return keys[which[i]]; }, local_only, lease_ms, compact);
+}
+
+bool ReadLookupRequest(std::string_view bytes, LookupRequestView* out) {
+  *out = LookupRequestView{};
+  const std::span<const uint8_t> whole[] = {
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())};
+  SliceCursor c(whole);
+  // Field numbers of kvtier.v1.LookupRequest (EncodeRequest).
+  constexpr uint64_t kNamespace = 1, kKeys = 2, kLocalOnly = 3, kLeaseMs = 4, kCompact = 10;
+  while (c.remaining() > 0) {
+    uint64_t tag = 0;
+    if (!c.ReadVarint(&tag)) return false;
+    const uint64_t field = tag >> 3;
+    const uint64_t wire_type = tag & 7;
+    if (field == kNamespace || field == kKeys) {
+      std::span<const uint8_t> v;
+      if (wire_type != 2 || !ReadLengthDelimited(c, &v)) return false;
+      const std::string_view sv(reinterpret_cast<const char*>(v.data()), v.size());
+      if (field == kKeys) {
+        out->keys.push_back(sv);
+        continue;
+      }
+      for (const char ch : sv) {
+        if (static_cast<unsigned char>(ch) >= 0x80) return false;
+      }
+      out->ns = sv;  // the last occurrence wins, as in protobuf
+    } else if (field == kLocalOnly || field == kLeaseMs || field == kCompact) {
+      uint64_t v = 0;
+      if (wire_type != 0 || !c.ReadVarint(&v)) return false;
+      if (field == kLeaseMs) {
+        out->lease_ms = v;
+      } else {
+        (field == kLocalOnly ? out->local_only : out->compact) = v != 0;
+      }
+    } else if (!SkipField(c, tag)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool IsCompactLookup(const v1::LookupResponse& response) {

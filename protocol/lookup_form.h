@@ -3,7 +3,8 @@
 // LookupRequest.compact (tiers as one byte per key, owners and leases by index into a
 // small holders table; the proto states the rules). At 2,048 keys on one node the compact
 // form is about 2 KiB where the verbose one is 2,048 sub-messages each naming its owner.
-// Also the LookupRequest encoder the C++ client uses. Pure functions; thread-safe.
+// Also the LookupRequest encoder the C++ client uses, and the reader the server uses. Pure
+// functions; thread-safe.
 #ifndef KVTIER_PROTOCOL_LOOKUP_FORM_H_
 #define KVTIER_PROTOCOL_LOOKUP_FORM_H_
 
@@ -11,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kvtier/v1/kvtier.pb.h"
@@ -24,9 +26,28 @@ std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string
                                 bool local_only, uint64_t lease_ms, bool compact);
 // The same for the keys keys[which[0]], keys[which[1]], ... in that order (a peer's share
 // of a chain). REQUIRES: every entry of `which` < keys.size().
-std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
+std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string_view> keys,
                                 std::span<const size_t> which, bool local_only, uint64_t lease_ms,
                                 bool compact);
+
+// The fields of a kvtier.v1.LookupRequest, viewing the serialized bytes they came from
+// (or the strings of a parsed message).
+struct LookupRequestView {
+  std::string_view ns;
+  std::vector<std::string_view> keys;
+  bool local_only = false;
+  uint64_t lease_ms = 0;
+  bool compact = false;
+};
+
+// Reads a serialized LookupRequest into `out` without copying a key: what a server does
+// per Lookup, where protobuf's parse allocates a string per key (a third of the server's
+// CPU for a 2,048-key Lookup). Reads what protobuf would, for the fields above; unknown
+// fields are skipped, as protobuf skips them. Returns false (out unspecified) when the
+// bytes are not a well-formed message of that shape or hold anything it does not read
+// the way protobuf does: a known field with another wire type, a namespace with a
+// non-ASCII byte (protobuf checks UTF-8), a group. Parse those with protobuf instead.
+bool ReadLookupRequest(std::string_view bytes, LookupRequestView* out);
 
 // True when `response` carries the compact form (it has tiers or owners) rather than
 // `blocks`.

@@ -57,31 +57,30 @@ absl::Status RegisterNamespaceWork(ServiceContext* ctx, const v1::RegisterNamesp
 
 // Lookup's work once admitted: the local answer, or (cluster mode, unless local_only)
 // the local tiers merged with the owners' answers for the keys not held here.
-void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
+void LookupWork(ServiceContext* ctx, const protocol::LookupRequestView& request,
                 v1::LookupResponse* response, storage::TieredStore& store, const Caller& caller,
                 FinishFn finish) {
-  std::vector<std::string> keys;
   std::string ns_name;
   storage::LookupResult r;
   absl::Status s = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(storage::NamespaceOptions ns,
-                     FindNamespace(*ctx, store, request->namespace_(), caller));
+                     FindNamespace(*ctx, store, std::string(request.ns), caller));
     ns_name = ns.name;
-    ASSIGN_OR_RETURN(keys, TakeKeys(request->mutable_keys(), ctx->limits, false));
-    if (request->lease_ms() > ctx->limits.max_lease_ms) {
-      return absl::InvalidArgumentError(absl::StrCat("lease_ms ", request->lease_ms(),
-                                                     " exceeds max_lease_ms ",
-                                                     ctx->limits.max_lease_ms));
+    RETURN_IF_ERROR(CheckKeyViews(request.keys, ctx->limits, false));
+    if (request.lease_ms > ctx->limits.max_lease_ms) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lease_ms ", request.lease_ms, " exceeds max_lease_ms ", ctx->limits.max_lease_ms));
     }
     storage::LeaseOptions lease;
-    lease.lease_ms = request->lease_ms();
+    lease.lease_ms = request.lease_ms;
     // In a cluster this node may hold keys after another owner's: those are in the
     // cluster-wide prefix too (PeerFanout), so lease every resident key.
     lease.every_resident_key = ctx->fanout != nullptr;
-    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, keys, lease));
+    ASSIGN_OR_RETURN(r, store.Lookup(ns.name, request.keys, lease));
     return absl::OkStatus();
   }();
   if (!s.ok()) return finish(s);
+  const std::span<const std::string_view> keys = request.keys;
   PeerFanout::LocalAnswer local;
   local.lease_limit = static_cast<v1::LeaseLimit>(r.lease_limit);
   local.tiers.reserve(keys.size());
@@ -94,8 +93,8 @@ void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
     leased += held ? 1 : 0;
     local.lease_ids.push_back(held ? r.lease_id : 0);
   }
-  if (ctx->fanout != nullptr && !request->local_only()) {
-    ctx->fanout->LookupAsync(ns_name, keys, local, request->lease_ms(), request->compact(),
+  if (ctx->fanout != nullptr && !request.local_only) {
+    ctx->fanout->LookupAsync(ns_name, keys, local, request.lease_ms, request.compact,
                              [response, finish](v1::LookupResponse merged) {
                                *response = std::move(merged);
                                finish(absl::OkStatus());
@@ -107,7 +106,7 @@ void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
   while (leased_prefix < r.prefix_blocks && local.lease_ids[leased_prefix] != 0) ++leased_prefix;
   response->set_leased_blocks(leased_prefix);
   if (leased_prefix < r.prefix_blocks) response->set_lease_limit(local.lease_limit);
-  if (request->compact()) {
+  if (request.compact) {
     protocol::EncodeCompactLookup(local.tiers, local.lease_ids, ctx->node_id, response);
     return finish(absl::OkStatus());
   }
@@ -121,19 +120,42 @@ void LookupWork(ServiceContext* ctx, v1::LookupRequest* request,
   finish(absl::OkStatus());
 }
 
+// One Lookup call: the request's bytes, read in place (protocol::ReadLookupRequest) or,
+// when the reader declines, parsed with protobuf (then `view` views `parsed`), and the
+// response. Shared by the call's work and its completion.
+struct LookupCall {
+  std::string bytes;
+  v1::LookupRequest parsed;
+  protocol::LookupRequestView view;
+  v1::LookupResponse response;
+};
+
+// Reads the request into `call`; false when it does not parse as a LookupRequest.
+bool ReadLookupCall(const grpc::ByteBuffer& raw, LookupCall* call) {
+  std::vector<grpc::Slice> slices;
+  if (!raw.Dump(&slices).ok()) return false;
+  size_t n = 0;
+  for (const grpc::Slice& sl : slices) n += sl.size();
+  call->bytes.reserve(n);
+  for (const grpc::Slice& sl : slices) {
+    call->bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  if (protocol::ReadLookupRequest(call->bytes, &call->view)) return true;
+  if (!call->parsed.ParseFromString(call->bytes)) return false;
+  call->view = protocol::LookupRequestView{};
+  call->view.ns = call->parsed.namespace_();
+  call->view.keys.assign(call->parsed.keys().begin(), call->parsed.keys().end());
+  call->view.local_only = call->parsed.local_only();
+  call->view.lease_ms = call->parsed.lease_ms();
+  call->view.compact = call->parsed.compact();
+  return true;
+}
+
 UnaryWork RegisterNamespaceWorkFor(ServiceContext* ctx, const v1::RegisterNamespaceRequest* request,
                                    v1::RegisterNamespaceResponse* response) {
   return Synchronous([ctx, request, response](storage::TieredStore& store, const Caller& caller) {
     return RegisterNamespaceWork(ctx, *request, response, store, caller);
   });
-}
-
-UnaryWork LookupWorkFor(ServiceContext* ctx, v1::LookupRequest* request,
-                        v1::LookupResponse* response) {
-  return [ctx, request, response](storage::TieredStore& store, const Caller& caller,
-                                  FinishFn finish) {
-    LookupWork(ctx, request, response, store, caller, std::move(finish));
-  };
 }
 
 UnaryWork PinWork(ServiceContext* ctx, const v1::PinRequest* request, v1::PinResponse* response) {
@@ -220,9 +242,28 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Get(
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext* context,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
+  auto call = std::make_shared<LookupCall>();
+  if (!ReadLookupCall(*request, call.get())) {
+    // After admission, as RunParsed refuses, so an unauthenticated caller still gets
+    // UNAUTHENTICATED.
+    return RunUnary(ctx_, context, Op::kLookup,
+                    [](storage::TieredStore&, const Caller&, FinishFn finish) {
+                      finish(absl::InvalidArgumentError(
+                          "Lookup: request bytes do not parse as kvtier.v1.LookupRequest"));
+                    });
+  }
   // Inline: Lookup reads the in-memory index only (peer calls are asynchronous).
-  return RunParsed(ctx_, context, Op::kLookup, "Lookup", request, response, &LookupWorkFor,
-                   Dispatch::kInline);
+  return RunUnary(
+      ctx_, context, Op::kLookup,
+      [ctx = ctx_, call, response](storage::TieredStore& store, const Caller& caller,
+                                   FinishFn finish) {
+        LookupWork(ctx, call->view, &call->response, store, caller,
+                   [call, response, finish](absl::Status s) {
+                     if (s.ok()) s = SerializeResponse(call->response, response);
+                     finish(s);
+                   });
+      },
+      Dispatch::kInline);
 }
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Pin(grpc::CallbackServerContext* context,

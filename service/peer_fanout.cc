@@ -222,8 +222,8 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   LookupCall(PeerFanout* fanout, bool compact, std::function<void(v1::LookupResponse)> done)
       : fanout_(fanout), compact_(compact), done_(std::move(done)) {}
 
-  void Run(const std::string& ns, const std::vector<std::string>& keys,
-           const LocalAnswer& local, uint64_t lease_ms) {
+  void Run(std::string_view ns, std::span<const std::string_view> keys, const LocalAnswer& local,
+           uint64_t lease_ms) {
     lease_ms_ = lease_ms;
     Plan(ns, keys, local);
     if (batches_.empty()) {
@@ -253,8 +253,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   // Per ring node: (key index, ring rank) of each key that node should be asked about.
   using Wanted = std::vector<std::vector<std::pair<size_t, size_t>>>;
 
-  void Plan(const std::string& ns, const std::vector<std::string>& keys,
-            const LocalAnswer& local) {
+  void Plan(std::string_view ns, std::span<const std::string_view> keys, const LocalAnswer& local) {
     Membership& membership = *fanout_->membership_;
     const std::vector<Peer> members = membership.peers();
     fanout_->SyncMembership(members);
@@ -265,7 +264,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   }
 
   // Records this node's own copies as answers and returns what to ask the other owners.
-  Wanted TakeLocalHits(const std::string& ns, const std::vector<std::string>& keys,
+  Wanted TakeLocalHits(std::string_view ns, std::span<const std::string_view> keys,
                        const LocalAnswer& local_answer) {
     const std::vector<v1::Tier>& local_tiers = local_answer.tiers;
     const std::vector<std::string>& nodes = ring_->nodes();
@@ -296,7 +295,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   // Splits each live peer's keys into batches of max_keys_per_call. A down peer gets no
   // batch (its keys stay misses) but perhaps a background probe.
-  void MakeBatches(const std::string& ns, const std::vector<std::string>& keys,
+  void MakeBatches(std::string_view ns, std::span<const std::string_view> keys,
                    const std::vector<Peer>& members, const Wanted& wanted) {
     PeerHealth& health = fanout_->health_;
     const std::vector<std::string>& nodes = ring_->nodes();
@@ -441,10 +440,11 @@ void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::strin
                              std::function<void(v1::LookupResponse)> done) {
   LocalAnswer local;
   local.tiers = local_tiers;
-  LookupAsync(ns, keys, local, 0, /*compact=*/false, std::move(done));
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  LookupAsync(ns, views, local, 0, /*compact=*/false, std::move(done));
 }
 
-void PeerFanout::LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
+void PeerFanout::LookupAsync(std::string_view ns, std::span<const std::string_view> keys,
                              const LocalAnswer& local, uint64_t lease_ms, bool compact,
                              std::function<void(v1::LookupResponse)> done) {
   std::make_shared<LookupCall>(this, compact, std::move(done))->Run(ns, keys, local, lease_ms);

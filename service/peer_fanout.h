@@ -8,15 +8,17 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
-#include "common/mutex.h"
 #include "service/membership.h"
 #include "service/peer_health.h"
 
@@ -94,7 +96,8 @@ class PeerFanout {
   // lease_limit the first bound an owner reported. A peer's copy that loses the merge to
   // another replica keeps its lease until it expires. With `compact` the answer comes in
   // the compact form (protocol/lookup_form.h) instead of `blocks`, same content.
-  void LookupAsync(const std::string& ns, const std::vector<std::string>& keys,
+  // The keys (and ns) need to live only until LookupAsync returns.
+  void LookupAsync(std::string_view ns, std::span<const std::string_view> keys,
                    const LocalAnswer& local, uint64_t lease_ms, bool compact,
                    std::function<void(v1::LookupResponse)> done);
 

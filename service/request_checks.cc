@@ -25,20 +25,21 @@ absl::Status CheckKey(std::string_view key, std::string_view field) {
 
 namespace {
 
-// CheckKeys' checks, without the copy.
-absl::Status ValidateKeys(const google::protobuf::RepeatedPtrField<std::string>& keys,
-                          const ServiceLimits& limits, bool allow_empty) {
+// CheckKeys' checks, without the copy, over any range of keys.
+template <typename Keys>
+absl::Status ValidateKeys(const Keys& keys, const ServiceLimits& limits, bool allow_empty) {
   if (keys.empty() && !allow_empty) return absl::InvalidArgumentError("keys is empty");
   if (static_cast<uint64_t>(keys.size()) > limits.max_keys_per_request) {
     return absl::InvalidArgumentError(absl::StrCat("keys: ", keys.size(),
                                                    " keys exceed max_keys_per_request (",
                                                    limits.max_keys_per_request, ")"));
   }
-  for (int i = 0; i < keys.size(); ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(keys.size()); ++i) {
+    const std::string_view key = keys[static_cast<int>(i)];
     // The field name is built only for the message: formatting it for every key cost
     // more than the store's lookup of that key.
-    if (keys[i].empty() || keys[i].size() > storage::kMaxKeyBytes) {
-      return CheckKey(keys[i], absl::StrCat("keys[", i, "]"));
+    if (key.empty() || key.size() > storage::kMaxKeyBytes) {
+      return CheckKey(key, absl::StrCat("keys[", i, "]"));
     }
   }
   return absl::OkStatus();
@@ -53,14 +54,9 @@ absl::StatusOr<std::vector<std::string>> CheckKeys(
   return std::vector<std::string>(keys.begin(), keys.end());
 }
 
-absl::StatusOr<std::vector<std::string>> TakeKeys(
-    google::protobuf::RepeatedPtrField<std::string>* keys, const ServiceLimits& limits,
-    bool allow_empty) {
-  RETURN_IF_ERROR(ValidateKeys(*keys, limits, allow_empty));
-  std::vector<std::string> out;
-  out.reserve(static_cast<size_t>(keys->size()));
-  for (std::string& k : *keys) out.push_back(std::move(k));
-  return out;
+absl::Status CheckKeyViews(std::span<const std::string_view> keys, const ServiceLimits& limits,
+                           bool allow_empty) {
+  return ValidateKeys(keys, limits, allow_empty);
 }
 
 absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,

@@ -33,11 +33,9 @@ absl::StatusOr<std::vector<std::string>> CheckKeys(
     const google::protobuf::RepeatedPtrField<std::string>& keys, const ServiceLimits& limits,
     bool allow_empty);
 
-// Like CheckKeys but moves the keys out of `keys` (left holding empty strings) instead of
-// copying them, for requests the handler owns and does not read again.
-absl::StatusOr<std::vector<std::string>> TakeKeys(
-    google::protobuf::RepeatedPtrField<std::string>* keys, const ServiceLimits& limits,
-    bool allow_empty);
+// CheckKeys' checks for keys viewed in the request's bytes (Lookup), without a copy.
+absl::Status CheckKeyViews(std::span<const std::string_view> keys, const ServiceLimits& limits,
+                           bool allow_empty);
 
 // The namespace `name` if it exists and `caller` may use it: INVALID_ARGUMENT for an empty
 // name, NOT_FOUND when it is not registered, PERMISSION_DENIED for another tenant's.

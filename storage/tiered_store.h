@@ -389,6 +389,9 @@ class TieredStore {
 
   // Returns how many leading `keys` are resident and each key's tier. Never changes
   // recency, never takes a lease. NOT_FOUND unknown namespace.
+  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string_view> keys) {
+    return Lookup(ns, keys, LeaseOptions{});
+  }
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys) {
     return Lookup(ns, keys, LeaseOptions{});
   }
@@ -400,8 +403,13 @@ class TieredStore {
   // tenant's leased-bytes bound (StoreOptions) would be exceeded; lease_limit says which.
   // Still never changes recency. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
-                                              std::span<const std::string> keys,
+                                              std::span<const std::string_view> keys,
                                               const LeaseOptions& lease) = 0;
+  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys,
+                                      const LeaseOptions& lease) {
+    const std::vector<std::string_view> views(keys.begin(), keys.end());
+    return Lookup(ns, views, lease);
+  }
   // Ends lease `lease_id` of namespace `ns` (granted by Lookup). Returns the number of
   // blocks it held; 0 when it already ended (expired or released). NOT_FOUND unknown
   // namespace.

@@ -105,9 +105,8 @@ class TieredStoreImpl final : public TieredStore {
   absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) override
       ABSL_LOCKS_EXCLUDED(mu_);
   using TieredStore::Lookup;
-  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys,
-                                      const LeaseOptions& lease) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string_view> keys,
+                                      const LeaseOptions& lease) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> ReleaseLease(std::string_view ns, uint64_t lease_id) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> Delete(std::string_view ns, std::span<const std::string> keys) override

@@ -10,7 +10,7 @@
 namespace kvtier::storage {
 
 absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
-                                                     std::span<const std::string> keys,
+                                                     std::span<const std::string_view> keys,
                                                      const LeaseOptions& lease) {
   common::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(NsState * ns, FindNsLocked(ns_name));
@@ -21,7 +21,7 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   bool prefix = true;
   uint64_t hits = 0;
   uint64_t prefix_hot = 0;
-  for (const std::string& key : keys) {
+  for (const std::string_view key : keys) {
     const BlockId id = index_.Find(ns->id, key);
     if (lease.lease_ms > 0) ids.push_back(id);
     Tier tier = Tier::kNone;

@@ -1,5 +1,6 @@
 #include "protocol/lookup_form.h"
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -150,7 +151,7 @@ TEST(LookupFormTest, EncodedRequestIsWhatProtobufWrites) {
 }
 
 TEST(LookupFormTest, EncodedSubsetRequestNamesOnlyThoseKeysInThatOrder) {
-  const std::vector<std::string> keys = {"k0", "k1", "k2", "k3"};
+  const std::vector<std::string_view> keys = {"k0", "k1", "k2", "k3"};
   const std::vector<size_t> which = {3, 1};
   v1::LookupRequest req;
   req.set_namespace_("ns");
@@ -160,6 +161,92 @@ TEST(LookupFormTest, EncodedSubsetRequestNamesOnlyThoseKeysInThatOrder) {
   req.set_lease_ms(500);
   req.set_compact(true);
   EXPECT_EQ(EncodeLookupRequest("ns", keys, which, true, 500, true), req.SerializeAsString());
+}
+
+TEST(LookupFormTest, ReadRequestReadsWhatProtobufWritesWithoutCopyingKeys) {
+  const std::vector<std::string> keys = {"a", std::string(32, 'k'), std::string(200, 'x')};
+  for (bool local_only : {false, true}) {
+    for (uint64_t lease_ms : {uint64_t{0}, uint64_t{1000}, uint64_t{1} << 40}) {
+      for (bool compact : {false, true}) {
+        const std::string bytes = EncodeLookupRequest("ns-1", keys, local_only, lease_ms, compact);
+        LookupRequestView v;
+        ASSERT_TRUE(ReadLookupRequest(bytes, &v));
+        EXPECT_EQ(v.ns, "ns-1");
+        ASSERT_EQ(v.keys.size(), keys.size());
+        for (size_t i = 0; i < keys.size(); ++i) {
+          EXPECT_EQ(v.keys[i], keys[i]);
+          EXPECT_TRUE(v.keys[i].data() >= bytes.data() &&
+                      v.keys[i].data() < bytes.data() + bytes.size());  // a view, no copy
+        }
+        EXPECT_EQ(v.local_only, local_only);
+        EXPECT_EQ(v.lease_ms, lease_ms);
+        EXPECT_EQ(v.compact, compact);
+      }
+    }
+  }
+  LookupRequestView v;
+  ASSERT_TRUE(ReadLookupRequest("", &v));  // every field at its default
+  EXPECT_TRUE(v.ns.empty() && v.keys.empty() && !v.local_only && v.lease_ms == 0);
+
+  // Unknown fields are skipped, as protobuf skips them; the last namespace wins.
+  v1::LookupRequest req;
+  req.set_namespace_("first");
+  req.add_keys("k");
+  std::string bytes = req.SerializeAsString();
+  bytes += std::string("\xa0\x06\x07", 3);              // field 100, varint 7
+  bytes += std::string("\x0a\x04last", 6);              // namespace again
+  bytes += std::string("\xad\x06\x01\x02\x03\x04", 6);  // field 101, fixed32
+  ASSERT_TRUE(ReadLookupRequest(bytes, &v));
+  EXPECT_EQ(v.ns, "last");
+  ASSERT_TRUE(req.ParseFromString(bytes));
+  EXPECT_EQ(req.namespace_(), "last");
+
+  // Declined (protobuf decides): a non-ASCII namespace (UTF-8 is protobuf's to check), a
+  // known field of another wire type, a truncated key, a group, field number 0.
+  EXPECT_FALSE(ReadLookupRequest(std::string("\x0a\x02\xc3\xa9", 4), &v));
+  EXPECT_FALSE(ReadLookupRequest(std::string("\x1d\x01\x00\x00\x00", 5), &v));  // fixed32
+  EXPECT_FALSE(ReadLookupRequest(std::string("\x12\x05"
+                                             "abc",
+                                             5),
+                                 &v));
+  EXPECT_FALSE(ReadLookupRequest(std::string("\x0b\x0c", 2), &v));
+  EXPECT_FALSE(ReadLookupRequest(std::string("\x00\x01", 2), &v));
+}
+
+TEST(LookupFormTest, ReadRequestAgreesWithProtobufOnMutatedBytes) {
+  // Whatever ReadLookupRequest reads, protobuf parses to the same fields.
+  std::mt19937 rng(5);
+  int read = 0;
+  for (int it = 0; it < 20000; ++it) {
+    std::vector<std::string> keys(rng() % 5);
+    for (std::string& k : keys)
+      k = std::string(1 + rng() % 40, static_cast<char>('a' + rng() % 26));
+    std::string bytes = EncodeLookupRequest("ns", keys, rng() % 2, rng() % 3 * 700, rng() % 2);
+    for (int m = 0, n = 1 + static_cast<int>(rng() % 3); m < n && !bytes.empty(); ++m) {
+      switch (rng() % 3) {
+        case 0:
+          bytes[rng() % bytes.size()] = static_cast<char>(rng());
+          break;
+        case 1:
+          bytes.resize(rng() % bytes.size());
+          break;
+        default:
+          bytes.insert(rng() % (bytes.size() + 1), 1, static_cast<char>(rng()));
+      }
+    }
+    LookupRequestView v;
+    if (!ReadLookupRequest(bytes, &v)) continue;
+    ++read;
+    v1::LookupRequest req;
+    ASSERT_TRUE(req.ParseFromString(bytes)) << it;
+    EXPECT_EQ(v.ns, req.namespace_()) << it;
+    ASSERT_EQ(v.keys.size(), static_cast<size_t>(req.keys_size())) << it;
+    for (size_t i = 0; i < v.keys.size(); ++i) EXPECT_EQ(v.keys[i], req.keys(static_cast<int>(i)));
+    EXPECT_EQ(v.local_only, req.local_only()) << it;
+    EXPECT_EQ(v.lease_ms, req.lease_ms()) << it;
+    EXPECT_EQ(v.compact, req.compact()) << it;
+  }
+  EXPECT_GT(read, 1000);
 }
 
 TEST(LookupFormTest, AnswersEncodeToTheSameBlocksInEitherForm) {

@@ -297,6 +297,57 @@ TEST_F(KvCacheServiceTest, UnaryRequestsThatDoNotParseAreInvalidArgumentNamingTh
   EXPECT_EQ(list.namespaces(0).name(), "ns");
 }
 
+// Lookup reads its request in place (protocol::ReadLookupRequest); encodings that reader
+// declines go to protobuf, with protobuf's verdict: valid UTF-8 in the namespace is a
+// name like any other, invalid UTF-8 does not parse, unknown fields are ignored.
+TEST_F(KvCacheServiceTest, LookupAnswersEveryEncodingAsProtobufReadsIt) {
+  auto lookup = [&](const std::string& bytes, v1::LookupResponse* out) {
+    grpc::ClientContext ctx;
+    grpc::internal::RpcMethod method("/kvtier.v1.KvCache/Lookup",
+                                     grpc::internal::RpcMethod::NORMAL_RPC);
+    grpc::Slice body(bytes);
+    grpc::ByteBuffer request(&body, 1), response;
+    const grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel_.get(), method, &ctx, request, &response);
+    if (s.ok()) {
+      std::vector<grpc::Slice> slices;
+      EXPECT_TRUE(response.Dump(&slices).ok());
+      std::string flat;
+      for (const grpc::Slice& sl : slices)
+        flat.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      EXPECT_TRUE(out->ParseFromString(flat));
+    }
+    return s;
+  };
+  v1::LookupRequest req;
+  req.set_namespace_("ns");
+  req.add_keys("k0");
+  req.add_keys("k1");
+  req.set_compact(true);
+  std::string bytes = req.SerializeAsString() + std::string("\xa0\x06\x07", 3);  // field 100
+  v1::LookupResponse resp;
+  ASSERT_TRUE(lookup(bytes, &resp).ok());
+  EXPECT_EQ(resp.tiers().size(), 2u);  // compact, as asked
+  EXPECT_EQ(resp.prefix_blocks(), 0u);
+
+  req.set_namespace_("n\xc3\xa9");  // valid UTF-8: the protobuf path, an unknown name
+  grpc::Status s = lookup(req.SerializeAsString(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("is not registered"));
+
+  bytes = req.SerializeAsString();
+  bytes[bytes.find("\xa9")] = '(';  // no longer UTF-8
+  s = lookup(bytes, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("Lookup: request bytes do not parse"));
+
+  req.set_namespace_("ns");
+  req.add_keys("");  // checked as before: the key is named
+  s = lookup(req.SerializeAsString(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("keys[2]"));
+}
+
 // A 64 MiB Put budget (and gRPC memory quota), puts of up to 16 MiB each, and a short
 // progress timeout.
 class PutAdmissionTest : public KvCacheServiceTest {
