@@ -124,7 +124,9 @@ def _fmt(fmt):
 
 
 def _split_ranges(n, parts):
-    parts = max(1, min(parts, n))
+    if n <= 1 or parts <= 1:
+        return [(0, n)]
+    parts = min(parts, n)
     out, begin = [], 0
     for p in range(parts):
         end = begin + (n - begin) // (parts - p)
