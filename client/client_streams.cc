@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "client/client_impl.h"
+#include "common/bulk_copy.h"
 #include "common/status_macros.h"
 
 namespace kvtier::client {
@@ -53,7 +54,7 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
       }
       if (!b.payload.empty()) {
         staged.push_back(*at);
-        std::memcpy(r->base() + *at, b.payload.data(), b.payload.size());
+        common::BulkCopy(r->base() + *at, b.payload.data(), b.payload.size());
       }
       offsets.push_back(*at);
     }
@@ -240,7 +241,7 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
       }
       for (const auto& [i, at] : staged) {
         if (status.ok() && (*infos)[i].found()) {
-          std::memcpy(buffers[i].data(), r->base() + at, (*infos)[i].size());
+          common::BulkCopy(buffers[i].data(), r->base() + at, (*infos)[i].size());
         }
       }
     }

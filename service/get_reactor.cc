@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bulk_copy.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "protocol/convert.h"
@@ -138,7 +139,7 @@ class GetCore {
                                                   item.bytes.size()));
       }
       uint8_t* to = region_->base() + d.offset();
-      if (item.bytes.data() != to) std::memcpy(to, item.bytes.data(), item.bytes.size());
+      if (item.bytes.data() != to) common::BulkCopy(to, item.bytes.data(), item.bytes.size());
       return absl::OkStatus();
     }
     item.index = static_cast<uint32_t>(i);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/bulk_copy.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "storage/checksum.h"
@@ -293,13 +294,13 @@ void TieredStoreImpl::CopyIntoHot(const NsState& ns, const BlockPut& block, Prep
     uint8_t* o = dst;
     for (std::string_view piece : block.pieces) {
       if (piece.empty()) continue;
-      std::memcpy(o, piece.data(), piece.size());
+      common::BulkCopy(o, piece.data(), piece.size());
       o += piece.size();
     }
     // Our allocation reference keeps the slot ours until it is published.
     p->payload = std::span<const uint8_t>(dst, p->payload_size);
   } else {
-    std::memcpy(dst, p->payload.data(), p->payload.size());
+    common::BulkCopy(dst, p->payload.data(), p->payload.size());
   }
 }
 

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/bulk_copy.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/sync_stream.h"
@@ -530,7 +531,8 @@ bool CopyOutBlocks(const shm::CallReply& reply, const ShmCallsObject* obj,
   }
   for (const CopyOut& o : outs) {
     const uint64_t n = sizes[o.index];
-    if (n != 0 && n <= o.buffer.size()) std::memcpy(o.buffer.data(), obj->region + o.offset, n);
+    if (n != 0 && n <= o.buffer.size())
+      common::BulkCopy(o.buffer.data(), obj->region + o.offset, n);
   }
   return true;
 }
@@ -591,7 +593,7 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
   {
     NoGil no_gil;
     for (size_t i = 0; i < sources.size(); ++i) {
-      std::memcpy(obj->region + offsets[i], sources[i].data(), sources[i].size());
+      common::BulkCopy(obj->region + offsets[i], sources[i].data(), sources[i].size());
     }
     const int64_t deadline_ms = shm::NowUnixMs() + static_cast<int64_t>(timeout_s * 1000) + 1;
     reply =
