@@ -123,7 +123,7 @@ void LookupWork(ServiceContext* ctx, const protocol::LookupRequestView& request,
 // One Lookup call: the request's bytes, read in place (protocol::ReadLookupRequest) or,
 // when the reader declines, parsed with protobuf (then `view` views `parsed`), and the
 // response. Shared by the call's work and its completion.
-struct LookupCall {
+struct LookupState {
   std::string bytes;
   v1::LookupRequest parsed;
   protocol::LookupRequestView view;
@@ -131,7 +131,7 @@ struct LookupCall {
 };
 
 // Reads the request into `call`; false when it does not parse as a LookupRequest.
-bool ReadLookupCall(const grpc::ByteBuffer& raw, LookupCall* call) {
+bool ReadLookupState(const grpc::ByteBuffer& raw, LookupState* call) {
   std::vector<grpc::Slice> slices;
   if (!raw.Dump(&slices).ok()) return false;
   size_t n = 0;
@@ -242,8 +242,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* KvCacheServiceImpl::Get(
 grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext* context,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response) {
-  auto call = std::make_shared<LookupCall>();
-  if (!ReadLookupCall(*request, call.get())) {
+  auto call = std::make_shared<LookupState>();
+  if (!ReadLookupState(*request, call.get())) {
     // After admission, as RunParsed refuses, so an unauthenticated caller still gets
     // UNAUTHENTICATED.
     return RunUnary(ctx_, context, Op::kLookup,

@@ -405,6 +405,7 @@ class TieredStore {
   virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
                                               std::span<const std::string_view> keys,
                                               const LeaseOptions& lease) = 0;
+  // The same for keys held as strings.
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys,
                                       const LeaseOptions& lease) {
     const std::vector<std::string_view> views(keys.begin(), keys.end());
