@@ -208,7 +208,7 @@ def test_native_shm_calls_check_copies_and_refuse_after_close(server):
         assert calls is not None
         keys, puts, raw = blocks.sequence(NS, blocks.layout(), 1, seed=12)
         req = c._put_header(NS, puts, [memoryview(p.payload).cast("B") for p in puts],
-                            kvtier.RAW, region.session, [0]).SerializeToString()
+                            kvtier.RAW, region.session, [0])
         with pytest.raises(ValueError, match="copies"):
             calls.call(kvtier.shm.OP_PUT, req, 5.0, [(region.size - 16, raw[0])])
         with pytest.raises(ValueError, match="op"):

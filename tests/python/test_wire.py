@@ -18,6 +18,58 @@ def test_chunk_prefix_is_tag_2_and_a_varint():
     assert wire.chunk_prefix(1 << 20) == b"\x12\x80\x80\x40"
 
 
+def test_hand_encoded_put_header_is_what_protobuf_writes():
+    # wire.put_request / put_block_field build a Put's header per call: protobuf must read
+    # the same message, and each block field must be protobuf's bytes, for any block
+    # (defaults, long keys, large values).
+    rng = np.random.default_rng(4)
+    fields = kvtier.pb.PutHeader(namespace="ns-é", format=kvtier.RAW, shm_session=b"s" * 16)
+    fields.layout.num_layers = 32
+    for _ in range(500):
+        blocks = []
+        for _ in range(int(rng.integers(0, 4))):
+            blocks.append((bytes(rng.integers(0, 256, int(rng.integers(1, 200)), np.uint8)),
+                           bytes(rng.integers(0, 256, int(rng.integers(0, 3)) * 16, np.uint8)),
+                           int(rng.choice([0, 1, 127, 128, 2**32 - 1])),
+                           int(rng.choice([0, 5, 2097192, 2**40])),
+                           int(rng.choice([0, 4096, 2**63]))))
+        want = kvtier.pb.PutRequest()
+        want.header.CopyFrom(fields)
+        for key, parent, index, size, offset in blocks:
+            want.header.blocks.add(key=key, parent_key=parent, block_index=index, size=size,
+                                   shm_offset=offset)
+        got = wire.put_request(fields.SerializeToString(),
+                               [wire.put_block_field(*b) for b in blocks])
+        # The same message (protobuf writes the blocks before layout and shm_session).
+        assert kvtier.pb.PutRequest.FromString(got) == want
+        for key, parent, index, size, offset in blocks:
+            one = kvtier.pb.PutHeader()
+            one.blocks.add(key=key, parent_key=parent, block_index=index, size=size,
+                           shm_offset=offset)
+            assert wire.put_block_field(key, parent, index, size, offset) == \
+                one.SerializeToString()
+
+
+def test_hand_encoded_get_request_is_what_protobuf_writes():
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        n = int(rng.integers(0, 4))
+        keys = [bytes(rng.integers(0, 256, int(rng.integers(1, 200)), np.uint8))
+                for _ in range(n)]
+        dests = [(int(rng.choice([0, 4096, 2**40])), int(rng.choice([0, 2097192])))
+                 for _ in range(n)]
+        ns = str(rng.choice(["", "ns", "名前"]))
+        fmt = int(rng.choice([kvtier.ENCODED, kvtier.RAW]))
+        lease = [0, 7, 2**64 - 1][int(rng.integers(0, 3))]
+        session = bytes(rng.integers(0, 256, int(rng.choice([0, 16])), np.uint8))
+        want = kvtier.pb.GetRequest(namespace=ns, keys=keys, format=fmt, lease_id=lease,
+                                    shm_session=session)
+        for offset, capacity in dests:
+            want.shm_destinations.add(offset=offset, capacity=capacity)
+        got = wire.get_request(ns, keys, fmt, lease, session, dests)
+        assert got == want.SerializeToString()
+
+
 def test_get_stream_parser_routes_chunks_and_rejects_malformed_streams():
     header = kvtier.pb.GetHeader(blocks=[kvtier.pb.GetBlockInfo(key=b"a", found=True, size=5),
                                          kvtier.pb.GetBlockInfo(key=b"b", found=False),

@@ -227,6 +227,9 @@ class Client:
         self._next = 0
         self._lock = threading.Lock()
         self._layouts = {}
+        # (ns, format, shm session) -> (its layout, the serialized PutHeader fields but
+        # the blocks): _put_header.
+        self._header_fields = {}
         self._region = None
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
@@ -483,7 +486,7 @@ class Client:
 
     def _socket_call(self, region, op, message, deadline, rpc, response_type, copies=(),
                      copy_outs=()):
-        """The call over the region's socket (shm.SharedRegion.call, which first copies
+        """The call of serialized request `message` over the region's socket (shm.SharedRegion.call, which first copies
         `copies` into the region and may copy `copy_outs` out of it), as the C++ client
         makes it: (its parsed response_type, whether copy_outs were copied), or (None,
         False) when it must go over gRPC instead (socket calls off, the socket failed, the
@@ -496,7 +499,7 @@ class Client:
         if left <= 0:
             raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
         try:
-            reply = region.call(op, message.SerializeToString(), left, copies, copy_outs)
+            reply = region.call(op, message, left, copies, copy_outs)
         except errors.DeadlineExceededError:
             raise errors.DeadlineExceededError("Deadline Exceeded", rpc) from None
         except OSError:
@@ -513,18 +516,30 @@ class Client:
         return response_type.FromString(body), copied
 
     def _put_header(self, ns, blocks, views, fmt, session=None, offsets=None):
-        """The first message of a Put of `blocks`: a PutRequest holding only its header
-        (payloads in the region at `offsets` when `session` is set)."""
+        """The first message of a Put of `blocks`, serialized: a PutRequest holding only
+        its header (payloads in the region at `offsets` when `session` is set). The
+        blocks are encoded by hand (wire.put_block_field) unless one carries router
+        fields (token_ids, lora_name, extra_keys)."""
         with self._lock:
             known = self._layouts.get(ns)
+            cached = self._header_fields.get((ns, fmt, session))
+        if cached is None or cached[0] is not known:
+            header = pb.PutHeader(namespace=ns, format=fmt)
+            if known is not None:
+                header.layout.CopyFrom(known)
+            if session:
+                header.shm_session = session
+            cached = (known, header.SerializeToString())
+            with self._lock:
+                self._header_fields[(ns, fmt, session)] = cached
+        if not any(len(b.token_ids) or b.lora_name or b.extra_keys for b in blocks):
+            return wire.put_request(cached[1], [
+                wire.put_block_field(bytes(b.key), bytes(b.parent_key), b.block_index, len(v),
+                                     offsets[i] if session else 0)
+                for i, (b, v) in enumerate(zip(blocks, views))])
         request = pb.PutRequest()
         header = request.header
-        header.namespace = ns
-        header.format = fmt
-        if known is not None:
-            header.layout.CopyFrom(known)
-        if session:
-            header.shm_session = session
+        header.MergeFromString(cached[1])
         for i, (b, v) in enumerate(zip(blocks, views)):
             pb_block = header.blocks.add(key=bytes(b.key), parent_key=bytes(b.parent_key),
                                          block_index=b.block_index, size=len(v),
@@ -535,10 +550,10 @@ class Client:
                 pb_block.lora_name = b.lora_name
             if b.extra_keys:
                 pb_block.extra_keys.extend(b.extra_keys)
-        return request
+        return request.SerializeToString()
 
     def _put_stream(self, ns, blocks, views, fmt, deadline, session=None, offsets=None):
-        first = self._put_header(ns, blocks, views, fmt, session, offsets).SerializeToString()
+        first = self._put_header(ns, blocks, views, fmt, session, offsets)
         chunk = self.chunk_bytes
 
         def requests():
@@ -653,10 +668,9 @@ class Client:
             self._unary("ReleaseLease", False, req, True, max(deadline - time.monotonic(), 0.001))
 
     def _get_run(self, ns, keys, fmt, deadline, dest, buffers, arrays, lease_id=0):
-        req = pb.GetRequest(namespace=ns, keys=keys, format=fmt, lease_id=lease_id)
         region = self._region if buffers is not None else None
         if region is not None:
-            staged, ok = [], True
+            staged, destinations, ok = [], [], True
             for i, (buf, arr) in enumerate(zip(buffers, arrays)):
                 at = region.offset_of(buf) if arr.size else None
                 if at is None and arr.size:
@@ -665,16 +679,20 @@ class Client:
                         ok = False
                         break
                     staged.append((i, at))
-                req.shm_destinations.add(offset=at or 0, capacity=arr.size if at is not None else 0)
+                destinations.append((at or 0, arr.size if at is not None else 0))
             try:
                 if ok:
-                    req.shm_session = region.session
+                    # Encoded by hand (built per call); parsed back only to redo it as a
+                    # gRPC stream naming the region.
+                    request = wire.get_request(ns, keys, fmt, lease_id, region.session,
+                                               destinations)
                     resp, copied = self._socket_call(
-                        region, shm_mod.OP_GET, req, deadline, "Get", pb.GetResponse,
+                        region, shm_mod.OP_GET, request, deadline, "Get", pb.GetResponse,
                         copy_outs=[(i, at, arrays[i]) for i, at in staged])
                     staged_out = () if copied else staged  # copied: done within the call
-                    infos = (list(resp.header.blocks) if resp is not None else
-                             self._call("Get", self._get_shm_attempt(req), True, deadline))
+                    infos = (list(resp.header.blocks) if resp is not None else self._call(
+                        "Get", self._get_shm_attempt(pb.GetRequest.FromString(request)), True,
+                        deadline))
                     if len(infos) != len(keys):
                         raise errors.InternalError("header lists %d blocks for %d keys"
                                                    % (len(infos), len(keys)), "Get")
@@ -693,8 +711,7 @@ class Client:
             finally:
                 for _, at in staged:
                     region.free(at)
-            del req.shm_destinations[:]
-            req.shm_session = b""
+        req = pb.GetRequest(namespace=ns, keys=keys, format=fmt, lease_id=lease_id)
 
         def attempt(ch, left, _):
             parser = wire.GetStreamParser(dest)

@@ -2,7 +2,8 @@
 protocol/wire.h: a PutRequest chunk is 0x12, varint(length), payload; a
 GetResponse is 0x0a, varint(length), GetHeader or 0x12, varint(length), payload bytes. Block
 payloads are framed and parsed by hand so they never pass through protobuf `bytes` fields.
-Also the buffer adapters (caller buffers as flat uint8 views, no copy). Thread-compatible.
+Also a Put's header, encoded by hand because it is built per call, and the buffer adapters
+(caller buffers as flat uint8 views, no copy). Thread-compatible.
 """
 
 import ctypes
@@ -13,17 +14,67 @@ from kvtier import errors
 from kvtier._proto import pb
 
 
+def varint(n):
+    """The base-128 varint of n >= 0."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def chunk_prefix(n):
     """The prefix of a chunk field holding n payload bytes: 0x12, varint(n)."""
-    out = bytearray([0x12])
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return b"\x12" + varint(n)
+
+
+def put_block_field(key, parent_key, block_index, size, shm_offset):
+    """PutHeader.blocks (field 3) holding a PutBlock with these fields, the bytes protobuf
+    writes (fields at their defaults left out). About 4x faster than building the message,
+    and a Put's header is built per call (tests/python/test_wire.py checks they agree)."""
+    parts = [b"\x0a", varint(len(key)), key]
+    if parent_key:
+        parts += [b"\x12", varint(len(parent_key)), parent_key]
+    if block_index:
+        parts += [b"\x18", varint(block_index)]
+    if size:
+        parts += [b"\x20", varint(size)]
+    if shm_offset:
+        parts += [b"\x28", varint(shm_offset)]
+    block = b"".join(parts)
+    return b"\x1a" + varint(len(block)) + block
+
+
+def get_request(ns, keys, fmt, lease_id, shm_session, shm_destinations):
+    """A serialized GetRequest of `keys` whose payloads go to the shared region at
+    shm_destinations ((offset, capacity) per key), the bytes protobuf writes. Built by hand
+    for the same reason as a Put's header (tests/python/test_wire.py checks they agree)."""
+    ns = ns.encode()
+    parts = [b"\x0a", varint(len(ns)), ns] if ns else []
+    for k in keys:
+        parts += [b"\x12", varint(len(k)), k]
+    if fmt:
+        parts += [b"\x18", varint(fmt)]
+    if shm_session:
+        parts += [b"\x22", varint(len(shm_session)), shm_session]
+    for offset, capacity in shm_destinations:
+        r = (b"\x08" + varint(offset) if offset else b"") + \
+            (b"\x10" + varint(capacity) if capacity else b"")
+        parts += [b"\x2a", varint(len(r)), r]
+    if lease_id:
+        parts += [b"\x30", varint(lease_id)]
+    return b"".join(parts)
+
+
+def put_request(header_fields, block_fields):
+    """The serialized PutRequest whose header is the serialized PutHeader fields
+    `header_fields` followed by `block_fields` (put_block_field each). protobuf writes
+    fields in number order; any order parses to the same message."""
+    header = header_fields + b"".join(block_fields)
+    return b"\x0a" + varint(len(header)) + header
 
 
 def read_varint(buf, i):
