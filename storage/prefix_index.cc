@@ -37,6 +37,15 @@ BlockId PrefixIndex::Find(uint16_t ns, std::string_view key) const {
   return it == ids_.end() ? kNoEntry : *it;
 }
 
+BlockId PrefixIndex::FindAfter(uint16_t ns, std::string_view key, BlockId prev) const {
+  if (prev != kNoEntry && prev + 1 < id_limit()) {
+    // A used entry holding (ns, key) is its only entry.
+    const Entry& e = at(prev + 1);
+    if ((e.flags & Entry::kUsed) && e.ns == ns && this->key(prev + 1) == key) return prev + 1;
+  }
+  return Find(ns, key);
+}
+
 BlockId PrefixIndex::FindOrCreate(uint16_t ns, std::string_view key) {
   const BlockId id = Find(ns, key);
   return id != kNoEntry ? id : NewEntry(ns, key);

@@ -105,6 +105,10 @@ class PrefixIndex {
 
   // Returns the entry of (ns, key), or kNoEntry.
   BlockId Find(uint16_t ns, std::string_view key) const;
+  // Find for the key after `prev` in a prefix chain: tries entry prev + 1 before the hash
+  // set, since a chain put in order usually got consecutive ids (a Lookup of a 2,048-block
+  // chain then misses the cache once per block instead of about three times).
+  BlockId FindAfter(uint16_t ns, std::string_view key, BlockId prev) const;
   // Returns the entry of (ns, key), creating an empty (ghost) one when absent.
   // REQUIRES: 1 <= key.size() <= kMaxKeyBytes.
   BlockId FindOrCreate(uint16_t ns, std::string_view key);

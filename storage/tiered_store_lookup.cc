@@ -21,8 +21,10 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   bool prefix = true;
   uint64_t hits = 0;
   uint64_t prefix_hot = 0;
+  BlockId prev = kNoEntry;
   for (const std::string_view key : keys) {
-    const BlockId id = index_.Find(ns->id, key);
+    const BlockId id = index_.FindAfter(ns->id, key, prev);
+    prev = id;
     if (lease.lease_ms > 0) ids.push_back(id);
     Tier tier = Tier::kNone;
     if (id != kNoEntry) {

@@ -38,6 +38,28 @@ TEST_F(PrefixIndexTest, FindsByNamespaceAndKey) {
   EXPECT_EQ(index_.key(a), "a");
 }
 
+TEST_F(PrefixIndexTest, FindAfterAgreesWithFindWhateverTheHint) {
+  // Consecutive ids (the guess holds), another namespace at the guessed id, a freed id
+  // that still holds the key's bytes, a long key, the last id, no hint: always Find's answer.
+  const BlockId a = index_.FindOrCreate(0, "a");
+  const BlockId b = index_.FindOrCreate(0, "b");
+  const BlockId other_ns = index_.FindOrCreate(1, "c");
+  const BlockId c = index_.FindOrCreate(0, "c");
+  const std::string long_key(32, 'k');
+  const BlockId l = index_.FindOrCreate(0, long_key);
+  ASSERT_EQ(b, a + 1);
+  EXPECT_EQ(index_.FindAfter(0, "b", a), b);
+  EXPECT_EQ(index_.FindAfter(0, "c", b), c);  // b + 1 holds "c" of namespace 1
+  EXPECT_EQ(index_.FindAfter(1, "c", b), other_ns);
+  EXPECT_EQ(index_.FindAfter(0, long_key, c), l);
+  EXPECT_EQ(index_.FindAfter(0, "zz", l), kNoEntry);  // past the last id
+  EXPECT_EQ(index_.FindAfter(0, "a", kNoEntry), a);
+  EXPECT_EQ(index_.FindAfter(0, "a", l), a);  // a wrong hint
+  index_.MaybeFree(b);                        // a childless ghost: freed, its bytes stay
+  EXPECT_EQ(index_.Find(0, "b"), kNoEntry);
+  EXPECT_EQ(index_.FindAfter(0, "b", a), kNoEntry);
+}
+
 TEST_F(PrefixIndexTest, OnlyColdLeavesAreInTheColdList) {
   const BlockId root = Cold("root");
   const BlockId child = Cold("child");
