@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "common/strings.h"
 #include "protocol/error_detail.h"
 
 namespace kvtier::service {
@@ -60,6 +61,16 @@ absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::B
     return absl::InternalError(absl::StrCat("cannot serialize ", message.GetTypeName()));
   }
   return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* RefuseUnparsable(ServiceContext* ctx,
+                                           grpc::CallbackServerContext* context, Op op,
+                                           const char* method, std::string_view type_name) {
+  absl::Status refusal = absl::InvalidArgumentError(
+      absl::StrCat(method, ": request bytes do not parse as ", Sv(type_name)));
+  return RunUnary(
+      ctx, context, op,
+      [refusal](storage::TieredStore&, const Caller&, FinishFn finish) { finish(refusal); });
 }
 
 grpc::ServerUnaryReactor* RunUnary(ServiceContext* ctx, grpc::CallbackServerContext* context,

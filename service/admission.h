@@ -14,14 +14,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/message.h"
 #include "common/status_macros.h"
+#include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "service/auth.h"
 #include "service/kv_cache_service.h"
@@ -78,6 +79,13 @@ using MakeWorkFn = UnaryWork (*)(ServiceContext* ctx, Req* request, Resp* respon
 // Serializes `message` into `out`. INTERNAL when it cannot be serialized.
 absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
 
+// Refuses a call whose request bytes do not parse as the message `type_name`:
+// INVALID_ARGUMENT "<method>: request bytes do not parse as <type_name>", after admission
+// (an unauthenticated caller still gets UNAUTHENTICATED).
+grpc::ServerUnaryReactor* RefuseUnparsable(ServiceContext* ctx,
+                                           grpc::CallbackServerContext* context, Op op,
+                                           const char* method, std::string_view type_name);
+
 // RunUnary for a raw (grpc::ByteBuffer) unary method: parses `raw_request` as Req, runs
 // the UnaryWork that make_work(&request, &response) returns (any callable; it may capture
 // the call's context, e.g. its deadline) and, once it finishes OK, serializes the
@@ -97,12 +105,7 @@ grpc::ServerUnaryReactor* RunParsedWith(ServiceContext* ctx, grpc::CallbackServe
   auto m = std::make_shared<Messages>();
   grpc::ByteBuffer copy(*raw_request);  // shares the slices
   if (!grpc::SerializationTraits<Req>::Deserialize(&copy, &m->request).ok()) {
-    absl::Status refusal = absl::InvalidArgumentError(absl::StrCat(
-        method, ": request bytes do not parse as ", m->request.GetTypeName()));
-    return RunUnary(ctx, context, op,
-                    [refusal](storage::TieredStore&, const Caller&, FinishFn finish) {
-                      finish(refusal);
-                    });
+    return RefuseUnparsable(ctx, context, op, method, m->request.GetTypeName());
   }
   UnaryWork inner = make_work(&m->request, &m->response);
   return RunUnary(ctx, context, op,

@@ -120,11 +120,13 @@ void LookupWork(ServiceContext* ctx, const protocol::LookupRequestView& request,
   finish(absl::OkStatus());
 }
 
-// One Lookup call: the request's bytes, read in place (protocol::ReadLookupRequest) or,
-// when the reader declines, parsed with protobuf (then `view` views `parsed`), and the
-// response. Shared by the call's work and its completion.
+// One Lookup call: the request's bytes (the one slice they usually arrive in, else
+// joined), read in place (protocol::ReadLookupRequest) or, when the reader declines,
+// parsed with protobuf (then `view` views `parsed`), and the response. Shared by the
+// call's work and its completion.
 struct LookupState {
-  std::string bytes;
+  grpc::Slice slice;
+  std::string joined;
   v1::LookupRequest parsed;
   protocol::LookupRequestView view;
   v1::LookupResponse response;
@@ -132,16 +134,20 @@ struct LookupState {
 
 // Reads the request into `call`; false when it does not parse as a LookupRequest.
 bool ReadLookupState(const grpc::ByteBuffer& raw, LookupState* call) {
-  std::vector<grpc::Slice> slices;
-  if (!raw.Dump(&slices).ok()) return false;
-  size_t n = 0;
-  for (const grpc::Slice& sl : slices) n += sl.size();
-  call->bytes.reserve(n);
-  for (const grpc::Slice& sl : slices) {
-    call->bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  std::string_view bytes;
+  if (raw.TrySingleSlice(&call->slice).ok()) {
+    bytes =
+        std::string_view(reinterpret_cast<const char*>(call->slice.begin()), call->slice.size());
+  } else {
+    std::vector<grpc::Slice> slices;
+    if (!raw.Dump(&slices).ok()) return false;
+    for (const grpc::Slice& sl : slices) {
+      call->joined.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+    bytes = call->joined;
   }
-  if (protocol::ReadLookupRequest(call->bytes, &call->view)) return true;
-  if (!call->parsed.ParseFromString(call->bytes)) return false;
+  if (protocol::ReadLookupRequest(bytes, &call->view)) return true;
+  if (!call->parsed.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return false;
   call->view = protocol::LookupRequestView{};
   call->view.ns = call->parsed.namespace_();
   call->view.keys.assign(call->parsed.keys().begin(), call->parsed.keys().end());
@@ -244,13 +250,7 @@ grpc::ServerUnaryReactor* KvCacheServiceImpl::Lookup(grpc::CallbackServerContext
                                                      grpc::ByteBuffer* response) {
   auto call = std::make_shared<LookupState>();
   if (!ReadLookupState(*request, call.get())) {
-    // After admission, as RunParsed refuses, so an unauthenticated caller still gets
-    // UNAUTHENTICATED.
-    return RunUnary(ctx_, context, Op::kLookup,
-                    [](storage::TieredStore&, const Caller&, FinishFn finish) {
-                      finish(absl::InvalidArgumentError(
-                          "Lookup: request bytes do not parse as kvtier.v1.LookupRequest"));
-                    });
+    return RefuseUnparsable(ctx_, context, Op::kLookup, "Lookup", call->parsed.GetTypeName());
   }
   // Inline: Lookup reads the in-memory index only (peer calls are asynchronous).
   return RunUnary(

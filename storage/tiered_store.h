@@ -389,9 +389,6 @@ class TieredStore {
 
   // Returns how many leading `keys` are resident and each key's tier. Never changes
   // recency, never takes a lease. NOT_FOUND unknown namespace.
-  absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string_view> keys) {
-    return Lookup(ns, keys, LeaseOptions{});
-  }
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys) {
     return Lookup(ns, keys, LeaseOptions{});
   }

@@ -486,9 +486,9 @@ class Client:
 
     def _socket_call(self, region, op, message, deadline, rpc, response_type, copies=(),
                      copy_outs=()):
-        """The call of serialized request `message` over the region's socket (shm.SharedRegion.call, which first copies
-        `copies` into the region and may copy `copy_outs` out of it), as the C++ client
-        makes it: (its parsed response_type, whether copy_outs were copied), or (None,
+        """The call of serialized request `message` over the region's socket
+        (shm.SharedRegion.call, which first copies `copies` into the region and may copy
+        `copy_outs` out of it), as the C++ client makes it: (its parsed response_type, whether copy_outs were copied), or (None,
         False) when it must go over gRPC instead (socket calls off, the socket failed, the
         frame is too large, or the server answered UNAVAILABLE or UNAUTHENTICATED: a
         session is bound to its caller by the first authenticated gRPC call naming it;

@@ -2,8 +2,9 @@
 protocol/wire.h: a PutRequest chunk is 0x12, varint(length), payload; a
 GetResponse is 0x0a, varint(length), GetHeader or 0x12, varint(length), payload bytes. Block
 payloads are framed and parsed by hand so they never pass through protobuf `bytes` fields.
-Also a Put's header, encoded by hand because it is built per call, and the buffer adapters
-(caller buffers as flat uint8 views, no copy). Thread-compatible.
+Also a Put's header and a staged Get's request, encoded by hand because they are built per
+call, and the buffer adapters (caller buffers as flat uint8 views, no copy).
+Thread-compatible.
 """
 
 import ctypes
@@ -31,39 +32,40 @@ def chunk_prefix(n):
     return b"\x12" + varint(n)
 
 
+def _delimited(tag, data):
+    """A length-delimited field: its tag byte, varint(len(data)), data."""
+    return tag + varint(len(data)) + data
+
+
 def put_block_field(key, parent_key, block_index, size, shm_offset):
     """PutHeader.blocks (field 3) holding a PutBlock with these fields, the bytes protobuf
     writes (fields at their defaults left out). About 4x faster than building the message,
     and a Put's header is built per call (tests/python/test_wire.py checks they agree)."""
-    parts = [b"\x0a", varint(len(key)), key]
+    parts = [_delimited(b"\x0a", key)]
     if parent_key:
-        parts += [b"\x12", varint(len(parent_key)), parent_key]
+        parts.append(_delimited(b"\x12", parent_key))
     if block_index:
         parts += [b"\x18", varint(block_index)]
     if size:
         parts += [b"\x20", varint(size)]
     if shm_offset:
         parts += [b"\x28", varint(shm_offset)]
-    block = b"".join(parts)
-    return b"\x1a" + varint(len(block)) + block
+    return _delimited(b"\x1a", b"".join(parts))
 
 
 def get_request(ns, keys, fmt, lease_id, shm_session, shm_destinations):
     """A serialized GetRequest of `keys` whose payloads go to the shared region at
     shm_destinations ((offset, capacity) per key), the bytes protobuf writes. Built by hand
     for the same reason as a Put's header (tests/python/test_wire.py checks they agree)."""
-    ns = ns.encode()
-    parts = [b"\x0a", varint(len(ns)), ns] if ns else []
-    for k in keys:
-        parts += [b"\x12", varint(len(k)), k]
+    parts = [_delimited(b"\x0a", ns.encode())] if ns else []
+    parts += [_delimited(b"\x12", k) for k in keys]
     if fmt:
         parts += [b"\x18", varint(fmt)]
     if shm_session:
-        parts += [b"\x22", varint(len(shm_session)), shm_session]
+        parts.append(_delimited(b"\x22", shm_session))
     for offset, capacity in shm_destinations:
-        r = (b"\x08" + varint(offset) if offset else b"") + \
-            (b"\x10" + varint(capacity) if capacity else b"")
-        parts += [b"\x2a", varint(len(r)), r]
+        parts.append(_delimited(b"\x2a", (b"\x08" + varint(offset) if offset else b"") +
+                                (b"\x10" + varint(capacity) if capacity else b"")))
     if lease_id:
         parts += [b"\x30", varint(lease_id)]
     return b"".join(parts)
@@ -73,8 +75,7 @@ def put_request(header_fields, block_fields):
     """The serialized PutRequest whose header is the serialized PutHeader fields
     `header_fields` followed by `block_fields` (put_block_field each). protobuf writes
     fields in number order; any order parses to the same message."""
-    header = header_fields + b"".join(block_fields)
-    return b"\x0a" + varint(len(header)) + header
+    return _delimited(b"\x0a", header_fields + b"".join(block_fields))
 
 
 def read_varint(buf, i):

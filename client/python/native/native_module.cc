@@ -4,7 +4,8 @@
 // shared-memory calls with their staging copies (one GIL release per call). Optional:
 // kvtier.client uses it when it imports and falls back to grpcio otherwise. No protocol
 // logic lives here: Python builds the serialized header / request, parses the GetHeader,
-// picks the destinations, retries and maps errors; this module moves bytes.
+// picks the destinations, retries and maps errors; this module moves bytes (the sizes a
+// staged Get copies out come from protocol::ReadGetHeaderSizes).
 //
 //   Channel(address, channel_id, max_receive_message_bytes, http2_stream_window_bytes,
 //           tls=None | (root_pem, key_pem, cert_pem) with None for a missing file,
@@ -474,42 +475,46 @@ int ShmCallsInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-// One staged Get destination: block `index` lands in the region at `offset`, to be
-// copied to `buffer`.
-struct CopyOut {
+// One staged copy: a Put's payload `buffer` into the region at `offset`, or (with the
+// index of its block) a Get's block from the region at `offset` into `buffer`.
+struct RegionCopy {
   size_t index = 0;
   uint64_t offset = 0;
   Buffer buffer;
 };
 
-// Parses `copy_outs` (a sequence of (index, offset, writable buffer)). False with a Python
-// error set when an entry is malformed or its buffer's range leaves the region.
-bool ParseCopyOuts(PyObject* copy_outs, uint64_t region_bytes, std::vector<CopyOut>* out) {
-  PyObject* seq =
-      PySequence_Fast(copy_outs, "copy_outs must be a sequence of (index, offset, buffer)");
+// Parses `seq_obj`, a sequence of (offset, buffer) or, for copy-outs, of (block index,
+// offset, writable buffer), named `what` in errors. False with a Python error set when an
+// entry is malformed or its buffer's range leaves the region.
+bool ParseRegionCopies(PyObject* seq_obj, const char* what, bool outs, uint64_t region_bytes,
+                       std::vector<RegionCopy>* out) {
+  PyObject* seq = PySequence_Fast(seq_obj, "copies and copy_outs must be sequences of tuples");
   if (seq == nullptr) return false;
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  *out = std::vector<CopyOut>(static_cast<size_t>(n));
+  *out = std::vector<RegionCopy>(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    CopyOut& o = (*out)[i];
-    Py_ssize_t index;
+    RegionCopy& c = (*out)[i];
+    Py_ssize_t index = 0;
     unsigned long long offset;
-    PyObject* dst;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i),
-                          "nKO;copy_outs: (index, offset, buffer)", &index, &offset, &dst) ||
-        !o.buffer.Get(dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)) {
+    PyObject* buffer;
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    const bool parsed =
+        outs ? PyArg_ParseTuple(item, "nKO;copy_outs: (index, offset, buffer)", &index, &offset,
+                                &buffer)
+             : PyArg_ParseTuple(item, "KO;copies: (offset, buffer)", &offset, &buffer);
+    if (!parsed ||
+        !c.buffer.Get(buffer, outs ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS)) {
       Py_DECREF(seq);
       return false;
     }
-    if (index < 0 || offset > region_bytes || o.buffer.size() > region_bytes - offset) {
+    if (index < 0 || offset > region_bytes || c.buffer.size() > region_bytes - offset) {
       Py_DECREF(seq);
-      PyErr_Format(PyExc_ValueError,
-                   "copy_outs[%zd]: index %zd, %zu bytes at offset %llu leave the region", i, index,
-                   o.buffer.size(), offset);
+      PyErr_Format(PyExc_ValueError, "%s[%zd]: %zu bytes at offset %llu leave the region", what, i,
+                   c.buffer.size(), offset);
       return false;
     }
-    o.index = static_cast<size_t>(index);
-    o.offset = offset;
+    c.index = static_cast<size_t>(index);
+    c.offset = offset;
   }
   Py_DECREF(seq);
   return true;
@@ -519,20 +524,21 @@ bool ParseCopyOuts(PyObject* copy_outs, uint64_t region_bytes, std::vector<CopyO
 // header is not one ReadGetHeaderSizes reads or names fewer blocks than an index; a
 // block larger than its buffer is not copied (the caller reports it).
 bool CopyOutBlocks(const shm::CallReply& reply, const ShmCallsObject* obj,
-                   const std::vector<CopyOut>& outs) {
+                   const std::vector<RegionCopy>& outs) {
   std::vector<uint64_t> sizes;
   if (!protocol::ReadGetHeaderSizes(
           std::span(reinterpret_cast<const uint8_t*>(reply.body.data()), reply.body.size()),
           &sizes)) {
     return false;
   }
-  for (const CopyOut& o : outs) {
+  for (const RegionCopy& o : outs) {
     if (o.index >= sizes.size()) return false;
   }
-  for (const CopyOut& o : outs) {
+  for (const RegionCopy& o : outs) {
     const uint64_t n = sizes[o.index];
-    if (n != 0 && n <= o.buffer.size())
+    if (n != 0 && n <= o.buffer.size()) {
       common::BulkCopy(o.buffer.data(), obj->region + o.offset, n);
+    }
   }
   return true;
 }
@@ -560,31 +566,10 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
   if (!CheckTimeout(timeout_s)) return nullptr;
   Buffer request;
   if (!request.Get(request_obj, PyBUF_SIMPLE)) return nullptr;
-  PyObject* seq = PySequence_Fast(copies_obj, "copies must be a sequence of (offset, buffer)");
-  if (seq == nullptr) return nullptr;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  std::vector<Buffer> sources(static_cast<size_t>(n));
-  std::vector<uint64_t> offsets(static_cast<size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    unsigned long long offset;
-    PyObject* src;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KO;copies: (offset, buffer)", &offset,
-                          &src) ||
-        !sources[i].Get(src, PyBUF_C_CONTIGUOUS)) {
-      Py_DECREF(seq);
-      return nullptr;
-    }
-    if (offset > obj->region_bytes || sources[i].size() > obj->region_bytes - offset) {
-      Py_DECREF(seq);
-      PyErr_Format(PyExc_ValueError, "copies[%zd]: %zu bytes at offset %llu leave the region", i,
-                   sources[i].size(), offset);
-      return nullptr;
-    }
-    offsets[i] = offset;
-  }
-  Py_DECREF(seq);
-  std::vector<CopyOut> outs;
-  if (copy_outs_obj != nullptr && !ParseCopyOuts(copy_outs_obj, obj->region_bytes, &outs)) {
+  std::vector<RegionCopy> ins, outs;
+  if (!ParseRegionCopies(copies_obj, "copies", false, obj->region_bytes, &ins) ||
+      (copy_outs_obj != nullptr &&
+       !ParseRegionCopies(copy_outs_obj, "copy_outs", true, obj->region_bytes, &outs))) {
     return nullptr;
   }
   std::shared_ptr<shm::CallConnections> calls = *obj->calls;
@@ -592,8 +577,8 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
   bool copied = false;
   {
     NoGil no_gil;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      common::BulkCopy(obj->region + offsets[i], sources[i].data(), sources[i].size());
+    for (const RegionCopy& c : ins) {
+      common::BulkCopy(obj->region + c.offset, c.buffer.data(), c.buffer.size());
     }
     const int64_t deadline_ms = shm::NowUnixMs() + static_cast<int64_t>(timeout_s * 1000) + 1;
     reply =
@@ -624,7 +609,8 @@ PyObject* ShmCallsClose(PyObject* self, PyObject*) {
 
 PyMethodDef kShmCallsMethods[] = {
     {"call", ShmCallsCall, METH_VARARGS,
-     "call(op, request, timeout_s, copies) -> (code, message, details, body)"},
+     "call(op, request, timeout_s, copies, copy_outs=()) -> (code, message, details, body, "
+     "copied)"},
     {"close", ShmCallsClose, METH_NOARGS, "close() -> None"},
     {nullptr, nullptr, 0, nullptr}};
 
