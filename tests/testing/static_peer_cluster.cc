@@ -11,33 +11,41 @@
 
 namespace kvtier::testing {
 
-int PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return 0;
+std::vector<int> PickFreePorts(int n) {
+  // Every socket stays bound until all are picked, so the kernel hands out n distinct
+  // ports (closing each before the next let it give the same port twice).
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    fds.push_back(fd);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      break;
+    }
+    ports.push_back(ntohs(addr.sin_port));
   }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  for (int fd : fds) close(fd);
+  if (static_cast<int>(ports.size()) != n) ports.clear();
+  return ports;
+}
+
+int PickFreePort() {
+  const std::vector<int> ports = PickFreePorts(1);
+  return ports.empty() ? 0 : ports[0];
 }
 
 absl::StatusOr<StaticPeerCluster> StaticPeerCluster::Create(const Options& options) {
   if (options.num_nodes < 1) return absl::InvalidArgumentError("num_nodes must be >= 1");
   if (options.root_dir.empty()) return absl::InvalidArgumentError("root_dir is empty");
   StaticPeerCluster c(options);
-  for (int i = 0; i < options.num_nodes; ++i) {
-    const int port = PickFreePort();
-    if (port == 0) return absl::InternalError("could not pick a free port");
-    c.ports_.push_back(port);
-    c.ids_.push_back(absl::StrCat("127.0.0.1:", port));
-  }
+  c.ports_ = PickFreePorts(options.num_nodes);
+  if (c.ports_.empty()) return absl::InternalError("could not pick free ports");
+  for (int port : c.ports_) c.ids_.push_back(absl::StrCat("127.0.0.1:", port));
   c.nodes_.resize(options.num_nodes);
   return c;
 }

@@ -2,7 +2,7 @@
 // (cluster.static_peers in the textproto config, service/config.h).
 //
 // Peers must know each other's addresses before they start, so the ports are picked up
-// front with PickFreePort() instead of `--port 0`.
+// front with PickFreePorts() instead of `--port 0`.
 #ifndef KVTIER_TESTS_TESTING_STATIC_PEER_CLUSTER_H_
 #define KVTIER_TESTS_TESTING_STATIC_PEER_CLUSTER_H_
 
@@ -20,6 +20,8 @@ namespace kvtier::testing {
 // Returns a loopback TCP port that was free a moment ago (the kernel picks it), or 0 when
 // no socket could be bound.
 int PickFreePort();
+// Returns n distinct such ports, or none when they could not all be bound.
+std::vector<int> PickFreePorts(int n);
 
 // Starts, restarts and stops the nodes of a static-peer cluster. Thread-compatible. The
 // destructor SIGKILLs every running node.
