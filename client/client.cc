@@ -68,6 +68,14 @@ GetStreamParser::DestinationFn BufferDestination(std::span<const std::span<uint8
   };
 }
 
+// A Lookup's answer as the caller asked for it: checked, and expanded to the verbose
+// form unless `keep_compact`. DATA_LOSS when it is malformed.
+absl::StatusOr<v1::LookupResponse> CheckedLookup(v1::LookupResponse resp, bool keep_compact) {
+  absl::Status s = keep_compact ? protocol::CheckLookup(resp) : protocol::ExpandLookup(&resp);
+  if (!s.ok()) return absl::DataLossError(absl::StrCat("Lookup: ", s.message()));
+  return resp;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
@@ -355,10 +363,34 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
                                 return grpc::internal::BlockingUnaryCall(
                                     ch.channel.get(), *ch.lookup_method, ctx, req, &resp);
                               }));
-  absl::Status s =
-      options.keep_compact ? protocol::CheckLookup(resp) : protocol::ExpandLookup(&resp);
-  if (!s.ok()) return absl::DataLossError(absl::StrCat("Lookup: ", s.message()));
-  return resp;
+  return CheckedLookup(std::move(resp), options.keep_compact);
+}
+
+void Client::LookupAsync(std::string_view ns, std::span<const std::string_view> keys,
+                         std::span<const size_t> which, const LookupOptions& options,
+                         const CallOptions& call,
+                         std::function<void(absl::StatusOr<v1::LookupResponse>)> done) {
+  // Owned by the completion callback.
+  struct Pending {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer request;
+    v1::LookupResponse response;
+  };
+  auto* p = new Pending;
+  grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, which, options.local_only,
+                                                 options.lease_ms, /*compact=*/true));
+  p->request = grpc::ByteBuffer(&body, 1);
+  p->ctx.set_deadline(internal::DeadlineAfter(impl_->DeadlineMs(call.deadline_ms)));
+  impl_->Authorize(&p->ctx);
+  Channel& ch = impl_->PickChannel();
+  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, v1::LookupResponse, grpc::ByteBuffer,
+                                    grpc::protobuf::MessageLite>(
+      ch.channel.get(), *ch.lookup_method, &p->ctx, &p->request, &p->response,
+      [p, keep_compact = options.keep_compact, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<Pending> owned(p);
+        const absl::Status s = internal::FromGrpc("Lookup", status);
+        done(s.ok() ? CheckedLookup(std::move(p->response), keep_compact) : s);
+      });
 }
 
 absl::StatusOr<uint64_t> Client::ReleaseLease(std::string_view ns, uint64_t lease_id,

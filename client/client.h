@@ -55,6 +55,7 @@
 #define KVTIER_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -349,6 +350,15 @@ class Client {
                                                     std::span<const std::string> keys,
                                                     const LookupOptions& options,
                                                     const CallOptions& call = {});
+  // Starts the Lookup of the keys keys[which[0]], keys[which[1]], ... in that order (one
+  // owner's share of a chain, as the ClusterClient asks it) and returns at once; `done`
+  // runs exactly once, on a gRPC thread, with the answer or the error, as Lookup's. One
+  // attempt (no retry on UNAVAILABLE). The keys and `which` need live only until this
+  // returns. REQUIRES: every which[j] < keys.size().
+  void LookupAsync(std::string_view ns, std::span<const std::string_view> keys,
+                   std::span<const size_t> which, const LookupOptions& options,
+                   const CallOptions& call,
+                   std::function<void(absl::StatusOr<kvtier::v1::LookupResponse>)> done);
   // Ends lease `lease_id` of this server; returns the blocks it held (0 = it had ended
   // already). NOT_FOUND unknown namespace.
   absl::StatusOr<uint64_t> ReleaseLease(std::string_view ns, uint64_t lease_id,

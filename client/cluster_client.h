@@ -26,12 +26,15 @@
 //              next owner, up to R owners, all within the call's one deadline. Owners that
 //              failed recently (UNAVAILABLE / DEADLINE_EXCEEDED in the last
 //              `down_retry_ms`) are tried last.
-//   Lookup     sent to one reachable member, the first in ring order that is not down;
-//              kvtierd answers for the whole cluster (server-side fan-out to owners). A
-//              member whose call found it unreachable is down: Lookups skip it (no
-//              connect attempt, no deadline wait) while another member is up, and a
-//              background thread probes it (ListNamespaces, at most one probe per
-//              `down_retry_ms`) until it answers and is up again.
+//   Lookup     one hop: each key is asked of its top-R owners, one local-only Lookup per
+//              owner with its share of the keys, all owners at once; the answers merge as
+//              kvtierd's own fan-out merges them (protocol/lookup_merge.h). An owner whose
+//              call found it unreachable is down: Lookups skip it (its keys are misses;
+//              no connect attempt, no deadline wait), and a background thread probes it
+//              (ListNamespaces, at most one probe per `down_retry_ms`) until it answers
+//              and is up again. When no owner answers, or one refuses the request, the
+//              whole request goes to one member instead, which answers for the cluster
+//              (server-side fan-out): its answer or error stands.
 //
 // Errors name the node ("node 127.0.0.1:4000: ..."), keeping the node's status code.
 //
@@ -145,10 +148,11 @@ class ClusterClient {
       std::string_view ns, std::span<const std::string> keys,
       std::span<const std::span<uint8_t>> buffers, const GetOptions& options = {});
 
-  // Client::Lookup on one reachable member (the cluster-wide answer is assembled by the
-  // server): members that are up in ring order, then those down; tries the next member
-  // on UNAVAILABLE / DEADLINE_EXCEEDED (and marks the one that failed down). Errors: the
-  // last member's error naming it; UNAVAILABLE when no member is connected.
+  // How much of the prefix chain `keys` is resident in the cluster, and where (routing
+  // above): the answer a kvtierd's Lookup gives, asked of the owners directly. Errors
+  // come from one member answering for the whole request: the first that answers (up
+  // members in ring order, then those down), naming it; UNAVAILABLE when no member is
+  // connected.
   absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
                                                     std::span<const std::string> keys,
                                                     const CallOptions& call = {});
@@ -158,9 +162,10 @@ class ClusterClient {
                                                     std::span<const std::string> keys,
                                                     const LookupOptions& options,
                                                     const CallOptions& call = {});
-  // Ends every lease `lookup` holds: one ReleaseLease per (owner, lease_id), sent to that
-  // owner. Returns the blocks they held. An owner that is not a member or does not answer
-  // is skipped (its lease expires); the other owners' leases are still released.
+  // Ends every lease `lookup` (either form) holds: one ReleaseLease per (owner,
+  // lease_id), sent to that owner. INVALID_ARGUMENT when `lookup` is malformed. Returns the blocks
+  // they held. An owner that is not a member or does not answer is skipped (its lease expires); the
+  // other owners' leases are still released.
   absl::StatusOr<uint64_t> ReleaseLeases(std::string_view ns,
                                          const kvtier::v1::LookupResponse& lookup,
                                          const CallOptions& call = {});

@@ -40,13 +40,25 @@ void EncodeCompact(size_t n, TierFn tier_of, OwnerFn owner_of, LeaseFn lease_of,
     if (lease0 != 0) r->add_owner_lease_ids(lease0);
     return;
   }
-  // Holders stay few (about two per node), so a linear scan beats a map.
+  // Holders stay few (about two per node), so a linear scan beats a map. Owners usually
+  // view the same few strings (a ring's node ids), so a view at the same address is
+  // matched without comparing bytes.
   std::vector<std::pair<std::string_view, uint64_t>> holders;
+  auto find = [&holders](const std::pair<std::string_view, uint64_t>& holder, bool by_address) {
+    size_t h = 0;
+    while (h < holders.size() && !(holders[h].second == holder.second &&
+                                   (by_address ? holders[h].first.data() == holder.first.data() &&
+                                                     holders[h].first.size() == holder.first.size()
+                                               : holders[h].first == holder.first))) {
+      ++h;
+    }
+    return h;
+  };
   r->mutable_owner_index()->Reserve(static_cast<int>(n));
   for (size_t i = 0; i < n; ++i) {
     const std::pair<std::string_view, uint64_t> holder(owner_of(i), lease_of(i));
-    size_t h = 0;
-    while (h < holders.size() && holders[h] != holder) ++h;
+    size_t h = find(holder, true);
+    if (h == holders.size()) h = find(holder, false);
     if (h == holders.size()) holders.push_back(holder);
     r->add_owner_index(static_cast<uint32_t>(h));
   }

@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
 
 #include "common/mutex.h"
 #include "protocol/lookup_form.h"
+#include "protocol/lookup_merge.h"
 
 namespace kvtier::service {
 namespace {
@@ -36,9 +38,6 @@ bool IsNumericAddress(const std::string& host) {
   unsigned char buf[16];
   return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
-
-// Tier preference when two owners answer: hot beats cold beats none.
-int TierRank(v1::Tier t) { return t == v1::TIER_HOT ? 2 : t == v1::TIER_COLD ? 1 : 0; }
 
 constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
 constexpr char kLookupMethod[] = "/kvtier.v1.KvCache/Lookup";
@@ -211,12 +210,11 @@ void PeerFanout::Probe(const Peer& peer) {
 // ---------------------------------------------------------------------------------------
 // Lookup
 
-// One LookupAsync in progress. Steps, on the caller's thread: Plan() = TakeLocalHits()
-// (this node's copies) then MakeBatches() (the other keys per live owner), then Send().
-// Then on gRPC threads, OnAnswer() for each batch: Merge() its copies, and the last one
-// builds the response (Result()) and calls `done`. Shared by its batches' callbacks.
-// Owners are named by string_views into the ring's node ids (ring_ keeps them alive) or
-// into self_id_: no string per key.
+// One LookupAsync in progress. On the caller's thread: Run() plans the Lookup (a
+// protocol::LookupMerge: this node's copies stand, the other keys go to their live
+// owners), makes the batches and sends them. Then on gRPC threads, OnAnswer() for each
+// batch adds its copies to the merge, and the last one builds the response and calls
+// `done`. Shared by its batches' callbacks.
 class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
  public:
   LookupCall(PeerFanout* fanout, bool compact, std::function<void(v1::LookupResponse)> done)
@@ -224,120 +222,81 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   void Run(std::string_view ns, std::span<const std::string_view> keys, const LocalAnswer& local,
            uint64_t lease_ms) {
-    lease_ms_ = lease_ms;
-    Plan(ns, keys, local);
-    if (batches_.empty()) {
-      v1::LookupResponse out;
-      {
-        common::MutexLock lock(&mu_);
-        out = Result();
-      }
-      done_(std::move(out));
-      return;
-    }
-    Send();
-  }
-
- private:
-  // One peer call: request key j is key index[j] of the chain, owned at ring rank[j].
-  struct Batch {
-    std::string_view peer_id;  // into ring_
-    std::shared_ptr<PeerStubs> stubs;
-    grpc::ClientContext ctx;
-    grpc::ByteBuffer request;
-    grpc::ByteBuffer response;
-    std::vector<size_t> index;
-    std::vector<size_t> rank;
-  };
-
-  // Per ring node: (key index, ring rank) of each key that node should be asked about.
-  using Wanted = std::vector<std::vector<std::pair<size_t, size_t>>>;
-
-  void Plan(std::string_view ns, std::span<const std::string_view> keys, const LocalAnswer& local) {
     Membership& membership = *fanout_->membership_;
     const std::vector<Peer> members = membership.peers();
     fanout_->SyncMembership(members);
     ring_ = membership.ring();
     self_id_ = membership.self_id();
-    const Wanted wanted = TakeLocalHits(ns, keys, local);
-    MakeBatches(ns, keys, members, wanted);
-  }
-
-  // Records this node's own copies as answers and returns what to ask the other owners.
-  Wanted TakeLocalHits(std::string_view ns, std::span<const std::string_view> keys,
-                       const LocalAnswer& local_answer) {
-    const std::vector<v1::Tier>& local_tiers = local_answer.tiers;
-    const std::vector<std::string>& nodes = ring_->nodes();
-    Wanted wanted(nodes.size());
-    primary_.assign(keys.size(), std::string_view());
-    std::vector<size_t> owners;
-    common::MutexLock lock(&mu_);
-    answers_.assign(keys.size(), protocol::KeyAnswer{});
-    ranks_.assign(keys.size(), SIZE_MAX);
-    lease_limit_ = local_answer.lease_limit;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      ring_->OwnersOfHashInto(protocol::RendezvousKeyHash(ns, keys[i]),
-                              fanout_->options_.replication_factor, &owners);
-      if (!owners.empty()) primary_[i] = nodes[owners[0]];
-      const v1::Tier local = i < local_tiers.size() ? local_tiers[i] : v1::TIER_NONE;
-      if (local != v1::TIER_NONE) {
-        answers_[i] = {local, self_id_,
-                       i < local_answer.lease_ids.size() ? local_answer.lease_ids[i] : 0};
-        ranks_[i] = 0;
-        continue;
-      }
-      for (size_t r = 0; r < owners.size(); ++r) {
-        if (nodes[owners[r]] != self_id_) wanted[owners[r]].emplace_back(i, r);
-      }
+    const protocol::LookupMerge::Local own{self_id_, local.tiers, local.lease_ids,
+                                           local.lease_limit};
+    std::vector<std::unique_ptr<Batch>> batches;
+    v1::LookupResponse out;
+    {
+      common::MutexLock lock(&mu_);
+      merge_.emplace(*ring_, fanout_->options_.replication_factor, ns, keys, &own);
+      batches = MakeBatches(ns, keys, members, lease_ms);
+      remaining_ = static_cast<int>(batches.size());
+      if (batches.empty()) out = merge_->Result(compact_);
     }
-    return wanted;
+    if (batches.empty()) {
+      done_(std::move(out));
+      return;
+    }
+    Send(std::move(batches));
   }
 
-  // Splits each live peer's keys into batches of max_keys_per_call. A down peer gets no
+ private:
+  // One peer call: about the keys of ring node `node`'s share from index `first` on.
+  struct Batch {
+    size_t node = 0;
+    size_t first = 0;
+    std::shared_ptr<PeerStubs> stubs;
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+  };
+
+  // Splits each live peer's share into batches of max_keys_per_call. A down peer gets no
   // batch (its keys stay misses) but perhaps a background probe.
-  void MakeBatches(std::string_view ns, std::span<const std::string_view> keys,
-                   const std::vector<Peer>& members, const Wanted& wanted) {
+  std::vector<std::unique_ptr<Batch>> MakeBatches(std::string_view ns,
+                                                  std::span<const std::string_view> keys,
+                                                  const std::vector<Peer>& members,
+                                                  uint64_t lease_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     PeerHealth& health = fanout_->health_;
     const std::vector<std::string>& nodes = ring_->nodes();
     const size_t per_call = std::max<uint32_t>(1, fanout_->options_.max_keys_per_call);
+    std::vector<std::unique_ptr<Batch>> batches;
     for (const Peer& peer : members) {
       auto it = std::lower_bound(nodes.begin(), nodes.end(), peer.id);
       if (it == nodes.end() || *it != peer.id) continue;
-      const std::vector<std::pair<size_t, size_t>>& entries = wanted[it - nodes.begin()];
-      if (entries.empty()) continue;
+      const size_t node = it - nodes.begin();
+      const std::span<const size_t> share = merge_->shares()[node].index;
+      if (share.empty()) continue;
       if (!health.ShouldCall(peer.id)) {
         if (health.TakeProbe(peer.id)) fanout_->Probe(peer);
         continue;
       }
       const std::shared_ptr<PeerStubs> stubs = fanout_->StubsFor(peer.address);
-      for (size_t start = 0; start < entries.size(); start += per_call) {
+      for (size_t start = 0; start < share.size(); start += per_call) {
         auto batch = std::make_unique<Batch>();
-        batch->peer_id = *it;
+        batch->node = node;
+        batch->first = start;
         batch->stubs = stubs;
-        for (size_t j = start; j < std::min(entries.size(), start + per_call); ++j) {
-          batch->index.push_back(entries[j].first);
-          batch->rank.push_back(entries[j].second);
-        }
         // Compact: an older peer answers with blocks instead.
-        grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, batch->index,
-                                                       /*local_only=*/true, lease_ms_,
-                                                       /*compact=*/true));
+        grpc::Slice body(protocol::EncodeLookupRequest(
+            ns, keys, share.subspan(start, std::min(per_call, share.size() - start)),
+            /*local_only=*/true, lease_ms, /*compact=*/true));
         batch->request = grpc::ByteBuffer(&body, 1);
         fanout_->PrepareContext(&batch->ctx);
-        batches_.push_back(std::move(batch));
+        batches.push_back(std::move(batch));
       }
     }
+    return batches;
   }
 
-  void Send() {
-    {
-      common::MutexLock lock(&mu_);
-      remaining_ = static_cast<int>(batches_.size());
-    }
-    fanout_->CallsStarted(static_cast<int>(batches_.size()));
-    // Moved out first: once the first call is started, its answer may arrive and find
-    // this object (batches_ must not be touched concurrently).
-    std::vector<std::unique_ptr<Batch>> batches = std::move(batches_);
+  void Send(std::vector<std::unique_ptr<Batch>> batches) {
+    fanout_->CallsStarted(static_cast<int>(batches.size()));
     for (std::unique_ptr<Batch>& owned : batches) {
       Batch* batch = owned.release();  // owned by its completion callback
       batch->stubs->generic->UnaryCall(&batch->ctx, kLookupMethod, grpc::StubOptions(),
@@ -350,7 +309,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
 
   void OnAnswer(std::unique_ptr<Batch> batch, const grpc::Status& status) {
     PeerFanout* const fanout = fanout_;
-    const std::string peer_id(batch->peer_id);
+    const std::string& peer_id = ring_->nodes()[batch->node];
     if (!status.ok() && IsPeerDown(status.error_code())) {
       fanout->health_.RecordFailure(peer_id);
     } else {
@@ -365,9 +324,9 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     v1::LookupResponse out;
     {
       common::MutexLock lock(&mu_);
-      if (parsed) Merge(*batch, answer);
+      if (parsed) merge_->Add(batch->node, answer, batch->first);
       if (--remaining_ == 0) {
-        out = Result();
+        out = merge_->Result(compact_);
         done = std::move(done_);
       }
     }
@@ -378,60 +337,14 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
     fanout->CallFinished();
   }
 
-  // Takes the peer's copies that beat the current ones: the lowest ring rank (the
-  // primary's copy) wins, then the faster tier.
-  void Merge(const Batch& batch, const v1::LookupResponse& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!protocol::CheckLookup(r).ok()) return;  // a malformed answer: its keys are misses
-    const size_t n = std::min(batch.index.size(), protocol::LookupKeys(r));
-    if (lease_limit_ == v1::LEASE_LIMIT_NONE) lease_limit_ = r.lease_limit();
-    for (size_t j = 0; j < n; ++j) {
-      const v1::Tier t = protocol::LookupTier(r, j);
-      if (t == v1::TIER_NONE) continue;
-      const size_t k = batch.index[j];
-      protocol::KeyAnswer& a = answers_[k];
-      if (a.tier == v1::TIER_NONE || batch.rank[j] < ranks_[k] ||
-          (batch.rank[j] == ranks_[k] && TierRank(t) > TierRank(a.tier))) {
-        a = {t, batch.peer_id, protocol::LookupLeaseId(r, j)};
-        ranks_[k] = batch.rank[j];
-      }
-    }
-  }
-
-  v1::LookupResponse Result() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    v1::LookupResponse out;
-    uint32_t prefix = 0;
-    uint32_t leased = 0;
-    bool contiguous = true;
-    bool leased_so_far = true;
-    for (size_t i = 0; i < answers_.size(); ++i) {
-      protocol::KeyAnswer& a = answers_[i];
-      const bool found = a.tier != v1::TIER_NONE;
-      if (!found) a.owner = primary_[i];  // a miss names the key's primary owner
-      contiguous &= found;
-      prefix += contiguous ? 1 : 0;
-      leased_so_far &= contiguous && a.lease_id != 0;
-      leased += leased_so_far ? 1 : 0;
-    }
-    protocol::EncodeLookupAnswers(answers_, compact_, &out);
-    out.set_prefix_blocks(prefix);
-    out.set_leased_blocks(leased);
-    if (leased < prefix) out.set_lease_limit(lease_limit_);
-    return out;
-  }
-
   PeerFanout* const fanout_;
   const bool compact_;                            // answer in the compact form
   std::function<void(v1::LookupResponse)> done_;  // moved out by the last answer
-  // Set by Plan(), then read only.
+  // Set by Run() before any batch is sent, then read only.
   std::shared_ptr<const protocol::RendezvousRing> ring_;
   std::string self_id_;
-  std::vector<std::string_view> primary_;        // primary owner per key
-  std::vector<std::unique_ptr<Batch>> batches_;  // Plan() to Send() only
   common::Mutex mu_;
-  std::vector<protocol::KeyAnswer> answers_ ABSL_GUARDED_BY(mu_);  // best copy per key
-  std::vector<size_t> ranks_ ABSL_GUARDED_BY(mu_);                 // ring rank of answers_[i].owner
-  v1::LeaseLimit lease_limit_ ABSL_GUARDED_BY(mu_) = v1::LEASE_LIMIT_NONE;
-  uint64_t lease_ms_ = 0;  // set by Run() before any batch is sent
+  std::optional<protocol::LookupMerge> merge_ ABSL_GUARDED_BY(mu_);
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

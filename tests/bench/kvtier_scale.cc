@@ -18,8 +18,8 @@
 // processes on 127.0.0.1 (R=1), filled with --cluster-chains chains through the
 // ClusterClient, prints the ClusterClient Lookup p50/p99 of a whole chain and of its
 // first 64 blocks; then, with 3 nodes or more, Lookups of whole chains for
-// --kill-seconds / 3 before and --kill-seconds after SIGKILLing the member the
-// ClusterClient's Lookups go to, as p50/p99 per third of the after-kill window.
+// --kill-seconds / 3 before and --kill-seconds after SIGKILLing the first member in ring
+// order (an owner every Lookup asks), as p50/p99 per third of the after-kill window.
 //
 // usage: kvtier_scale [--kvtierd PATH] [--blocks 10000,100000,1000000] [--chain 2048]
 //                     [--lookups 300] [--seed 1]
@@ -360,7 +360,7 @@ int RunCluster(const std::string& kvtierd, int nodes, uint64_t chains, uint32_t 
   std::vector<double> us;
   for (const auto& [at, lat] : before) us.push_back(lat);
   row->before_kill = PercentilesOf(std::move(us));
-  // Kill the member the Lookups went to (the first in ring order that answers).
+  // Kill the first member in ring order: an owner of about 1/n of every chain.
   const std::string victim = (*cluster)->members()[0].node_id;
   for (int i = 0; i < nodes; ++i) {
     if (cluster_nodes->ids()[i] == victim) cluster_nodes->node(i).Kill();

@@ -21,6 +21,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "protocol/lookup_form.h"
 #include "protocol/rendezvous.h"
 #include "tests/testing/poll_until.h"
 #include "tests/testing/static_peer_cluster.h"
@@ -286,6 +287,70 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
   EXPECT_THAT(lost.status().message(), HasSubstr("no owner of block 0 is reachable"));
 }
 
+// Issue 16. A ClusterClient Lookup asks each owner about its share, one hop: every key of
+// every owner's share, and no more (each node's lookup_blocks counter), and the answer is
+// the one a member's own fan-out gives. Errors name the key's index in the whole request.
+TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
+  const Blocks b = MakeBlocks(31);
+  client::PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  ASSERT_TRUE(cluster_->PutBlocks(kNs, b.puts, po).ok());
+  // A whole chain, then 5 keys nobody holds.
+  std::vector<std::string> chain(b.keys.begin(), b.keys.begin() + kChainLen);
+  for (int i = 0; i < 5; ++i) chain.push_back("absent-" + std::to_string(i));
+
+  std::vector<uint64_t> before(kNodes), share(kNodes);
+  for (int n = 0; n < kNodes; ++n) {
+    before[n] = NsStats(n).lookup_blocks();
+    for (const std::string& k : chain) share[n] += ring_.IsOwner(ids_[n], kNs, k, 2) ? 1 : 0;
+  }
+  auto direct = cluster_->Lookup(kNs, chain);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  for (int n = 0; n < kNodes; ++n) {
+    EXPECT_EQ(NsStats(n).lookup_blocks() - before[n], share[n]) << ids_[n];
+  }
+  EXPECT_EQ(direct->prefix_blocks(), static_cast<uint32_t>(kChainLen));
+  ASSERT_EQ(direct->blocks_size(), static_cast<int>(chain.size()));
+  for (size_t k = 0; k < chain.size(); ++k) {
+    // Every key is named by its primary owner: the holder when found (the primary's
+    // copy wins), the owner to ask for a miss.
+    EXPECT_EQ(direct->blocks(k).owner(), ring_.OwnerIds(kNs, chain[k], 2)[0]) << k;
+  }
+  for (int n = 0; n < kNodes; ++n) {
+    auto member = NodeClient(n)->Lookup(kNs, chain);  // that member's fan-out
+    ASSERT_TRUE(member.ok()) << member.status();
+    EXPECT_EQ(member->prefix_blocks(), direct->prefix_blocks()) << ids_[n];
+    for (size_t k = 0; k < chain.size(); ++k) {
+      EXPECT_EQ(member->blocks(k).tier(), direct->blocks(k).tier()) << ids_[n] << " key " << k;
+    }
+  }
+
+  // Leased: every owner leases what it holds of its share.
+  client::LookupOptions leased;
+  leased.lease_ms = 10000;
+  leased.keep_compact = true;
+  auto lease = cluster_->Lookup(kNs, chain, leased);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE(protocol::IsCompactLookup(*lease));
+  EXPECT_EQ(lease->leased_blocks(), static_cast<uint32_t>(kChainLen));
+  auto released = cluster_->ReleaseLeases(kNs, *lease);
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_GE(*released, static_cast<uint64_t>(kChainLen));
+
+  // Refused by the owners: one member answers for the request, so the error names the
+  // key's index in the whole chain.
+  std::vector<std::string> bad = chain;
+  bad[17].clear();
+  auto refused = cluster_->Lookup(kNs, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("keys[17]"));
+  auto unknown = cluster_->Lookup("no-such-namespace", chain);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
+}
+
 TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2));
   ASSERT_NO_FATAL_FAILURE(ConnectCluster());
@@ -338,10 +403,10 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
   kill(nodes_->node(2).pid(), SIGCONT);
 }
 
-// Issue 16. Lookups go to the first member in ring order. Once a call finds it hung
-// (SIGSTOP: it accepts connections and never answers, so any call to it waits its whole
-// deadline), the ClusterClient marks it down and later Lookups skip it: they answer
-// through the survivors without waiting on it. A background probe re-admits it once it
+// Issue 16. Lookups ask every owner. Once a call finds one hung (SIGSTOP: it accepts
+// connections and never answers, so any call to it waits its whole deadline), the
+// ClusterClient marks it down and later Lookups skip it: the survivors answer without
+// waiting on it. A background probe re-admits it once it
 // answers again (SIGCONT).
 TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
   constexpr int64_t kLongDeadlineMs = 20000;
@@ -361,7 +426,7 @@ TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
   };
   ASSERT_EQ(lookup(kLongDeadlineMs)->prefix_blocks(), static_cast<uint32_t>(kChainLen));
 
-  const std::string first = cluster->members()[0].node_id;  // where Lookups go
+  const std::string first = cluster->members()[0].node_id;  // the member to hang
   const int hung = static_cast<int>(std::find(ids_.begin(), ids_.end(), first) - ids_.begin());
   auto is_down = [&] {
     for (const client::ClusterMember& m : cluster->members()) {
@@ -404,7 +469,7 @@ TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
       },
       std::chrono::milliseconds(10000)))
       << "the resumed member was not re-admitted";
-  // Its peers re-admit it too, so its blocks are found again.
+  // Its blocks are found again.
   EXPECT_TRUE(PollUntil(
       [&] {
         auto r = lookup(kLongDeadlineMs);
