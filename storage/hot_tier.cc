@@ -98,15 +98,22 @@ void HotTier::SetPayload(SlotId slot, uint32_t payload_bytes) {
   SlotLocked(slot).payload_bytes = payload_bytes;
 }
 
-void HotTier::Own(SlotId slot) {
+uint32_t HotTier::Own(SlotId slot) {
   common::MutexLock lock(&mu_);
-  SlotLocked(slot).owned = true;
+  Slot& s = SlotLocked(slot);
+  KVTIER_CHECK(s.refs > 0) << "hot slot owned without a reference";
+  s.owned = true;
+  --s.refs;
+  return s.payload_bytes;
 }
 
-void HotTier::Disown(SlotId slot) {
+uint32_t HotTier::Disown(SlotId slot) {
   common::MutexLock lock(&mu_);
-  SlotLocked(slot).owned = false;
+  Slot& s = SlotLocked(slot);
+  const uint32_t payload_bytes = s.payload_bytes;
+  s.owned = false;
   MaybeFreeLocked(slot);
+  return payload_bytes;
 }
 
 }  // namespace kvtier::storage

@@ -6,8 +6,9 @@
 //
 // References: Allocate returns a slot with one reference held by the caller; Acquire and
 // NewRef take more; Release drops one. Own / Disown mark whether an index entry points at
-// the slot (which entry is the index's to know: Entry::slot). Bytes of a slot may be written without any lock by whoever allocated it, until
-// it is published (Own); after that they are read-only.
+// the slot (which entry is the index's to know: Entry::slot); Own turns the allocator's
+// reference into the entry's. Bytes of a slot may be written without any lock by whoever allocated
+// it, until it is published (Own); after that they are read-only.
 //
 // Memory: 16 bytes per slot (offset and size in HotArena::kAlignment granules, so the
 // arena is at most 1 TiB) in a ChunkedTable of 4,096-slot chunks (MemoryBytes counts
@@ -79,10 +80,14 @@ class HotTier {
   // Sets the payload size of a slot being filled.
   void SetPayload(SlotId slot, uint32_t payload_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // An index entry now points at the slot / no longer does (the slot is freed once no
-  // reference remains).
-  void Own(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
-  void Disown(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // An index entry now points at the slot, taking over the caller's reference (the one
+  // Allocate returned); returns the slot's payload_bytes. One lock for what Own, View and
+  // Release would take three for (the Put path's, per block). REQUIRES: the caller holds
+  // a reference.
+  uint32_t Own(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // No index entry points at the slot any more (it is freed once no reference remains);
+  // returns its payload_bytes.
+  uint32_t Disown(SlotId slot) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Slot {

@@ -147,11 +147,10 @@ absl::StatusOr<BlockRef> TieredStoreImpl::PublishPromotedLocked(NsState* ns, std
     hot_->Release(*slot);
     return ref;
   }
-  EnterHotLocked(id, *slot);
+  EnterHotLocked(id, *slot);  // the allocation's reference: the index owns the slot now
   ns->stats.promotions++;
   if (pin) PinLocked(id, pin_until_ms);
   policy_->OnAccess(id, InfoLocked(id));
-  hot_->Release(*slot);  // the allocation's reference: the index owns the slot now
   MaybeWakeDemoterLocked();
   return ref;
 }

@@ -277,12 +277,12 @@ void TieredStoreImpl::EnterHotLocked(BlockId id, uint32_t slot, const BlockPut* 
   KVTIER_CHECK(!(e.flags & Entry::kHot)) << "block already hot";
   const bool was_unflushed = Unflushed(e);
   e.slot = slot;
-  hot_->Own(slot);
+  const uint32_t payload_bytes = hot_->Own(slot);
   NsState& ns = *namespaces_[e.ns];
   if (!e.resident()) ns.stats.distinct_blocks++;
   ns.stats.hot.blocks++;
-  ns.stats.hot.bytes += hot_->View(slot).payload_bytes;
-  ns.tenant->hot_used += hot_->View(slot).payload_bytes;
+  ns.stats.hot.bytes += payload_bytes;
+  ns.tenant->hot_used += payload_bytes;
   policy_->OnInsert(id, InfoLocked(id));
   index_.SetHot(id, true);  // re-evaluates the parent
   UpdateEligibilityLocked(id);
@@ -297,10 +297,10 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
   if (e.flags & Entry::kEligible) e.flags &= ~Entry::kEligible;
   policy_->OnRemove(id);
   NsState& ns = *namespaces_[e.ns];
+  const uint32_t payload_bytes = hot_->Disown(e.slot);  // freed now unless a reader holds it
   ns.stats.hot.blocks--;
-  ns.stats.hot.bytes -= hot_->View(e.slot).payload_bytes;
-  ns.tenant->hot_used -= hot_->View(e.slot).payload_bytes;
-  hot_->Disown(e.slot);  // freed now unless a reader holds it
+  ns.stats.hot.bytes -= payload_bytes;
+  ns.tenant->hot_used -= payload_bytes;
   e.slot = kNoEntry;
   if (e.flags & Entry::kPinned) {
     e.flags &= ~Entry::kPinned;

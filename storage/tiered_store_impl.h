@@ -158,6 +158,7 @@ class TieredStoreImpl final : public TieredStore {
   // --- Residency transitions (tiered_store_impl.cc). They keep child counts, policy and
   // cold list in step, and report each tier change to options_.events (`origin`: the
   // Put that stored the block, whose token ids / LoRA / extra keys go into the event).
+  // EnterHotLocked takes over the caller's reference on `slot` (HotTier::Own).
   void EnterHotLocked(BlockId id, SlotId slot, const BlockPut* origin = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveHotLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

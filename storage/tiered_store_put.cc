@@ -351,8 +351,7 @@ bool TieredStoreImpl::PublishLocked(NsState* ns, const BlockPut& block, const Pr
   if (stored) EnterColdLocked(id, *stored, &block);
   TouchLocked(id);
   if (p.slot) {
-    EnterHotLocked(id, *p.slot, &block);
-    hot_->Release(*p.slot);  // the index owns it now
+    EnterHotLocked(id, *p.slot, &block);  // the index takes over the slot's reference
     if (pinned_until != 0) PinLocked(id, pinned_until);
   }
   ns->stats.puts++;

@@ -20,12 +20,12 @@ TEST(HotTierTest, AReaderKeepsADisownedSlotUntilItLetsGo) {
   ASSERT_TRUE(slot.has_value());
   std::memset(tier->View(*slot).data, 'a', 10);
   tier->SetPayload(*slot, 10);
-  tier->Own(*slot);
-  tier->Release(*slot);  // the allocation's reference: the owner keeps it now
+  EXPECT_EQ(tier->Own(*slot), 10u);  // takes the allocation's reference: owned now
   EXPECT_EQ(tier->used_bytes(), HotArena::kAlignment);
 
   BlockRef ref = tier->NewRef(*slot, Tier::kHot, 3);
-  tier->Disown(*slot);  // the block left the hot tier; the reader still holds the bytes
+  EXPECT_EQ(tier->Disown(*slot),
+            10u);  // the block left the hot tier; the reader still holds the bytes
   EXPECT_EQ(tier->used_bytes(), HotArena::kAlignment);
   // The slot is not reused while held: a new allocation lands elsewhere.
   std::optional<SlotId> other = tier->Allocate(HotArena::kAlignment);
@@ -46,9 +46,8 @@ TEST(HotTierTest, AllocateFailsWhenFullAndAnOwnedSlotOutlivesItsReferences) {
   auto b = tier->Allocate(HotArena::kAlignment);
   ASSERT_TRUE(a && b);
   EXPECT_FALSE(tier->Allocate(1).has_value());
-  tier->Own(*b);
+  tier->Own(*b);  // takes b's reference
   tier->Release(*a);
-  tier->Release(*b);
   EXPECT_EQ(tier->used_bytes(), HotArena::kAlignment);  // b is owned
   tier->Disown(*b);
   EXPECT_EQ(tier->used_bytes(), 0u);
