@@ -587,6 +587,9 @@ absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
   const std::shared_ptr<const Impl::View> v = impl_->Snapshot();
   // One member holds everything: its own answer is the cluster's.
   if (v->nodes.size() <= 1) return impl_->LookupThroughMember(*v, ns, keys, options, call);
+  const int64_t budget_ms =
+      call.deadline_ms > 0 ? call.deadline_ms : impl_->options.node.default_deadline_ms;
+  const int64_t end_ms = NowMs() + budget_ms;
   const std::vector<std::string_view> views(keys.begin(), keys.end());
   protocol::LookupMerge merge(*v->ring, v->replication, ns, views);
   // Every owner that is connected and up is asked about its share, all at once.
@@ -624,23 +627,30 @@ absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
   }
   bool answered = false;
   bool refused = false;
+  absl::Status error = absl::UnavailableError("no owner is connected and up");
   for (size_t n : work) {
     const absl::StatusOr<v1::LookupResponse>& a = answers[n];
     if (a.ok()) {
       impl_->MarkUp(v->nodes[n]);
       merge.Add(n, *a);
       answered = true;
-    } else if (IsUnreachable(a.status())) {
+      continue;
+    }
+    if (!refused) error = NodeError(a.status(), v->nodes[n].id);  // a refusal first
+    if (IsUnreachable(a.status())) {
       impl_->MarkDown(v->nodes[n]);  // its keys are misses
     } else {
       refused = true;
     }
   }
+  if (answered && !refused) return merge.Result(options.keep_compact);
   // No owner answered, or one refused the request (bad input, unknown namespace, a lease
   // over the limit): one member answers for the whole request instead, so its error names
-  // the key's index in `keys`, not in a share.
-  if (!answered || refused) return impl_->LookupThroughMember(*v, ns, keys, options, call);
-  return merge.Result(options.keep_compact);
+  // the key's index in `keys`, not in a share. Within what is left of the deadline.
+  CallOptions rest = call;
+  rest.deadline_ms = end_ms - NowMs();
+  if (rest.deadline_ms <= 0) return error;
+  return impl_->LookupThroughMember(*v, ns, keys, options, rest);
 }
 
 absl::StatusOr<v1::ClusterStatusResponse> ClusterClient::ClusterStatus(const CallOptions& call) {

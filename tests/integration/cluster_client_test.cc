@@ -351,6 +351,30 @@ TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut)
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
 }
 
+// With every owner hung, a Lookup ends with the first deadline instead of retrying the
+// whole request on each member.
+TEST_F(ClusterClientTest, ALookupWithEveryOwnerHungEndsWithinItsDeadline) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
+  const Blocks b = MakeBlocks(37);
+  client::PutOptions po;
+  po.format = v1::PAYLOAD_FORMAT_RAW;
+  ASSERT_TRUE(cluster_->PutBlocks(kNs, b.puts, po).ok());
+  for (int n = 0; n < kNodes; ++n) {
+    ASSERT_EQ(kill(nodes_->node(n).pid(), SIGSTOP), 0);
+    ASSERT_TRUE(testing::WaitUntilStopped(nodes_->node(n).pid()));
+  }
+  client::CallOptions call;
+  call.deadline_ms = 600;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.end()), call);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_LT(took, std::chrono::milliseconds(1200));
+  for (int n = 0; n < kNodes; ++n) kill(nodes_->node(n).pid(), SIGCONT);
+}
+
 TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2));
   ASSERT_NO_FATAL_FAILURE(ConnectCluster());
