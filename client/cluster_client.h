@@ -34,7 +34,8 @@
 //              (ListNamespaces, at most one probe per `down_retry_ms`) until it answers
 //              and is up again. When no owner answers, or one refuses the request, the
 //              whole request goes to one member instead, which answers for the cluster
-//              (server-side fan-out): its answer or error stands.
+//              (server-side fan-out), within what is left of the call's deadline: its
+//              answer or error stands.
 //
 // Errors name the node ("node 127.0.0.1:4000: ..."), keeping the node's status code.
 //
