@@ -123,6 +123,17 @@ class ClusterClientTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  // Starts a cluster of `replication`, connects, and puts MakeBlocks(seed) RAW into it.
+  void StartAndPut(uint32_t replication, uint64_t seed, Blocks* b) {
+    ASSERT_NO_FATAL_FAILURE(StartCluster(replication));
+    ASSERT_NO_FATAL_FAILURE(ConnectCluster());
+    *b = MakeBlocks(seed);
+    client::PutOptions po;
+    po.format = v1::PAYLOAD_FORMAT_RAW;
+    auto put = cluster_->PutBlocks(kNs, b->puts, po);
+    ASSERT_TRUE(put.ok()) << put.status();
+  }
+
   // One plain Client per node, for checking each node's own Stats.
   std::unique_ptr<client::Client> NodeClient(int i) {
     client::ClientOptions o;
@@ -291,12 +302,8 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
 // every owner's share, and no more (each node's lookup_blocks counter), and the answer is
 // the one a member's own fan-out gives. Errors name the key's index in the whole request.
 TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
-  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
-  const Blocks b = MakeBlocks(31);
-  client::PutOptions po;
-  po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE(cluster_->PutBlocks(kNs, b.puts, po).ok());
+  Blocks b;
+  ASSERT_NO_FATAL_FAILURE(StartAndPut(2, 31, &b));
   // A whole chain, then 5 keys nobody holds.
   std::vector<std::string> chain(b.keys.begin(), b.keys.begin() + kChainLen);
   for (int i = 0; i < 5; ++i) chain.push_back("absent-" + std::to_string(i));
@@ -354,12 +361,8 @@ TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut)
 // With every owner hung, a Lookup ends with the first deadline instead of retrying the
 // whole request on each member.
 TEST_F(ClusterClientTest, ALookupWithEveryOwnerHungEndsWithinItsDeadline) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
-  ASSERT_NO_FATAL_FAILURE(ConnectCluster());
-  const Blocks b = MakeBlocks(37);
-  client::PutOptions po;
-  po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE(cluster_->PutBlocks(kNs, b.puts, po).ok());
+  Blocks b;
+  ASSERT_NO_FATAL_FAILURE(StartAndPut(1, 37, &b));
   for (int n = 0; n < kNodes; ++n) {
     ASSERT_EQ(kill(nodes_->node(n).pid(), SIGSTOP), 0);
     ASSERT_TRUE(testing::WaitUntilStopped(nodes_->node(n).pid()));
