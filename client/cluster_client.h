@@ -163,10 +163,10 @@ class ClusterClient {
                                                     std::span<const std::string> keys,
                                                     const LookupOptions& options,
                                                     const CallOptions& call = {});
-  // Ends every lease `lookup` (either form) holds: one ReleaseLease per (owner,
-  // lease_id), sent to that owner. INVALID_ARGUMENT when `lookup` is malformed. Returns the blocks
-  // they held. An owner that is not a member or does not answer is skipped (its lease expires); the
-  // other owners' leases are still released.
+  // Ends every lease `lookup` (either form) holds: one ReleaseLease per (owner, lease_id),
+  // sent to that owner. Returns the blocks they held. An owner that is not a member or does
+  // not answer is skipped (its lease expires); the other owners' leases are still
+  // released. INVALID_ARGUMENT when `lookup` is malformed.
   absl::StatusOr<uint64_t> ReleaseLeases(std::string_view ns,
                                          const kvtier::v1::LookupResponse& lookup,
                                          const CallOptions& call = {});
