@@ -8,6 +8,7 @@ import pytest
 
 import blocks
 import kvtier
+from kvtier import lookup_form, pb
 
 NS = "cl"
 
@@ -64,6 +65,18 @@ def test_three_nodes_r2_with_one_killed(cluster):
         assert lk.prefix_blocks == 12 and lk.leased_blocks == 12
         assert all(b.lease_id for b in lk.blocks)
         assert cc.release_leases(NS, lk) >= 12
+        # The compact form of an answer names the same leases (the C++ ClusterClient
+        # reads either form too).
+        lk = cc.lookup(NS, keys, lease_ms=5000)
+        compact = pb.LookupResponse(prefix_blocks=lk.prefix_blocks,
+                                    leased_blocks=lk.leased_blocks)
+        holders = sorted({(b.owner, b.lease_id) for b in lk.blocks})
+        compact.owners.extend(o for o, _ in holders)
+        compact.owner_lease_ids.extend(i for _, i in holders)
+        compact.tiers = bytes(b.tier for b in lk.blocks)
+        compact.owner_index.extend(holders.index((b.owner, b.lease_id)) for b in lk.blocks)
+        assert lookup_form.is_compact(compact)
+        assert cc.release_leases(NS, compact) >= 12
         victim = cluster[1]
         victim.kill()
         got = cc.get_blocks(NS, keys, format=kvtier.RAW, numpy=True)

@@ -28,7 +28,7 @@ import grpc
 
 from kvtier._proto import pb
 
-from kvtier import errors
+from kvtier import errors, lookup_form
 from kvtier.client import Client, FetchedBlock, PutResult
 from kvtier.rendezvous import RendezvousRing, key_hash
 
@@ -360,9 +360,14 @@ class ClusterClient:
                 for i in self._route_gets(ns, keys, timeout, owner_get)]
 
     def release_leases(self, ns, lookup, timeout=None):
-        """Ends every lease a lookup(lease_ms=...) answer holds: one release_lease per
-        (owner, lease_id), sent to that owner. Returns the blocks they held; an owner that
-        is not connected or fails is skipped (its lease expires)."""
+        """Ends every lease a lookup(lease_ms=...) answer holds (either form): one
+        release_lease per (owner, lease_id), sent to that owner. Returns the blocks they
+        held; an owner that is not connected or fails is skipped (its lease expires).
+        errors.DataLossError when a compact answer is malformed."""
+        if lookup_form.is_compact(lookup):
+            expanded = pb.LookupResponse()
+            expanded.CopyFrom(lookup)
+            lookup = lookup_form.expand(expanded)
         nodes = {n.id: n for n in self._view[0]}
         total = 0
         for owner, lease_id in sorted({(b.owner, b.lease_id) for b in lookup.blocks
