@@ -13,15 +13,23 @@ from kvtier import lookup_form, pb
 NS = "cl"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n):
+    """n distinct free ports: every socket stays bound until all are picked (one at a
+    time, the kernel may hand the same port out twice; see tests/testing's
+    PickFreePorts)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @pytest.fixture
 def cluster(tmp_path, start_server):
-    ports = [_free_port() for _ in range(3)]
+    ports = _free_ports(3)
     ids = ["127.0.0.1:%d" % p for p in ports]
     nodes = []
     for i, p in enumerate(ports):
