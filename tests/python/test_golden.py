@@ -26,6 +26,34 @@ def test_prefix_keys_and_ring_owners_match_cpp_for_10000_inputs_each():
     assert not bad, "first mismatches (python, c++): %s" % bad[:5]
 
 
+def test_owners_many_equals_owners_key_by_key():
+    # kvtier._native.owners when the extension is built (the C++ placement), the Python
+    # loop otherwise: the same owners, in the same order, either way. Node ids of both
+    # forms the golden vectors use, and a non-ASCII one (sorted by code point in Python,
+    # by UTF-8 bytes in C++: the same order).
+    rng = random.Random(11)
+    for trial in range(40):
+        nodes = ["127.0.0.1:%d" % rng.randrange(1024, 65536) for _ in range(rng.randrange(1, 8))]
+        nodes += ["node-%d" % rng.randrange(100) for _ in range(rng.randrange(0, 3))]
+        if trial % 5 == 0:
+            nodes.append("nœud-%d" % trial)
+        ring = kvtier.RendezvousRing(nodes)
+        ns = "ns-%d" % trial
+        keys = [bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 33)))
+                for _ in range(200)]
+        for r in range(0, 5):
+            assert ring.owners_many(ns, keys, r) == [ring.owners(ns, k, r) for k in keys]
+
+
+def test_the_native_placement_is_used_when_built():
+    from kvtier import rendezvous
+    try:
+        from kvtier import _native
+    except ImportError:
+        pytest.skip("kvtier._native is not built")
+    assert rendezvous._native_owners is _native.owners
+
+
 @pytest.mark.skipif(not _xxh3.HAVE_LIBXXHASH, reason="libxxhash0 is not installed")
 def test_pure_python_xxh3_equals_libxxhash_at_every_length_class():
     rng = random.Random(3)

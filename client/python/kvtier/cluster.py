@@ -30,7 +30,7 @@ from kvtier._proto import pb
 
 from kvtier import errors, lookup_form
 from kvtier.client import Client, FetchedBlock, PutResult
-from kvtier.rendezvous import RendezvousRing, key_hash
+from kvtier.rendezvous import RendezvousRing
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -273,8 +273,7 @@ class ClusterClient:
         total = timeout if timeout else self.timeout
         end = time.monotonic() + total
         rank = [self._rank(n) for n in nodes]
-        owners = [sorted(ring.owners_of_hash(key_hash(ns, k), r), key=lambda i: rank[i])
-                  for k in keys]
+        owners = [sorted(o, key=lambda i: rank[i]) for o in ring.owners_many(ns, keys, r)]
         pending = list(range(len(keys)))
         answered = False
         last = errors.DeadlineExceededError(

@@ -6,11 +6,20 @@ Identical to the C++ protocol/rendezvous.h (pinned by tests/data/golden_vectors.
   score(ns, key, node) = XXH3_64(u64le(key_hash), seed node_hash)
 The owners of (ns, key) are the R nodes with the highest score, best first; equal scores
 are ordered by node id. Immutable objects; thread-safe.
+
+RendezvousRing.owners_many places many keys at once: in C++ (kvtier._native.owners, the
+same protocol/rendezvous.cc as the server) when the extension is built, where Python
+spends microseconds per key and node (10 ms for 2,048 keys on 5 nodes).
 """
 
 import struct
 
 from kvtier._xxh3 import xxh3_64
+
+try:
+    from kvtier._native import owners as _native_owners
+except ImportError:  # no extension, or one built before it had owners()
+    _native_owners = None
 
 SCHEME = "rendezvous-v1"
 
@@ -54,6 +63,12 @@ class RendezvousRing:
     def owners(self, namespace, key, r):
         return self.owners_of_hash(key_hash(namespace, key), r)
 
+    def owners_many(self, namespace, keys, r):
+        """[owners(namespace, k, r) for k in keys], in C++ when kvtier._native is built."""
+        if _native_owners is not None and self.nodes:
+            return _native_owners(_b(namespace), [_b(k) for k in keys], self.nodes, r)
+        return [self.owners(namespace, k, r) for k in keys]
+
     def owner_ids(self, namespace, key, r):
         return [self.nodes[i] for i in self.owners(namespace, key, r)]
 
@@ -63,7 +78,7 @@ class RendezvousRing:
     def group_by_owner(self, namespace, keys, r):
         """Per node (order of `nodes`), the indices of `keys` it owns, in input order."""
         groups = [[] for _ in self.nodes]
-        for k, key in enumerate(keys):
-            for i in self.owners(namespace, key, r):
+        for k, owners in enumerate(self.owners_many(namespace, keys, r)):
+            for i in owners:
                 groups[i].append(k)
         return groups

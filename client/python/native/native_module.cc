@@ -1,11 +1,13 @@
 // kvtier._native: the payload-carrying Put and Get streams of the Python client's gRPC
 // path, run in C++ with the GIL released (grpcio copies every sent message once more, and
 // every received one three times, with the GIL held), and the frames of its same-node
-// shared-memory calls with their staging copies (one GIL release per call). Optional:
-// kvtier.client uses it when it imports and falls back to grpcio otherwise. No protocol
-// logic lives here: Python builds the serialized header / request, parses the GetHeader,
-// picks the destinations, retries and maps errors; this module moves bytes (the sizes a
-// staged Get copies out come from protocol::ReadGetHeaderSizes).
+// shared-memory calls with their staging copies (one GIL release per call), and the
+// cluster client's rendezvous placement. Optional: kvtier.client uses it when it imports
+// and falls back to grpcio (kvtier.rendezvous to pure Python) otherwise. No protocol
+// logic of its own lives here: Python builds the serialized header / request, parses the
+// GetHeader, picks the destinations, retries and maps errors; this module moves bytes
+// (the sizes a staged Get copies out come from protocol::ReadGetHeaderSizes) and runs
+// protocol/rendezvous.cc.
 //
 //   Channel(address, channel_id, max_receive_message_bytes, http2_stream_window_bytes,
 //           tls=None | (root_pem, key_pem, cert_pem) with None for a missing file,
@@ -40,6 +42,12 @@
 //     dropped), ConnectionError when the socket failed, ValueError for a copy outside the
 //     region or a request too large for a frame.
 //   ShmCalls.close(): drops the idle connections; later calls raise ConnectionError.
+//   owners(namespace, keys, node_ids, r) -> list of lists of int
+//     Rendezvous placement (protocol/rendezvous.h) of each of `keys` (bytes) in
+//     `namespace` (str or bytes) over the ring of `node_ids` (str; sorted and deduplicated
+//     as RendezvousRing does, so indices match kvtier.RendezvousRing.nodes): per key the
+//     indices of its min(r, len) owners, best first (r = 0 counts as 1). What
+//     kvtier.rendezvous computes in Python, where one key costs microseconds per node.
 //   Errors: RpcError(code, details, error_details) with the gRPC status code number,
 //   message and grpc-status-details-bin bytes; INTERNAL "get stream: ..." for a malformed
 //   Get stream (the call is cancelled); an exception raised by on_header is re-raised
@@ -48,6 +56,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -62,6 +71,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/sync_stream.h"
 #include "protocol/frame.h"
+#include "protocol/rendezvous.h"
 #include "protocol/shm_wire.h"
 #include "protocol/slice_refs.h"
 
@@ -626,9 +636,65 @@ PyType_Slot kShmCallsSlots[] = {
 PyType_Spec kShmCallsSpec = {"kvtier._native.ShmCalls", sizeof(ShmCallsObject), 0,
                              Py_TPFLAGS_DEFAULT, kShmCallsSlots};
 
+PyObject* Owners(PyObject*, PyObject* args) {
+  const char* ns = nullptr;
+  Py_ssize_t ns_len = 0;
+  PyObject* keys = nullptr;
+  PyObject* node_ids = nullptr;
+  Py_ssize_t r = 0;
+  if (!PyArg_ParseTuple(args, "s#OOn", &ns, &ns_len, &keys, &node_ids, &r)) return nullptr;
+  PyObject* ids_seq = PySequence_Fast(node_ids, "node_ids must be a sequence of str");
+  if (ids_seq == nullptr) return nullptr;
+  std::vector<std::string> ids;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ids_seq); ++i) {
+    Py_ssize_t len = 0;
+    const char* id = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(ids_seq, i), &len);
+    if (id == nullptr) {
+      Py_DECREF(ids_seq);
+      return nullptr;
+    }
+    ids.emplace_back(id, static_cast<size_t>(len));
+  }
+  Py_DECREF(ids_seq);
+  const protocol::RendezvousRing ring(std::move(ids));
+  PyObject* keys_seq = PySequence_Fast(keys, "keys must be a sequence of bytes");
+  if (keys_seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(keys_seq);
+  PyObject* out = PyList_New(n);
+  std::vector<size_t> owners;
+  const std::string_view space(ns, static_cast<size_t>(ns_len));
+  for (Py_ssize_t i = 0; out != nullptr && i < n; ++i) {
+    char* key = nullptr;
+    Py_ssize_t key_len = 0;
+    if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(keys_seq, i), &key, &key_len) != 0) {
+      Py_CLEAR(out);
+      break;
+    }
+    ring.OwnersOfHashInto(
+        protocol::RendezvousKeyHash(space, std::string_view(key, static_cast<size_t>(key_len))),
+        static_cast<size_t>(std::max<Py_ssize_t>(r, 0)), &owners);
+    PyObject* row = PyList_New(static_cast<Py_ssize_t>(owners.size()));
+    if (row == nullptr) {
+      Py_CLEAR(out);
+      break;
+    }
+    for (size_t j = 0; j < owners.size(); ++j) {
+      PyList_SET_ITEM(row, static_cast<Py_ssize_t>(j), PyLong_FromSize_t(owners[j]));
+    }
+    PyList_SET_ITEM(out, i, row);
+  }
+  Py_DECREF(keys_seq);
+  return out;
+}
+
+PyMethodDef kModuleMethods[] = {
+    {"owners", Owners, METH_VARARGS,
+     "owners(namespace, keys, node_ids, r) -> list of lists of int (see the module doc)"},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyModuleDef g_module = {PyModuleDef_HEAD_INIT, "kvtier._native",
-                        "Put / Get streams of the kvtier Python client in C++ (GIL released).",
-                        -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+                        "Put / Get streams and placement of the kvtier Python client in C++.",
+                        -1, kModuleMethods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 }  // namespace kvtier::python
