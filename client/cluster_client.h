@@ -15,7 +15,8 @@
 // replication factor R is the cluster's (ClusterStatus.replication_factor, 0 read as 1).
 // One Client (client/client.h) is kept per member, built from options.node with `server`
 // replaced; members that cannot be reached stay in the ring (they still own their keys)
-// without a connection until a later Refresh reaches them.
+// without a connection until a later Refresh reaches them. Puts, gets and Lookups all
+// place keys on this view: after the cluster's membership changes, Refresh.
 //
 // Routing:
 //   PutBlocks  each block goes to every one of its top-R owners; one Client::PutBlocks per
