@@ -1,5 +1,6 @@
 #include "protocol/lookup_form.h"
 
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -41,24 +42,26 @@ void EncodeCompact(size_t n, TierFn tier_of, OwnerFn owner_of, LeaseFn lease_of,
     return;
   }
   // Holders stay few (about two per node), so a linear scan beats a map. Owners usually
-  // view the same few strings (a ring's node ids), so a view at the same address is
-  // matched without comparing bytes.
-  std::vector<std::pair<std::string_view, uint64_t>> holders;
-  auto find = [&holders](const std::pair<std::string_view, uint64_t>& holder, bool by_address) {
+  // view the same few strings (a ring's node ids), so the first scan matches a view at
+  // the same address without comparing bytes; only a miss compares them.
+  using Holder = std::pair<std::string_view, uint64_t>;
+  std::vector<Holder> holders;
+  auto find = [&holders](const Holder& holder, auto same_owner) {
     size_t h = 0;
-    while (h < holders.size() && !(holders[h].second == holder.second &&
-                                   (by_address ? holders[h].first.data() == holder.first.data() &&
-                                                     holders[h].first.size() == holder.first.size()
-                                               : holders[h].first == holder.first))) {
+    while (h < holders.size() &&
+           !(holders[h].second == holder.second && same_owner(holders[h].first, holder.first))) {
       ++h;
     }
     return h;
   };
+  auto same_view = [](std::string_view a, std::string_view b) {
+    return a.data() == b.data() && a.size() == b.size();
+  };
   r->mutable_owner_index()->Reserve(static_cast<int>(n));
   for (size_t i = 0; i < n; ++i) {
-    const std::pair<std::string_view, uint64_t> holder(owner_of(i), lease_of(i));
-    size_t h = find(holder, true);
-    if (h == holders.size()) h = find(holder, false);
+    const Holder holder(owner_of(i), lease_of(i));
+    size_t h = find(holder, same_view);
+    if (h == holders.size()) h = find(holder, std::equal_to<std::string_view>());
     if (h == holders.size()) holders.push_back(holder);
     r->add_owner_index(static_cast<uint32_t>(h));
   }

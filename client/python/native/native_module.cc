@@ -678,10 +678,15 @@ PyObject* Owners(PyObject*, PyObject* args) {
       Py_CLEAR(out);
       break;
     }
+    PyList_SET_ITEM(out, i, row);  // out owns it from here
     for (size_t j = 0; j < owners.size(); ++j) {
-      PyList_SET_ITEM(row, static_cast<Py_ssize_t>(j), PyLong_FromSize_t(owners[j]));
+      PyObject* index = PyLong_FromSize_t(owners[j]);
+      if (index == nullptr) {
+        Py_CLEAR(out);
+        break;
+      }
+      PyList_SET_ITEM(row, static_cast<Py_ssize_t>(j), index);
     }
-    PyList_SET_ITEM(out, i, row);
   }
   Py_DECREF(keys_seq);
   return out;
