@@ -132,6 +132,33 @@ AdaptivePolicy::AdaptivePolicy() {
   for (const AdaptiveHeadStarts& h : kAdaptiveCandidates) shadows_.emplace_back(h);
 }
 
+uint32_t* AdaptivePolicy::FindState(BlockId id) {
+  const size_t c = id >> kStateChunkShift;
+  return c < states_.size() && states_[c] ? &states_[c][id & kStateChunkMask] : nullptr;
+}
+
+const uint32_t* AdaptivePolicy::FindState(BlockId id) const {
+  return const_cast<AdaptivePolicy*>(this)->FindState(id);
+}
+
+uint32_t& AdaptivePolicy::StateOf(BlockId id) {
+  const size_t c = id >> kStateChunkShift;
+  if (c >= states_.size()) states_.resize(c + 1);
+  if (!states_[c]) states_[c] = std::make_unique<uint32_t[]>(kStateChunkMask + 1);
+  return states_[c][id & kStateChunkMask];
+}
+
+template <typename F>
+void AdaptivePolicy::ForEachState(F f) {
+  for (size_t c = 0; c < states_.size(); ++c) {
+    if (!states_[c]) continue;
+    for (uint32_t i = 0; i <= kStateChunkMask; ++i) {
+      uint32_t& s = states_[c][i];
+      if (s & kResident) f(static_cast<BlockId>(c << kStateChunkShift | i), s);
+    }
+  }
+}
+
 uint32_t AdaptivePolicy::RelativeTick(uint64_t tick) {
   if (tick < base_) return 0;
   if (tick - base_ > kTickMask) Rebase(tick);
@@ -142,10 +169,10 @@ void AdaptivePolicy::Rebase(uint64_t tick) {
   // Keep half the range behind `tick`; older blocks tie at relative tick 0.
   const uint64_t base = tick - (kTickMask >> 1);
   const uint64_t shift = base - base_;
-  for (auto& [id, s] : states_) {
+  ForEachState([&](BlockId, uint32_t& s) {
     const uint64_t rel = s & kTickMask;
     s = (s & ~kTickMask) | static_cast<uint32_t>(rel > shift ? rel - shift : 0);
-  }
+  });
   base_ = base;
   RebuildHeaps();
 }
@@ -158,9 +185,9 @@ void AdaptivePolicy::Push(BlockId id, uint32_t packed) {
 }
 
 bool AdaptivePolicy::Live(HeapItem item, int c) const {
-  auto it = states_.find(static_cast<BlockId>(item));
-  if (it == states_.end()) return false;
-  const uint32_t s = it->second;
+  const uint32_t* state = FindState(static_cast<BlockId>(item));
+  if (state == nullptr) return false;
+  const uint32_t s = *state;
   return (s & kEligible) && ClassOf(s) == c && (s & kTickMask) == (item >> 32);
 }
 
@@ -185,9 +212,9 @@ void AdaptivePolicy::RebuildHeaps() {
   // Stale items dominate (or ticks were rebased): rebuild from the states so memory
   // stays O(eligible blocks).
   for (auto& h : heaps_) h.clear();
-  for (const auto& [id, s] : states_) {
+  ForEachState([&](BlockId id, uint32_t s) {
     if (s & kEligible) PushBack(&heaps_[ClassOf(s)], MakeItem(s, id, kTickMask));
-  }
+  });
   heap_items_ = 0;
   for (auto& h : heaps_) {
     if (h.capacity() > 2 * h.size() + 64) h.shrink_to_fit();
@@ -243,44 +270,46 @@ void AdaptivePolicy::Simulate(const BlockInfo& info) {
 
 void AdaptivePolicy::Reference(BlockId id, const BlockInfo& info) {
   const uint32_t rel = RelativeTick(info.tick);  // may rebase: look the state up after
-  uint32_t& s = states_[id];
-  s = (s & kEligible) | static_cast<uint32_t>(AdaptiveClassOf(info.hits)) << kClassShift | rel;
+  uint32_t& s = *FindState(id);
+  s = (s & kEligible) | kResident |
+      static_cast<uint32_t>(AdaptiveClassOf(info.hits)) << kClassShift | rel;
   if (s & kEligible) Push(id, s);
 }
 
 void AdaptivePolicy::OnInsert(BlockId id, const BlockInfo& info) {
   Simulate(info);
-  auto [it, inserted] = states_.try_emplace(id, 0);
-  if (!inserted && (it->second & kEligible)) --eligible_;
-  if (inserted) ++resident_;
-  it->second = 0;
+  uint32_t& s = StateOf(id);
+  if (s & kEligible) --eligible_;
+  if (!(s & kResident)) ++resident_;
+  s = kResident;
   Reference(id, info);
 }
 
 void AdaptivePolicy::OnAccess(BlockId id, const BlockInfo& info) {
-  if (!states_.contains(id)) return;
+  const uint32_t* s = FindState(id);
+  if (s == nullptr || !(*s & kResident)) return;
   Simulate(info);
   Reference(id, info);
 }
 
 void AdaptivePolicy::OnEligible(BlockId id, bool eligible) {
-  auto it = states_.find(id);
-  if (it == states_.end() || ((it->second & kEligible) != 0) == eligible) return;
+  uint32_t* s = FindState(id);
+  if (s == nullptr || !(*s & kResident) || ((*s & kEligible) != 0) == eligible) return;
   if (eligible) {
-    it->second |= kEligible;
+    *s |= kEligible;
     ++eligible_;
-    Push(id, it->second);
+    Push(id, *s);
   } else {
-    it->second &= ~kEligible;
+    *s &= ~kEligible;
     --eligible_;
   }
 }
 
 void AdaptivePolicy::OnRemove(BlockId id) {
-  auto it = states_.find(id);
-  if (it == states_.end()) return;
-  if (it->second & kEligible) --eligible_;
-  states_.erase(it);
+  uint32_t* s = FindState(id);
+  if (s == nullptr || !(*s & kResident)) return;
+  if (*s & kEligible) --eligible_;
+  *s = 0;
   --resident_;
 }
 
@@ -301,7 +330,10 @@ BlockId AdaptivePolicy::PickVictim() {
 }
 
 size_t AdaptivePolicy::MemoryBytes() const {
-  size_t bytes = MapBytes(states_);
+  size_t bytes = states_.capacity() * sizeof(states_[0]);
+  for (const auto& chunk : states_) {
+    if (chunk) bytes += (kStateChunkMask + 1) * sizeof(uint32_t);
+  }
   for (const auto& h : heaps_) bytes += h.capacity() * sizeof(HeapItem);
   for (const AdaptiveShadow& s : shadows_) bytes += s.MemoryBytes();
   return bytes;

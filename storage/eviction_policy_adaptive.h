@@ -46,18 +46,21 @@
 // within 0.005 of the best fixed policy at all 30 points; 0.61x Belady at 5,859 blocks on
 // the shared trace.
 //
-// Memory, bounded by the hot-tier size (nothing per cold key or per id): per hot block a
-// 4-byte packed state in a hash map keyed by id (a 9-byte slot at a load factor of
-// 7/16..7/8) and one or two 8-byte heap items (stale items are dropped past 1.5x the
-// eligible blocks, in O(heap items); vectors grow by 1.5x); per shadow entry (3 shadows of
-// resident/16 entries) a 16-byte node and a 9-byte hash-map slot at its load factor, about
-// 5 bytes per hot block in all. MemoryBytes() counts what is allocated (slots, slack);
-// tests/tools/store_model_test.cc bounds it by 64 bytes per hot block on every trace
-// family. Live ticks are kept relative to a base in 28 bits; the base moves (an
-// O(resident) rebase) every 2^27 ticks, and a block unreferenced for more than 2^27 ticks
-// then ties with the oldest (ties by id). Shadow ticks count sampled references in 29
-// bits; the shadows restart empty (keeping their scores) when that wraps. Lookup never
-// reaches the policy.
+// Memory: per id (BlockIds are the index's dense, reused ids) a 4-byte packed state, in
+// chunks of 4,096 ids allocated when an id in them first enters; per hot block one or two
+// 8-byte heap items (stale items are dropped past 1.5x the eligible blocks, in O(heap
+// items); vectors grow by 1.5x); per shadow entry (3 shadows of resident/16 entries) a
+// 16-byte node and a 9-byte hash-map slot at its load factor, about 5 bytes per hot block
+// in all. A hash map of states (9 bytes per hot block at its load) was smaller only where
+// fewer than about 1 id in 2 is hot, but each Put missed the cache twice in it and its
+// doublings rehashed every state: at 10^7 blocks the store's Put rate rose by a third
+// without it (README, "Scale"). MemoryBytes() counts what is allocated (chunks, slots,
+// slack); tests/tools/store_model_test.cc bounds it by 64 bytes per hot block on every
+// trace family. Live ticks are kept relative to a base in 27 bits; the base moves (an
+// O(ids) rebase) every 2^26 ticks, and a block unreferenced for more than 2^26 ticks then
+// ties with the oldest (ties by id). Shadow ticks count sampled references in 29 bits; the
+// shadows restart empty (keeping their scores) when that wraps. Lookup never reaches the
+// policy.
 //
 // Thread-compatible, like every EvictionPolicy: the store calls it under its index mutex.
 #ifndef KVTIER_STORAGE_EVICTION_POLICY_ADAPTIVE_H_
@@ -66,6 +69,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -143,13 +147,26 @@ class AdaptivePolicy final : public EvictionPolicy {
   const std::array<double, kAdaptiveCandidates.size()>& scores() const { return scores_; }
 
  private:
-  // Packed per-block state: bits 0-27 the tick of the last reference minus base_, bits
-  // 28-30 the class, bit 31 eligible.
-  static constexpr uint32_t kTickBits = 28;
+  // Packed per-block state: bits 0-26 the tick of the last reference minus base_, bit 27
+  // set for a resident block (0 is an absent one), bits 28-30 the class, bit 31 eligible.
+  static constexpr uint32_t kTickBits = 27;
   static constexpr uint32_t kTickMask = (1u << kTickBits) - 1;
-  static constexpr uint32_t kClassShift = kTickBits;
+  static constexpr uint32_t kResident = 1u << kTickBits;
+  static constexpr uint32_t kClassShift = kTickBits + 1;
   static constexpr uint32_t kEligible = 1u << 31;
   static int ClassOf(uint32_t packed) { return (packed >> kClassShift) & 7; }
+  // States by id in chunks of 2^kStateChunkShift, each allocated (zeroed) when an id in it
+  // first enters.
+  static constexpr uint32_t kStateChunkShift = 12;
+  static constexpr uint32_t kStateChunkMask = (1u << kStateChunkShift) - 1;
+  // Returns id's state (0: absent), or nullptr when no id of its chunk ever entered.
+  uint32_t* FindState(BlockId id);
+  const uint32_t* FindState(BlockId id) const;
+  // Returns id's state, allocating its chunk.
+  uint32_t& StateOf(BlockId id);
+  // Calls f(id, state&) for every resident block, in id order.
+  template <typename F>
+  void ForEachState(F f);
   // A heap item: (relative tick << 32) | id, so integer order is (tick, id) order.
   using HeapItem = uint64_t;
 
@@ -169,11 +186,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t resident_ = 0;
   size_t eligible_ = 0;
   size_t heap_items_ = 0;
-  // Packed state. Its array is mapped (MmapAllocator): the one a doubling leaves behind
-  // goes back to the system instead of staying in another thread's malloc arena.
-  absl::flat_hash_map<BlockId, uint32_t, absl::Hash<BlockId>, std::equal_to<BlockId>,
-                      MmapAllocator<std::pair<const BlockId, uint32_t>>>
-      states_;
+  std::vector<std::unique_ptr<uint32_t[]>> states_;            // by id, chunked (above)
   std::array<std::vector<HeapItem>, kAdaptiveClasses> heaps_;  // eligible, lazily cleaned
   // Miniature simulation.
   std::vector<AdaptiveShadow> shadows_;  // one per candidate

@@ -7,22 +7,27 @@
 
 namespace kvtier::storage {
 
-size_t PrefixIndex::IdHash::operator()(BlockId id) const {
-  const std::string_view key = index->key(id);
-  return XXH3_64bits_withSeed(key.data(), key.size(), index->at(id).ns);
+uint32_t PrefixIndex::KeyHash(uint16_t ns, std::string_view key) {
+  return static_cast<uint32_t>(XXH3_64bits_withSeed(key.data(), key.size(), ns));
 }
 
-size_t PrefixIndex::IdHash::operator()(const KeyRef& k) const {
-  return XXH3_64bits_withSeed(k.key.data(), k.key.size(), k.ns);
+size_t PrefixIndex::IdHash::Spread(uint32_t h) {
+  // splitmix64's finalizer: every bit of the table's hash depends on every bit of h.
+  uint64_t x = h;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
-bool PrefixIndex::IdEq::operator()(BlockId a, const KeyRef& b) const {
-  return index->at(a).ns == b.ns && index->key(a) == b.key;
+bool PrefixIndex::IdEq::operator()(IdSlot a, const KeyRef& b) const {
+  const auto id = static_cast<BlockId>(a);
+  return static_cast<uint32_t>(a >> 32) == b.hash && index->at(id).ns == b.ns &&
+         index->key(id) == b.key;
 }
 
 PrefixIndex::PrefixIndex(LinksChanged on_links_changed)
     : on_links_changed_(std::move(on_links_changed)),
-      ids_(0, IdHash{this}, IdEq{this}, MmapAllocator<BlockId>()) {}
+      ids_(0, IdHash{}, IdEq{this}, MmapAllocator<IdSlot>()) {}
 
 std::string_view PrefixIndex::key(BlockId id) const {
   const Entry& e = at(id);
@@ -33,8 +38,8 @@ std::string_view PrefixIndex::key(BlockId id) const {
 }
 
 BlockId PrefixIndex::Find(uint16_t ns, std::string_view key) const {
-  auto it = ids_.find(KeyRef{ns, key});
-  return it == ids_.end() ? kNoEntry : *it;
+  auto it = ids_.find(Ref(ns, key));
+  return it == ids_.end() ? kNoEntry : static_cast<BlockId>(*it);
 }
 
 BlockId PrefixIndex::FindAfter(uint16_t ns, std::string_view key, BlockId prev) const {
@@ -67,13 +72,12 @@ BlockId PrefixIndex::NewEntry(uint16_t ns, std::string_view key) {
   e.ns = ns;
   e.parent = kNoEntry;
   e.slot = kNoEntry;
-  ids_.insert(id);
+  ids_.insert(SlotOf(id, KeyHash(ns, key)));
   return id;
 }
 
 size_t PrefixIndex::MemoryBytes() const {
-  return ids_.capacity() * (sizeof(BlockId) + 1) + entries_.MemoryBytes() +
-         long_keys_.MemoryBytes();
+  return ids_.capacity() * (sizeof(IdSlot) + 1) + entries_.MemoryBytes() + long_keys_.MemoryBytes();
 }
 
 void PrefixIndex::SetParent(BlockId id, BlockId parent) {
@@ -105,7 +109,7 @@ void PrefixIndex::MaybeFree(BlockId id) {
     Entry& e = at(id);
     if ((e.flags & (Entry::kHot | Entry::kCold | Entry::kBusy)) || e.children() > 0) return;
     const BlockId parent = e.parent;
-    ids_.erase(id);  // hashes the key: before its cell is freed
+    ids_.erase(SlotOf(id, KeyHash(e.ns, key(id))));  // before the key's cell is freed
     if (e.key_len > Entry::kInlineKeyBytes) {
       uint32_t cell;
       std::memcpy(&cell, e.key_, sizeof(cell));

@@ -184,7 +184,9 @@ class TieredStoreImpl final : public TieredStore {
 
   // --- Put (tiered_store_put.cc)
   // Stores blocks[position] of a Put call.
-  absl::Status PutOne(NsState* ns, const BlockPut& block, size_t position) ABSL_LOCKS_EXCLUDED(mu_);
+  // `next`: a key a few blocks ahead in the same Put, prefetched (none: empty).
+  absl::Status PutOne(NsState* ns, const BlockPut& block, size_t position, std::string_view next)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The prefix metadata rules (TieredStore::Put). INVALID_ARGUMENT naming
   // blocks[position].block_index, FAILED_PRECONDITION naming blocks[position].parent_key.
   absl::Status CheckPrefixRulesLocked(const NsState& ns, const BlockPut& block,

@@ -112,7 +112,13 @@ absl::Status CheckKeys(const BlockPut& block) {
 
 absl::Status TieredStoreImpl::Put(std::string_view ns_name, std::span<const BlockPut> blocks) {
   ASSIGN_OR_RETURN(NsState * ns, FindNs(ns_name));
-  for (size_t i = 0; i < blocks.size(); ++i) RETURN_IF_ERROR(PutOne(ns, blocks[i], i));
+  // Each block's index lookup and insert misses the cache at 10^7 blocks: prefetching a
+  // few blocks ahead overlaps those misses with the blocks in between.
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string_view next = i + kAhead < blocks.size() ? blocks[i + kAhead].key : "";
+    RETURN_IF_ERROR(PutOne(ns, blocks[i], i, next));
+  }
   return absl::OkStatus();
 }
 
@@ -138,7 +144,8 @@ absl::StatusOr<std::unique_ptr<PutReservation>> TieredStoreImpl::ReservePut(
   return r;
 }
 
-absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t position) {
+absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t position,
+                                     std::string_view next) {
   auto* const reserved = static_cast<Reservation*>(block.reservation);
   if (reserved != nullptr &&
       (reserved->store_ != this || reserved->ns_ != ns || reserved->stored_ || block.standalone)) {
@@ -150,6 +157,7 @@ absl::Status TieredStoreImpl::PutOne(NsState* ns, const BlockPut& block, size_t 
   {
     // Checked before the hot copy too, so a rejected block demotes nothing.
     common::MutexLock lock(&mu_);
+    if (!next.empty()) index_.Prefetch(ns->id, next);
     RETURN_IF_ERROR(CheckPrefixRulesLocked(*ns, block, position));
   }
   if (reserved != nullptr) {

@@ -60,6 +60,31 @@ TEST_F(PrefixIndexTest, FindAfterAgreesWithFindWhateverTheHint) {
   EXPECT_EQ(index_.FindAfter(0, "b", a), kNoEntry);
 }
 
+TEST_F(PrefixIndexTest, FindsEveryKeyThroughGrowthFreesAndReuse) {
+  // The hash set keeps each key's hash beside its id and rehashes from it: through many
+  // doublings, frees (ids and their slots reused) and keys of both sizes, Find agrees
+  // with a plain map.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50000; ++i) {
+    keys.push_back(i % 7 == 0 ? std::string(24, 'a' + i % 26) + std::to_string(i)
+                              : "key" + std::to_string(i));
+  }
+  std::vector<BlockId> ids;
+  for (const std::string& k : keys) ids.push_back(index_.FindOrCreate(0, k));
+  for (size_t i = 0; i < keys.size(); i += 2) index_.MaybeFree(ids[i]);  // ghosts: freed
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    ASSERT_EQ(index_.Find(0, keys[i]), kNoEntry) << keys[i];
+    ids[i] = index_.FindOrCreate(1, keys[i]);  // another namespace reuses the ids
+  }
+  EXPECT_EQ(index_.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint16_t ns = i % 2 == 0 ? 1 : 0;
+    ASSERT_EQ(index_.Find(ns, keys[i]), ids[i]) << keys[i];
+    ASSERT_EQ(index_.Find(1 - ns, keys[i]), kNoEntry) << keys[i];
+    ASSERT_EQ(index_.key(ids[i]), keys[i]);
+  }
+}
+
 TEST_F(PrefixIndexTest, OnlyColdLeavesAreInTheColdList) {
   const BlockId root = Cold("root");
   const BlockId child = Cold("child");
