@@ -155,7 +155,7 @@ class PrefixIndex {
     std::string_view key;
     uint32_t hash;  // KeyHash(ns, key)
   };
-  KeyRef Ref(uint16_t ns, std::string_view key) const { return {ns, key, KeyHash(ns, key)}; }
+  static KeyRef Ref(uint16_t ns, std::string_view key) { return {ns, key, KeyHash(ns, key)}; }
   struct IdHash {
     using is_transparent = void;
     size_t operator()(IdSlot s) const { return Spread(static_cast<uint32_t>(s >> 32)); }
