@@ -75,7 +75,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "storage/eviction_policy.h"
-#include "storage/mmap_allocator.h"
 
 namespace kvtier::storage {
 

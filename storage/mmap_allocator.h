@@ -1,5 +1,5 @@
 // MmapAllocator: a standard allocator for tables that grow by doubling (the prefix
-// index's hash set, the adaptive policy's state map). Arrays of kMinMappedBytes or more are mapped straight from the
+// index's hash set). Arrays of kMinMappedBytes or more are mapped straight from the
 // kernel and unmapped when freed, so the array a doubling leaves behind goes back to the
 // system at once. From malloc it would stay resident as free heap memory whenever the
 // next, larger array comes from another thread's malloc arena (kvtierd runs Puts on
