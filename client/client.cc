@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "protocol/convert.h"
 #include "protocol/lookup_form.h"
+#include "protocol/shm_wire.h"
 #include "protocol/tls.h"
 
 namespace kvtier::client {
@@ -356,8 +357,23 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
   // form ignore it and answer verbosely.
   grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, options.local_only, options.lease_ms,
                                                  /*compact=*/true));
-  const grpc::ByteBuffer req(&body, 1);
   v1::LookupResponse resp;
+  if (std::shared_ptr<SharedRegion> r = impl_->socket_lookup ? impl_->Region() : nullptr) {
+    // Same host: a frame on the region's socket, no gRPC hops (README "Per-call cost").
+    const std::string frame = protocol::shm::JoinSessionAndRequest(
+        r->session(), std::string_view(reinterpret_cast<const char*>(body.begin()), body.size()));
+    if (frame.size() + sizeof(protocol::shm::FrameHeader) <= protocol::shm::kMaxFrameBytes) {
+      absl::Status status;
+      if (impl_->SocketCall(*r, protocol::shm::FrameOp::kLookup, frame,
+                            internal::DeadlineAfter(impl_->DeadlineMs(call.deadline_ms)), "Lookup",
+                            &resp, &status)) {
+        RETURN_IF_ERROR(status);
+        return CheckedLookup(std::move(resp), options.keep_compact);
+      }
+      impl_->socket_lookup = false;
+    }
+  }
+  const grpc::ByteBuffer req(&body, 1);
   RETURN_IF_ERROR(impl_->Call("Lookup", impl_->DeadlineMs(call.deadline_ms), true,
                               [&](grpc::ClientContext* ctx, Channel& ch) {
                                 return grpc::internal::BlockingUnaryCall(

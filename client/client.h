@@ -337,7 +337,9 @@ class Client {
                                                       std::span<const std::string> keys,
                                                       const GetOptions& options = {});
 
-  // How much of the prefix chain `keys` (block 0 first) is resident, and where.
+  // How much of the prefix chain `keys` (block 0 first) is resident, and where. While the
+  // shared-memory path is in use (and the server offers it), the call goes as a frame on
+  // the region's socket, with the same answer and errors; else over gRPC.
   absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
                                                     std::span<const std::string> keys,
                                                     bool local_only = false,

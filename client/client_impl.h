@@ -125,6 +125,12 @@ struct Client::Impl {
     return it->second;
   }
 
+  // The server answers Lookup frames on the shared region's socket (its offer said so).
+  bool socket_lookup_offered = false;
+  // Lookups go over the socket: offered, and no socket Lookup was refused since the last
+  // socket Put or Get was answered. A refusal (UNAUTHENTICATED: under auth, a session no
+  // Put or Get has bound yet; or a socket failure) sends Lookups over gRPC until then.
+  std::atomic<bool> socket_lookup{false};
   // The shared region while the shared-memory path is in use, else null.
   common::Mutex region_mu;
   std::shared_ptr<SharedRegion> region ABSL_GUARDED_BY(region_mu);
@@ -155,6 +161,8 @@ struct Client::Impl {
       return;
     }
     info.shared_memory_cuda_registered = (*r)->cuda_registered();
+    socket_lookup_offered = offer.socket_lookup();
+    socket_lookup = socket_lookup_offered;
     common::MutexLock lock(&region_mu);
     region = *std::move(r);
   }
@@ -287,8 +295,7 @@ struct Client::Impl {
   // off, the request does not fit a frame, the socket failed, or the server answered
   // UNAVAILABLE or UNAUTHENTICATED (a session not yet bound to this client's identity:
   // the gRPC call binds it).
-  bool SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
-                  const google::protobuf::Message& request,
+  bool SocketCall(SharedRegion& r, protocol::shm::FrameOp op, std::string_view request,
                   std::chrono::system_clock::time_point deadline, const char* rpc,
                   google::protobuf::Message* response, absl::Status* status);
 

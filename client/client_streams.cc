@@ -62,8 +62,8 @@ absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock>
     v1::PutResponse response;
     if (staged_all && options.shared_memory_socket_calls &&
         SocketCall(*r, protocol::shm::FrameOp::kPut,
-                   PutHeaderMessage(ns, blocks, format, r->session(), offsets), deadline, "Put",
-                   &response, &status)) {
+                   PutHeaderMessage(ns, blocks, format, r->session(), offsets).SerializeAsString(),
+                   deadline, "Put", &response, &status)) {
       if (status.ok()) AddPutResponse(response, result);
     } else if (staged_all) {
       SliceRefs unused;
@@ -157,14 +157,13 @@ v1::PutRequest Client::Impl::PutHeaderMessage(std::string_view ns, std::span<con
   return header_msg;
 }
 
-bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
-                              const google::protobuf::Message& request,
+bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op, std::string_view request,
                               std::chrono::system_clock::time_point deadline, const char* rpc,
                               google::protobuf::Message* response, absl::Status* status) {
   if (!options.shared_memory_socket_calls) return false;
   const int64_t deadline_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count();
-  absl::StatusOr<SharedRegion::Reply> reply = r.Call(op, request.SerializeAsString(), deadline_ms);
+  absl::StatusOr<SharedRegion::Reply> reply = r.Call(op, request, deadline_ms);
   if (!reply.ok() && absl::IsDeadlineExceeded(reply.status())) {
     *status = absl::DeadlineExceededError(absl::StrCat(rpc, ": ", reply.status().message()));
     return true;
@@ -174,6 +173,7 @@ bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op,
     return false;
   }
   socket_calls.fetch_add(1, std::memory_order_relaxed);
+  if (op != protocol::shm::FrameOp::kLookup && socket_lookup_offered) socket_lookup = true;
   const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message, reply->details);
   if (!g.ok()) {
     *status = FromGrpc(rpc, g);
@@ -215,8 +215,8 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
     if (staged_all) {
       request.set_shm_session(r->session());
       v1::GetResponse response;
-      if (SocketCall(*r, protocol::shm::FrameOp::kGet, request, deadline, "Get", &response,
-                     &status)) {
+      if (SocketCall(*r, protocol::shm::FrameOp::kGet, request.SerializeAsString(), deadline, "Get",
+                     &response, &status)) {
         if (status.ok()) {
           infos->assign(response.header().blocks().begin(), response.header().blocks().end());
         }

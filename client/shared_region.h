@@ -5,7 +5,7 @@
 // payload bytes. The region also serves as an allocator: Client uses it for
 // staging copies and for SharedBuffers that callers fill (or read) in place.
 //
-// Call() carries a Put or Get to the server as a frame on the same socket path (the
+// Call() carries a Put, Get or Lookup to the server as a frame on the same socket path (the
 // same-node control path, protocol/shm_wire.h): over a small pool of extra connections,
 // one per concurrent call, opened on demand and kept.
 //

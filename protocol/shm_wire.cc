@@ -179,4 +179,23 @@ absl::StatusOr<CallReply> CallConnections::Call(FrameOp op, std::string_view req
   return reply;
 }
 
+std::string JoinSessionAndRequest(std::string_view session, std::string_view request) {
+  std::string body(2, '\0');
+  body[0] = static_cast<char>(session.size() & 0xff);
+  body[1] = static_cast<char>(session.size() >> 8);
+  body.append(session);
+  body.append(request);
+  return body;
+}
+
+absl::StatusOr<SessionAndRequest> SplitSessionAndRequest(std::string_view body) {
+  if (body.size() < 2) return absl::InvalidArgumentError("frame: no session length");
+  const size_t n =
+      static_cast<uint8_t>(body[0]) | static_cast<size_t>(static_cast<uint8_t>(body[1])) << 8;
+  if (body.size() - 2 < n) {
+    return absl::InvalidArgumentError("frame: shorter than its session length says");
+  }
+  return SessionAndRequest{body.substr(2, n), body.substr(2 + n)};
+}
+
 }  // namespace kvtier::protocol::shm

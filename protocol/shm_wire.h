@@ -11,17 +11,20 @@
 // server forgets the session; the mapping itself goes once no call uses it any more.
 //
 // Calls (the same-node control path): a connection whose first message is a frame
-// rather than a ShmRequest carries Put and Get calls, one at a time, each one request
+// rather than a ShmRequest carries Put, Get and Lookup calls, one at a time, each one request
 // frame and one reply frame (each a single message of at most kMaxFrameBytes):
 //
 //   client -> server  FrameHeader {magic, op, request_id, deadline_unix_ms}
 //                     + the serialized kvtier.v1.PutRequest holding only its header (op
 //                       kPut) or GetRequest (kGet),
-//                       exactly what the gRPC call sends, naming its shm session
+//                       exactly what the gRPC call sends, naming its shm session;
+//                       or (kLookup) the caller's session and the serialized
+//                       LookupRequest (SessionAndRequest below)
 //   server -> client  ReplyHeader {magic, code, request_id, message_bytes, details_bytes}
 //                     + the status message, the serialized grpc-status-details (as gRPC's
 //                       error_details), and, when code is 0, the serialized PutResponse /
-//                       GetResponse (the Get header; the payloads are in the region)
+//                       GetResponse (the Get header; the payloads are in the region) /
+//                       LookupResponse
 //
 // Such a connection names no session of its own: every request names one, as over gRPC.
 // Plain structs, a few syscall wrappers and the client's call connections; no gRPC and no
@@ -66,7 +69,19 @@ struct ShmReply {
 inline constexpr char kFrameMagic[4] = {'K', 'V', 'F', '1'};
 inline constexpr size_t kMaxFrameBytes = 128 << 10;  // below a Unix socket's send buffer
 
-enum class FrameOp : uint32_t { kPut = 1, kGet = 2 };
+enum class FrameOp : uint32_t { kPut = 1, kGet = 2, kLookup = 3 };
+
+// A kLookup frame's body: the caller's shm session (a LookupRequest names none), then the
+// serialized kvtier.v1.LookupRequest: u16 session length (little-endian), session bytes,
+// request bytes. The session only names the caller's identity (with auth on, the one
+// bound to it); a Lookup touches no region.
+struct SessionAndRequest {
+  std::string_view session;
+  std::string_view request;
+};
+std::string JoinSessionAndRequest(std::string_view session, std::string_view request);
+// INVALID_ARGUMENT "frame: ..." when `body` is shorter than its session length says.
+absl::StatusOr<SessionAndRequest> SplitSessionAndRequest(std::string_view body);
 
 struct FrameHeader {
   char magic[4];

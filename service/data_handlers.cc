@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "protocol/lookup_form.h"
 #include "service/admission.h"
@@ -132,6 +133,22 @@ struct LookupState {
   v1::LookupResponse response;
 };
 
+// Reads a LookupRequest's bytes in place (protocol::ReadLookupRequest) or, when that
+// declines, with protobuf into *parsed (then *view views it); false when they do not
+// parse as a LookupRequest.
+bool ReadLookupBytes(std::string_view bytes, v1::LookupRequest* parsed,
+                     protocol::LookupRequestView* view) {
+  if (protocol::ReadLookupRequest(bytes, view)) return true;
+  if (!parsed->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return false;
+  *view = protocol::LookupRequestView{};
+  view->ns = parsed->namespace_();
+  view->keys.assign(parsed->keys().begin(), parsed->keys().end());
+  view->local_only = parsed->local_only();
+  view->lease_ms = parsed->lease_ms();
+  view->compact = parsed->compact();
+  return true;
+}
+
 // Reads the request into `call`; false when it does not parse as a LookupRequest.
 bool ReadLookupState(const grpc::ByteBuffer& raw, LookupState* call) {
   std::string_view bytes;
@@ -146,15 +163,7 @@ bool ReadLookupState(const grpc::ByteBuffer& raw, LookupState* call) {
     }
     bytes = call->joined;
   }
-  if (protocol::ReadLookupRequest(bytes, &call->view)) return true;
-  if (!call->parsed.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return false;
-  call->view = protocol::LookupRequestView{};
-  call->view.ns = call->parsed.namespace_();
-  call->view.keys.assign(call->parsed.keys().begin(), call->parsed.keys().end());
-  call->view.local_only = call->parsed.local_only();
-  call->view.lease_ms = call->parsed.lease_ms();
-  call->view.compact = call->parsed.compact();
-  return true;
+  return ReadLookupBytes(bytes, &call->parsed, &call->view);
 }
 
 UnaryWork RegisterNamespaceWorkFor(ServiceContext* ctx, const v1::RegisterNamespaceRequest* request,
@@ -227,6 +236,28 @@ UnaryWork ReleaseLeaseWork(ServiceContext* ctx, const v1::ReleaseLeaseRequest* r
 }
 
 }  // namespace
+
+absl::Status LookupFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                    const Caller& caller, std::string_view request,
+                                    std::string* response) {
+  protocol::LookupRequestView view;
+  v1::LookupRequest parsed;
+  if (!ReadLookupBytes(request, &parsed, &view)) {
+    return absl::InvalidArgumentError(
+        "Lookup: request bytes do not parse as kvtier.v1.LookupRequest");
+  }
+  v1::LookupResponse resp;
+  common::Notification done;
+  absl::Status status;
+  LookupWork(ctx, view, &resp, *store, caller, [&](absl::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  RETURN_IF_ERROR(status);
+  resp.AppendToString(response);
+  return absl::OkStatus();
+}
 
 grpc::ServerUnaryReactor* KvCacheServiceImpl::RegisterNamespace(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,

@@ -48,6 +48,7 @@ void FillShmOffer(const ServiceContext& ctx, v1::SharedMemoryOffer* offer) {
   offer->set_socket_path(ctx.shm->socket_path());
   offer->set_instance_id(ctx.shm->instance_id());
   offer->set_max_region_bytes(ctx.shm->max_region_bytes());
+  offer->set_socket_lookup(true);
 }
 
 void RemoveOtherTenants(const Caller& caller, v1::StatsResponse* stats) {

@@ -205,6 +205,14 @@ class KvCacheAdminImpl final : public KvCacheAdminBase {
   ServiceContext* ctx_;
 };
 
+// A Lookup that arrived as a frame on the shared-memory socket (service/shm_calls.h): the
+// same request bytes, checks, answer (cluster fan-out included) and errors as the gRPC
+// Lookup, run on the calling thread (it waits for a fan-out's peers). Appends the
+// serialized LookupResponse to *response.
+absl::Status LookupFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
+                                    const Caller& caller, std::string_view request,
+                                    std::string* response);
+
 }  // namespace kvtier::service
 
 #endif  // KVTIER_SERVICE_KV_CACHE_SERVICE_H_

@@ -24,8 +24,12 @@ absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::strin
   if (!ctx.auth.enabled()) return Caller{};
   std::optional<Caller> bound = ctx.shm->BoundCaller(session);
   if (bound.has_value()) return *std::move(bound);
-  // An unknown session says so (the client then falls back as over gRPC).
-  RETURN_IF_ERROR(FindShmSession(ctx, session, field, Caller{}).status());
+  // An unknown session says so (the client then falls back as over gRPC). A known one is
+  // not bound here: FindShmSession binds the session it finds to the caller it is given,
+  // and a frame has no identity to give.
+  if (ctx.shm->Find(session) == nullptr) {
+    RETURN_IF_ERROR(FindShmSession(ctx, session, field, Caller{}).status());
+  }
   return absl::UnauthenticatedError(
       absl::StrCat(Sv(field),
                    " names a shared-memory session no authenticated gRPC call has used yet: "
@@ -58,6 +62,12 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
     resp.AppendToString(response);
     return absl::OkStatus();
   }
+  if (h.op == static_cast<uint32_t>(shm::FrameOp::kLookup)) {
+    ASSIGN_OR_RETURN(shm::SessionAndRequest call, shm::SplitSessionAndRequest(body));
+    ASSIGN_OR_RETURN(Caller caller,
+                     SessionCaller(*ctx, std::string(call.session), "frame.session"));
+    return LookupFromSharedMemory(ctx, store, caller, call.request, response);
+  }
   return absl::InvalidArgumentError(absl::StrCat("frame: op ", h.op, " is unknown"));
 }
 
@@ -76,14 +86,16 @@ std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame) {
       s = absl::InvalidArgumentError("frame: bad magic");
     }
   }
-  const bool is_get = h.op == static_cast<uint32_t>(shm::FrameOp::kGet);
+  const Op op = h.op == static_cast<uint32_t>(shm::FrameOp::kGet)      ? Op::kGet
+                : h.op == static_cast<uint32_t>(shm::FrameOp::kLookup) ? Op::kLookup
+                                                                       : Op::kPut;
   if (s.ok()) {
     storage::TieredStore* store = nullptr;
     s = AdmitToStore(ctx, &store);
     if (s.ok()) s = Serve(ctx, store, h, frame.substr(sizeof(h)), &body);
     ctx->in_flight.fetch_sub(1);
   }
-  ctx->metrics.Record(is_get ? Op::kGet : Op::kPut, NowMicros() - start, s.ok());
+  ctx->metrics.Record(op, NowMicros() - start, s.ok());
   const grpc::Status g = protocol::ToGrpcStatus(s);
   shm::ReplyHeader r{};
   std::memcpy(r.magic, shm::kFrameMagic, sizeof(r.magic));

@@ -159,6 +159,94 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   EXPECT_EQ(stats->shm_sessions(), 1u);  // `shm`'s; `tcp` has none
 }
 
+// Lookups of a same-host client go as frames on the region's socket, and answer as over
+// gRPC: the same prefix, tiers, owners and leases, compact or expanded, and the same
+// status, message and field for bad input.
+TEST_F(SharedMemoryTest, LookupsGoOverTheSocketAndAnswerAsOverGrpc) {
+  auto shm = Connect("fp16");
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(shm->uses_shared_memory());
+  auto tcp = Connect("fp16", v1::CODEC_FP16, /*shared_memory=*/false);
+  ASSERT_NE(tcp, nullptr);
+  const Sequence c = MakeSequence("fp16", kLayout, 6, 31);
+  ASSERT_TRUE(tcp->PutBlocks("fp16", std::span(c.blocks).first(4)).ok());
+  std::vector<std::string> keys = c.keys;  // blocks 4 and 5 are not stored
+  keys.push_back(std::string(32, 'x'));
+
+  for (bool compact : {false, true}) {
+    LookupOptions lo;
+    lo.keep_compact = compact;
+    const uint64_t before = shm->shared_memory_socket_calls();
+    auto over_socket = shm->Lookup("fp16", keys, lo);
+    auto over_grpc = tcp->Lookup("fp16", keys, lo);
+    ASSERT_TRUE(over_socket.ok()) << over_socket.status();
+    ASSERT_TRUE(over_grpc.ok()) << over_grpc.status();
+    EXPECT_EQ(shm->shared_memory_socket_calls(), before + 1) << "compact " << compact;
+    EXPECT_EQ(over_socket->prefix_blocks(), 4u);
+    EXPECT_EQ(over_socket->SerializeAsString(), over_grpc->SerializeAsString())
+        << "compact " << compact;
+  }
+
+  // Leases: the socket's Lookup leases the prefix, and the lease ends like any other.
+  LookupOptions leased;
+  leased.lease_ms = 60000;
+  auto held = shm->Lookup("fp16", keys, leased);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->leased_blocks(), 4u);
+  ASSERT_EQ(held->blocks_size(), 7);
+  EXPECT_NE(held->blocks(0).lease_id(), 0u);
+  auto stats = tcp->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->leases().active(), 1u);
+  auto released = shm->ReleaseLease("fp16", held->blocks(0).lease_id());
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(*released, 4u);
+
+  // Bad input: the same status and message both ways, and nothing changes.
+  const std::vector<std::string> bad = {c.keys[0], ""};
+  for (const auto& [ns, ks] :
+       {std::pair<std::string, std::vector<std::string>>{"nope", c.keys}, {"fp16", bad}}) {
+    auto a = shm->Lookup(ns, ks);
+    auto b = tcp->Lookup(ns, ks);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), b.status().code()) << a.status() << " vs " << b.status();
+    EXPECT_EQ(a.status().message(), b.status().message());
+  }
+  EXPECT_THAT(std::string(shm->Lookup("fp16", bad).status().message()), HasSubstr("keys[1]"));
+  auto again = shm->Lookup("fp16", c.keys);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->prefix_blocks(), 4u);
+
+  // Malformed Lookup frames, sent by hand: refused, and nothing changes. (A Lookup frame's
+  // session only carries the caller's identity, so with auth off it is not checked.)
+  auto stats_now = tcp->Stats();
+  ASSERT_TRUE(stats_now.ok());
+  auto region = SharedRegion::Open(stats_now->shared_memory().socket_path(), 1 << 20,
+                                   stats_now->shared_memory().instance_id());
+  ASSERT_TRUE(region.ok()) << region.status();
+  namespace shm_wire = protocol::shm;
+  struct Case {
+    std::string body;
+    grpc::StatusCode code;
+    std::string text;
+  };
+  const Case cases[] = {
+      {"x", grpc::StatusCode::INVALID_ARGUMENT, "no session length"},
+      {std::string("\x40\x00", 2) + "ab", grpc::StatusCode::INVALID_ARGUMENT, "session length"},
+      {shm_wire::JoinSessionAndRequest((*region)->session(), "\xff\xff\xff"),
+       grpc::StatusCode::INVALID_ARGUMENT, "do not parse as kvtier.v1.LookupRequest"},
+  };
+  for (const Case& k : cases) {
+    auto reply = (*region)->Call(shm_wire::FrameOp::kLookup, k.body, 0);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->code, static_cast<int>(k.code)) << reply->message;
+    EXPECT_THAT(reply->message, HasSubstr(k.text));
+  }
+  auto after = shm->Lookup("fp16", c.keys);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->prefix_blocks(), 4u);
+}
+
 // The same round trip with the socket calls off: the gRPC streams naming the region.
 TEST_F(SharedMemoryTest, WithSocketCallsOffTheRegionGoesOverGrpcStreams) {
   ClientOptions o;
@@ -529,13 +617,30 @@ TEST_F(SharedMemoryTest, WithAuthAnUnboundSessionIsRefusedOverTheSocket) {
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->code, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
   EXPECT_THAT(reply->message, HasSubstr("no authenticated gRPC call has used yet"));
+  // A refused frame binds nothing: the next one is refused too (it once ran as an
+  // operator, with every tenant's namespaces).
+  auto second = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->code, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED)) << second->message;
+
+  // A Lookup before any Put or Get: its session is unbound, the socket refuses it and the
+  // client asks over gRPC.
+  const Sequence c = MakeSequence("fp16", kLayout, 2, 22);
+  auto before = (*client)->Lookup("fp16", c.keys);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->prefix_blocks(), 0u);
+  EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
 
   // The client's first call binds its session over gRPC; the next ones take the socket.
-  const Sequence c = MakeSequence("fp16", kLayout, 2, 22);
   ASSERT_TRUE((*client)->PutBlocks("fp16", std::span(c.blocks).first(1)).ok());
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
   ASSERT_TRUE((*client)->PutBlocks("fp16", std::span(c.blocks).subspan(1)).ok());
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 1u);
+  // Once a socket call was answered, Lookups take the socket again.
+  auto after = (*client)->Lookup("fp16", c.keys);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->prefix_blocks(), 2u);
+  EXPECT_EQ((*client)->shared_memory_socket_calls(), 2u);
   auto got = (*client)->GetBlocks("fp16", c.keys);
   ASSERT_TRUE(got.ok()) << got.status();
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ((*got)[i].data, c.encoded[i]) << i;
