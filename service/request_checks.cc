@@ -83,15 +83,18 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& 
                                                           std::string_view field,
                                                           const Caller& caller) {
   std::shared_ptr<ShmRegion> region = ctx.shm == nullptr ? nullptr : ctx.shm->Find(session);
-  if (region != nullptr) ctx.shm->Bind(session, caller);
-  if (region == nullptr) {
-    return protocol::WithErrorDetail(
-        absl::FailedPreconditionError(absl::StrCat(
-            Sv(field), " names no open shared-memory session of this server (closed, or the "
-            "server restarted): reconnect, or send the payloads in the stream")),
-        v1::SHM_SESSION_UNKNOWN, field);
-  }
+  if (region == nullptr) return ShmSessionUnknown(field);
+  ctx.shm->Bind(session, caller);
   return region;
+}
+
+absl::Status ShmSessionUnknown(std::string_view field) {
+  return protocol::WithErrorDetail(
+      absl::FailedPreconditionError(
+          absl::StrCat(Sv(field),
+                       " names no open shared-memory session of this server (closed, or the "
+                       "server restarted): reconnect, or send the payloads in the stream")),
+      v1::SHM_SESSION_UNKNOWN, field);
 }
 
 absl::Status CompareLayouts(const kv::Layout& want, const kv::Layout& got, std::string_view field,

@@ -45,11 +45,15 @@ absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
                                                         const std::string& name,
                                                         const Caller& caller);
 
+// FAILED_PRECONDITION with ErrorDetail{SHM_SESSION_UNKNOWN, field}: request field `field`
+// names no shared-memory session of this server (the client then sends the payloads in
+// the stream, or the call over gRPC).
+absl::Status ShmSessionUnknown(std::string_view field);
+
 // The region of the shared-memory session named in request field `field`, which this
 // call (as `caller`) binds to its identity when it has none yet (ShmServer::Bind: its
-// socket calls then run as that caller).
-// FAILED_PRECONDITION with ErrorDetail{SHM_SESSION_UNKNOWN, field} when the server has no
-// such session (the client then sends the payloads in the stream).
+// socket calls then run as that caller). So only a caller that authenticated may call
+// it. ShmSessionUnknown when the server has no such session.
 absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
                                                           const std::string& session,
                                                           std::string_view field,

@@ -24,12 +24,9 @@ absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::strin
   if (!ctx.auth.enabled()) return Caller{};
   std::optional<Caller> bound = ctx.shm->BoundCaller(session);
   if (bound.has_value()) return *std::move(bound);
-  // An unknown session says so (the client then falls back as over gRPC). A known one is
-  // not bound here: FindShmSession binds the session it finds to the caller it is given,
-  // and a frame has no identity to give.
-  if (ctx.shm->Find(session) == nullptr) {
-    RETURN_IF_ERROR(FindShmSession(ctx, session, field, Caller{}).status());
-  }
+  // An unknown session says so (the client then falls back as over gRPC). A frame has no
+  // identity of its own, so it binds nothing (not FindShmSession, which binds).
+  if (ctx.shm->Find(session) == nullptr) return ShmSessionUnknown(field);
   return absl::UnauthenticatedError(
       absl::StrCat(Sv(field),
                    " names a shared-memory session no authenticated gRPC call has used yet: "
