@@ -54,9 +54,9 @@ constexpr char kReplayUsage[] =
     "Policies: the store's (adaptive (default), lru, prefix_lru, lfu, reuse_lru, ...) run in\n"
     "the store; s3fifo runs in the simulator (engine column). --sim runs the store policies\n"
     "in the store model (tools/store_model.h: same policy objects, same counts).\n"
-    "Traces: --synth chat|sysprompt|rag|agent|scan|all (tools/trace_synth.h), with\n"
-    "--synth-requests N (4000) and --seed S (1). Several traces: one table (and one plot\n"
-    "panel) each.\n"
+    "Traces: --synth chat|sysprompt|rag|agent|scan|conversation|all\n"
+    "(tools/trace_synth.h), with --synth-requests N (4000; conversation 12031) and --seed\n"
+    "S (1). Several traces: one table (and one plot panel) each.\n"
     "Flags:\n"
     "  --sweep            every policy at several capacities, plus each trace half\n"
     "                     ([0,n/2) and [n/2,n), warm cache) for hold-out evaluation\n"
@@ -214,9 +214,11 @@ absl::StatusOr<std::vector<Input>> ReadInputs(const cli::Flags& flags) {
     ASSIGN_OR_RETURN(Trace t, ReadTrace(std::string(path)));
     inputs.push_back({std::string(path), std::move(t)});
   }
-  ASSIGN_OR_RETURN(int64_t requests, flags.GetInt("synth-requests", 4000));
+  ASSIGN_OR_RETURN(int64_t requests, flags.GetInt("synth-requests", 0));
   ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 1));
-  if (requests <= 0) return absl::InvalidArgumentError("--synth-requests must be > 0");
+  if (flags.Has("synth-requests") && requests <= 0) {
+    return absl::InvalidArgumentError("--synth-requests must be > 0");
+  }
   std::vector<SynthFamily> families;
   for (absl::string_view name :
        absl::StrSplit(flags.GetString("synth", ""), ',', absl::SkipEmpty())) {
@@ -235,7 +237,7 @@ absl::StatusOr<std::vector<Input>> ReadInputs(const cli::Flags& flags) {
     SynthOptions o;
     o.family = f;
     o.seed = static_cast<uint64_t>(seed);
-    o.requests = static_cast<size_t>(requests);
+    o.requests = requests > 0 ? static_cast<size_t>(requests) : SynthDefaultRequests(f);
     ASSIGN_OR_RETURN(Trace t, SynthesizeTrace(o));
     inputs.push_back({absl::StrCat("synth:", SynthFamilyName(f)), std::move(t)});
   }

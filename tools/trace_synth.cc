@@ -143,6 +143,49 @@ void RunSessions(Builder& b, size_t requests, double arrival_ms, double pause_ms
   }
 }
 
+// conversation (tools/trace_synth.h): sessions of one or a few turns, long first inputs,
+// think times of minutes.
+void RunConversations(Builder& b, size_t requests) {
+  auto prompts = Pool(b, 30, 2, 6);
+  Zipf pick(prompts.size(), 1.0);
+  std::lognormal_distribution<double> input(std::log(14.0), 1.0);      // blocks
+  std::lognormal_distribution<double> think(std::log(120000.0), 1.0);  // ms
+  std::bernoulli_distribution coin(0.5), paste(0.2);
+  auto input_blocks = [&] {
+    return static_cast<size_t>(std::clamp(static_cast<int>(input(b.rng())), 1, 200));
+  };
+  using Event = std::pair<double, size_t>;  // (time, session)
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  std::vector<Session> sessions;
+  double next_arrival = 0;
+  while (b.emitted() < requests) {
+    if (events.empty() || next_arrival <= events.top().first) {
+      Session s;
+      if (coin(b.rng())) s.history = prompts[pick(b.rng())];
+      Append(&s.history, b.NewLabels(input_blocks()));
+      s.steps_left = coin(b.rng()) ? 1 : 1 + std::geometric_distribution<int>(0.4)(b.rng());
+      sessions.push_back(std::move(s));
+      events.push({next_arrival, sessions.size() - 1});
+      next_arrival += b.Exponential(300);
+      continue;
+    }
+    const auto [time, id] = events.top();
+    events.pop();
+    Session& s = sessions[id];
+    if (s.step++ > 0) {
+      Append(&s.history, b.NewLabels(1));  // the reply and the next user message
+      if (paste(b.rng())) Append(&s.history, b.NewLabels(input_blocks()));
+    }
+    b.Emit(time, s.history);
+    if (--s.steps_left > 0) {
+      events.push({time + think(b.rng()), id});
+    } else {
+      s.history.clear();
+      s.history.shrink_to_fit();
+    }
+  }
+}
+
 }  // namespace
 
 const char* SynthFamilyName(SynthFamily family) {
@@ -152,21 +195,28 @@ const char* SynthFamilyName(SynthFamily family) {
     case SynthFamily::kRag: return "rag";
     case SynthFamily::kAgent: return "agent";
     case SynthFamily::kScan: return "scan";
+    case SynthFamily::kConversation:
+      return "conversation";
   }
   return "unknown";
 }
 
 std::vector<SynthFamily> AllSynthFamilies() {
-  return {SynthFamily::kChat, SynthFamily::kSystemPrompts, SynthFamily::kRag,
-          SynthFamily::kAgent, SynthFamily::kScan};
+  return {SynthFamily::kChat,  SynthFamily::kSystemPrompts, SynthFamily::kRag,
+          SynthFamily::kAgent, SynthFamily::kScan,          SynthFamily::kConversation};
+}
+
+size_t SynthDefaultRequests(SynthFamily family) {
+  return family == SynthFamily::kConversation ? 12031 : 4000;
 }
 
 absl::StatusOr<SynthFamily> ParseSynthFamily(std::string_view name) {
   for (SynthFamily f : AllSynthFamilies()) {
     if (name == SynthFamilyName(f)) return f;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown trace family '", Sv(name), "' (want chat, sysprompt, rag, agent, scan)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace family '", Sv(name),
+                   "' (want chat, sysprompt, rag, agent, scan, conversation)"));
 }
 
 absl::StatusOr<Trace> SynthesizeTrace(const SynthOptions& options) {
@@ -203,6 +253,9 @@ absl::StatusOr<Trace> SynthesizeTrace(const SynthOptions& options) {
       }
       break;
     }
+    case SynthFamily::kConversation:
+      RunConversations(b, n);
+      break;
     case SynthFamily::kScan: {
       auto hot = Pool(b, 300, 4, 8);
       Zipf pick(hot.size(), 0.8);

@@ -71,6 +71,15 @@ TEST(TraceSynthTest, FamiliesHaveTheirShape) {
     if (r.hash_ids.size() >= 16 && refs[r.hash_ids[0]] == 1) ++one_off;
   }
   EXPECT_NEAR(one_off / 2000.0, 0.3, 0.05);
+  // conversation: at its default size, most references are first ones (the real trace it
+  // is shaped after: 63%), about 29 blocks per request.
+  SynthOptions o;
+  o.family = SynthFamily::kConversation;
+  o.requests = SynthDefaultRequests(o.family);
+  Trace conv = *SynthesizeTrace(o);
+  EXPECT_EQ(conv.requests.size(), 12031u);
+  EXPECT_NEAR(static_cast<double>(conv.unique_blocks) / conv.total_blocks, 0.57, 0.05);
+  EXPECT_NEAR(static_cast<double>(conv.total_blocks) / conv.requests.size(), 29, 4);
 }
 
 std::pair<std::string, std::string> Tick(double x) {
