@@ -18,3 +18,14 @@ def test_bench_runs_and_compares_with_the_cpp_tool(server, capsys):
     assert [l["phase"] for l in py] == ["put", "get"] and all(l["ops_per_s"] > 0 for l in py)
     if "--compare" in args:
         assert [l["phase"] for l in lines if "ratio" in l] == ["put", "get"]
+
+
+def test_bench_lookup_phase_over_the_socket_and_grpc(server, capsys):
+    for extra in ([], ["--no-shm"]):
+        args = ["--server", server.address, "--seconds", "0.2", "--keys", "8", "--threads", "1",
+                "--block-size", "64KiB", "--ops", "put,lookup", "--lookup-keys", "4", "--json"]
+        assert bench.main(args + extra) == 0
+        lines = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
+        assert [l["phase"] for l in lines] == ["put", "lookup"]
+        assert lines[1]["ops_per_s"] > 0 and lines[1]["client_cpu_s_per_gb"] is None
+        assert lines[1]["system"] == ("kvtier-py" if extra else "kvtier-py-shm")

@@ -241,3 +241,49 @@ def test_staged_gets_write_found_blocks_only(server, socket_calls, native):
         assert [i.found for i in infos] == [True, False]
         assert np.array_equal(outs[0][:n], raw[0].view(np.uint8).reshape(-1))
         assert (outs[0][n:] == 0xA5).all() and (outs[1] == 0xA5).all()
+
+
+@PATHS
+def test_lookups_take_the_socket_and_answer_as_over_grpc(server, socket_calls, native):
+    with kvtier.Client(server.address, namespace=_spec(), native=native,
+                       shared_memory_socket_calls=socket_calls) as c, \
+            kvtier.Client(server.address, shared_memory=False) as tcp:
+        assert c._socket_lookup == socket_calls  # the server offers it
+        keys, puts, _ = blocks.sequence(NS, blocks.layout(), 3, seed=16)
+        c.put_blocks(NS, puts[:2], format=kvtier.RAW)
+        before = c.shared_memory_socket_calls
+        for ks, lease_ms in ((keys, 0), (keys, 60000), ([b"\x01" * 32], 0)):
+            got = c.lookup(NS, ks, lease_ms=lease_ms)
+            want = tcp.lookup(NS, ks)
+            assert got.prefix_blocks == want.prefix_blocks
+            assert [b.tier for b in got.blocks] == [b.tier for b in want.blocks]
+            assert [b.owner for b in got.blocks] == [b.owner for b in want.blocks]
+            if lease_ms:
+                assert got.leased_blocks == 2 and got.blocks[0].lease_id != 0
+                assert c.release_lease(NS, got.blocks[0].lease_id) == 2
+        assert c.lookup(NS, keys).prefix_blocks == 2
+        assert c.shared_memory_socket_calls - before == (4 if socket_calls else 0)
+        # Errors are the server's, as over gRPC.
+        with pytest.raises(kvtier.NotFoundError):
+            c.lookup("no-such-namespace", keys)
+
+
+def test_with_auth_lookups_take_the_socket_once_the_session_is_bound(start_server, tmp_path):
+    config = tmp_path / "auth.textproto"
+    config.write_text('tenants { tenant: "team-a" token_sha256: '
+                      '"a70bf50e531ce1a817561f2f5d5b6645d4e806becf58ccc5e8cf6b8045a090a8" }\n')
+    s = start_server("--config", str(config))
+    spec = kvtier.make_namespace(NS, blocks.layout(), codec="fp16", tenant="team-a")
+    with kvtier.Client(s.address, namespace=spec, auth_token="token-a") as c:
+        assert c.uses_shared_memory and c._socket_lookup
+        keys, puts, _ = blocks.sequence(NS, blocks.layout(), 2, seed=17, tenant="team-a")
+        # No gRPC call has named the session yet: the socket refuses the Lookup, which is
+        # asked over gRPC, and later Lookups wait for a bound session.
+        assert c.lookup(NS, keys).prefix_blocks == 0
+        assert c.shared_memory_socket_calls == 0 and not c._socket_lookup
+        c.put_blocks(NS, puts[:1], format=kvtier.RAW)  # refused too, then over gRPC: binds
+        assert c.shared_memory_socket_calls == 0
+        c.put_blocks(NS, puts[1:], format=kvtier.RAW)
+        assert c.shared_memory_socket_calls == 1 and c._socket_lookup
+        assert c.lookup(NS, keys).prefix_blocks == 2
+        assert c.shared_memory_socket_calls == 2

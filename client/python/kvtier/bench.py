@@ -3,7 +3,9 @@
 The same workload as the C++ tool (client/cli/bench_cmd.cc): namespace bench-<KiB>k of
 fp16 blocks of --block-size bytes (layout (block/64KiB) x 8 x 128 x 16, codec fp16),
 payloads ENCODED fp16 blobs, --keys keys split over --threads threads, every key put once
-untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers. System
+untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers (and
+with --ops ...,lookup of lookups of --lookup-keys of the thread's keys, over the
+shared-memory socket on the same host unless --no-shm). System
 "kvtier-py" is TCP, "kvtier-py-shm" staged through the shared region, "kvtier-py-shm-zc"
 put from / got into SharedBuffers. Each result names the path of the gRPC streams ("path":
 "native" for kvtier._native, "grpcio" without it or with --no-native). With --compare PATH_TO_kvtier it also runs
@@ -69,7 +71,8 @@ def run_phase(name, workers, seconds):
     return dict(phase=name, ops=ops, seconds=round(elapsed, 3), ops_per_s=round(ops / elapsed, 1),
                 gb_per_s=round(nbytes / elapsed / 1e9, 3), p50_us=round(_percentile(lat, .5), 1),
                 p99_us=round(_percentile(lat, .99), 1),
-                client_cpu_s_per_gb=round((time.process_time() - cpu0) / max(nbytes / 1e9, 1e-9), 4))
+                client_cpu_s_per_gb=(round((time.process_time() - cpu0) / (nbytes / 1e9), 4)
+                                     if nbytes else None))
 
 
 def bench(args):
@@ -124,7 +127,10 @@ def bench(args):
                 k = mine[t][i % len(mine[t])]
                 i += 1
                 t0 = time.monotonic()
-                if op == "put":
+                if op == "lookup":
+                    ks = [mine[t][(i + j) % len(mine[t])] for j in range(args.lookup_keys)]
+                    client.lookup(ns, ks, compact=True)
+                elif op == "put":
                     r = client.put_blocks(ns, [kvtier.PutBlock(k, put_src[t])])
                     if r.blocks_stored != 1:
                         raise RuntimeError("put stored %d of 1 blocks" % r.blocks_stored)
@@ -141,6 +147,8 @@ def bench(args):
 
     out = []
     for op in args.ops.split(","):
+        if op not in ("put", "get", "lookup"):
+            raise SystemExit("kvtier.bench: unknown op %r (want put, get, lookup)" % op)
         r = run_phase(op, [make_worker(t, op) for t in range(args.threads)], args.seconds)
         r.update(system=system, target=args.server, threads=args.threads,
                  block_bytes=len(payload), path="native" if client.uses_native else "grpcio")
@@ -153,7 +161,7 @@ def run_cli(args):
     cmd = [args.compare, "bench", "--server", args.server, "--threads", str(args.threads),
            "--block-size", str(args.block_size), "--keys", str(args.keys),
            "--seconds", str(args.seconds), "--ops", args.ops, "--chunk", str(args.chunk),
-           "--json"]
+           "--lookup-keys", str(args.lookup_keys), "--json"]
     if args.channels:
         cmd += ["--channels", str(args.channels)]
     if args.no_shm:
@@ -183,7 +191,8 @@ def main(argv=None):
     p.add_argument("--block-size", type=_bytes, default=2 << 20)
     p.add_argument("--keys", type=int, default=64)
     p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--ops", default="put,get")
+    p.add_argument("--ops", default="put,get", help="phases: put,get,lookup")
+    p.add_argument("--lookup-keys", type=int, default=8, help="keys per lookup")
     p.add_argument("--channels", type=int, default=0, help="default = threads")
     p.add_argument("--chunk", type=_bytes, default=1 << 20)
     p.add_argument("--namespace", default="")

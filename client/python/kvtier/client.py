@@ -33,7 +33,8 @@ and get buffers that are SharedBuffers (allocate_shared_buffer) are not copied b
 client at all; others are staged through the region with one copy. A call whose payloads
 do not fit the region, and every call after the server forgot the session (it restarted:
 FAILED_PRECONDITION with reason SHM_SESSION_UNKNOWN), goes over TCP. get_blocks (which
-allocates its results) always uses TCP, like the C++ GetBlocks.
+allocates its results) always uses TCP, like the C++ GetBlocks. lookup goes as a frame on
+the socket too when the server offers it (SharedMemoryOffer.socket_lookup), as in C++.
 
 Deadlines: every call has one (`timeout` seconds, else the client's `timeout`) covering all
 its attempts. Retries: idempotent calls (register, get, lookup, pin, unpin, delete, stats,
@@ -231,6 +232,9 @@ class Client:
         # the blocks): _put_header.
         self._header_fields = {}
         self._region = None
+        # Lookup frames on the region's socket: offered by the server; tried while the
+        # last one was not refused (_socket_lookup_call).
+        self._socket_lookup_offered = self._socket_lookup = False
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
         self.connect_info = ConnectInfo()
@@ -338,6 +342,8 @@ class Client:
                 self._region = shm_mod.SharedRegion.open(
                     shm_socket or offer.socket_path, min(shm_bytes, offer.max_region_bytes),
                     offer.instance_id, _native if self.uses_native else None)
+                self._socket_lookup_offered = self._socket_lookup = (
+                    offer.socket_lookup and self._shm_socket_calls)
             except errors.KvtierError as e:
                 info.shared_memory_error = e.message
 
@@ -511,6 +517,8 @@ class Client:
             return None, False
         with self._lock:
             self.shared_memory_socket_calls += 1
+            if op != shm_mod.OP_LOOKUP and self._socket_lookup_offered:
+                self._socket_lookup = True  # the session is bound now
         if code != 0:
             raise errors.from_status(rpc, code, message, details)
         return response_type.FromString(body), copied
@@ -770,8 +778,32 @@ class Client:
         lookup_form.is_compact: an old server answers with `blocks` regardless)."""
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],
                                local_only=local_only, lease_ms=lease_ms, compact=True)
-        resp = self._unary("Lookup", False, req, True, timeout)
+        resp = self._socket_lookup_call(req, timeout)
+        if resp is None:
+            resp = self._unary("Lookup", False, req, True, timeout)
         return resp if compact else lookup_form.expand(resp)
+
+    def _socket_lookup_call(self, req, timeout):
+        """Lookup `req` as a frame on the shared-memory socket, as the C++ client sends it
+        when the server offers it: its LookupResponse, or None to ask over gRPC (not
+        offered, the frame too large, or refused: then not tried again until a socket Put
+        or Get is answered, since a session is bound to its caller by a gRPC call)."""
+        region = self._region
+        if region is None or not self._socket_lookup:
+            return None
+        frame = shm_mod.lookup_frame(region.session, req.SerializeToString())
+        if len(frame) + shm_mod._FRAME.size > shm_mod.MAX_FRAME_BYTES:
+            return None
+        try:
+            resp, _ = self._socket_call(region, shm_mod.OP_LOOKUP, frame,
+                                        self._deadline(timeout), "Lookup", pb.LookupResponse)
+        except errors.KvtierError as e:
+            if not self._lost_session(e, region):
+                raise
+            return None
+        if resp is None:
+            self._socket_lookup = False
+        return resp
 
     def release_lease(self, ns, lease_id, timeout=None):
         """Ends lease `lease_id` (a blocks[i].lease_id of this server's Lookup); returns the

@@ -12,17 +12,19 @@ exposes it as a numpy uint8 array and allocates ranges of it (first fit, 4 KiB g
 for staging copies and SharedBuffers.
 
 Calls (SharedRegion.call; in kvtier._native.ShmCalls when the extension is built): other
-connections to the same socket path carry Put and Get calls, one at a time each, as single
-messages of at most MAX_FRAME_BYTES:
-  client -> server  FrameHeader {char magic[4] "KVF1"; u32 op (1 Put, 2 Get);
+connections to the same socket path carry Put, Get and (when the server's offer says
+socket_lookup) Lookup calls, one at a time each, as single messages of at most
+MAX_FRAME_BYTES:
+  client -> server  FrameHeader {char magic[4] "KVF1"; u32 op (1 Put, 2 Get, 3 Lookup);
                                  u64 request_id; i64 deadline_unix_ms (0: none)}  (24 bytes)
                     + the serialized kvtier.v1.PutRequest holding only its header (Put) or
-                      GetRequest (Get), exactly
-                      what the gRPC call sends, naming the session
+                      GetRequest (Get), exactly what the gRPC call sends, naming the
+                      session; for Lookup, lookup_frame(session, LookupRequest bytes)
   server -> client  ReplyHeader {char magic[4] "KVF1"; i32 code (grpc status); u64
                                  request_id; u32 message_bytes; u32 details_bytes} (24 bytes)
                     + the status message, grpc-status-details-bin, and when code is 0 the
                       serialized PutResponse / GetResponse (the payloads are in the region)
+                      / LookupResponse
 Thread-safe.
 """
 
@@ -45,10 +47,16 @@ _REQUEST = struct.Struct("<8sQ16s")
 _REPLY = struct.Struct("<8sIIQ16s16s200s")
 _GRANULE = 4096
 FRAME_MAGIC = b"KVF1"
-OP_PUT, OP_GET = 1, 2
+OP_PUT, OP_GET, OP_LOOKUP = 1, 2, 3
 MAX_FRAME_BYTES = 128 << 10
 _FRAME = struct.Struct("<4sIQq")
 _REPLY_HEADER = struct.Struct("<4siQII")
+
+
+def lookup_frame(session, request):
+    """The body of a Lookup frame: u16 session length, the session, then the serialized
+    LookupRequest (protocol::shm::JoinSessionAndRequest)."""
+    return struct.pack("<H", len(session)) + bytes(session) + request
 
 
 def buffer_address(buf):

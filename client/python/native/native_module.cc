@@ -33,7 +33,9 @@
 //       -> (code, message, details, body, copied)
 //     Copies each (offset, buffer) of `copies` into the region at `offset` (the staged
 //     payloads of a Put), then sends `request` (a serialized PutRequest header or
-//     GetRequest) as one frame (op 1 Put, 2 Get) and waits for the reply; then, for an OK
+//     GetRequest; for op 3 Lookup, the session and a LookupRequest as
+//     protocol::shm::JoinSessionAndRequest joins them) as one frame (op 1 Put, 2 Get, 3
+//     Lookup) and waits for the reply; then, for an OK
 //     Get reply whose header protocol::ReadGetHeaderSizes reads, copies block `index`'s
 //     bytes from the region at `offset` to the start of `buffer` for each (index, offset,
 //     writable buffer) of `copy_outs` whose block was found and fits (the staged
@@ -569,8 +571,9 @@ PyObject* ShmCallsCall(PyObject* self, PyObject* args) {
     return nullptr;
   }
   if (op != static_cast<unsigned>(shm::FrameOp::kPut) &&
-      op != static_cast<unsigned>(shm::FrameOp::kGet)) {
-    PyErr_SetString(PyExc_ValueError, "op must be 1 (Put) or 2 (Get)");
+      op != static_cast<unsigned>(shm::FrameOp::kGet) &&
+      op != static_cast<unsigned>(shm::FrameOp::kLookup)) {
+    PyErr_SetString(PyExc_ValueError, "op must be 1 (Put), 2 (Get) or 3 (Lookup)");
     return nullptr;
   }
   if (!CheckTimeout(timeout_s)) return nullptr;
