@@ -26,14 +26,47 @@ absl::Status UcxError(std::string_view what, ucs_status_t s) {
   return absl::UnavailableError(absl::StrCat("ucx: ", Sv(what), ": ", ucs_status_string(s)));
 }
 
+// While a transfer of at least kLargeTransferBytes is in flight, the progress thread polls
+// for up to kSpin before it sleeps (transport/ucx_worker.h, "Threading").
+constexpr uint64_t kLargeTransferBytes = 1 << 20;
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Counts one large transfer in flight in *counter (null: not large) while it lives.
+class LargeTransfer {
+ public:
+  LargeTransfer(size_t* counter, uint64_t length)
+      : counter_(length >= kLargeTransferBytes ? counter : nullptr) {
+    if (counter_ != nullptr) ++*counter_;
+  }
+  ~LargeTransfer() {
+    if (counter_ != nullptr) --*counter_;
+  }
+  LargeTransfer(const LargeTransfer&) = delete;
+  LargeTransfer& operator=(const LargeTransfer&) = delete;
+
+ private:
+  size_t* counter_;
+};
+
 struct SendOp {
   std::string header;
   std::function<void(absl::Status)> done;
+  LargeTransfer large;
 };
 
 struct RecvOp {
   std::function<void(absl::Status)> done;
+  LargeTransfer large;
 };
+
+// Polls `worker` for up to kSpin; true as soon as it made progress.
+bool Spin(ucp_worker_h worker) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  do {
+    if (ucp_worker_progress(worker) != 0) return true;
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
 
 // Resolves host:port into *addr. UNAVAILABLE if the name does not resolve.
 absl::Status Resolve(const std::string& host, uint16_t port, sockaddr_storage* addr,
@@ -86,6 +119,7 @@ struct Worker::Impl {
   std::vector<std::pair<ucp_ep_h, ucs_status_t>> failed;
   std::vector<void*> closing;  // ucp_ep_close_nbx requests still in progress
   std::vector<std::function<void()>> deferred;  // completions that finished inline
+  size_t large_in_flight = 0;                   // sends and receives of >= kLargeTransferBytes
 
   EndpointId Adopt(ucp_ep_h ep) {
     const EndpointId id = next_id++;
@@ -240,7 +274,7 @@ void Incoming::Receive(void* buffer, std::function<void(absl::Status)> done) {
     impl->deferred.push_back([done = std::move(done)] { done(absl::OkStatus()); });
     return;
   }
-  auto* op = new RecvOp{std::move(done)};
+  auto* op = new RecvOp{std::move(done), LargeTransfer(&impl->large_in_flight, length_)};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
@@ -460,7 +494,8 @@ void Worker::Send(EndpointId to, uint16_t id, std::string header, const void* da
       done(absl::UnavailableError("ucx: the endpoint is closed (its peer failed or left)"));
       return;
     }
-    auto* op = new SendOp{std::move(header), std::move(done)};
+    auto* op =
+        new SendOp{std::move(header), std::move(done), LargeTransfer(&m.large_in_flight, length)};
     ucp_request_param_t p{};
     p.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -529,6 +564,7 @@ void Worker::Loop() {
       common::MutexLock lock(&m.mu);
       if (!m.tasks.empty()) continue;
     }
+    if (m.large_in_flight > 0 && Spin(m.worker)) continue;
     if (ucp_worker_arm(m.worker) == UCS_ERR_BUSY) continue;
     pollfd fds[2] = {{m.ucx_fd, POLLIN, 0}, {m.wake_fd, POLLIN, 0}};
     const int timeout = std::max<int>(
