@@ -103,28 +103,48 @@ struct Session {
   int step = 0;
 };
 
-void RunSessions(Builder& b, size_t requests, double arrival_ms, double pause_ms,
-                 const std::vector<std::vector<uint64_t>>& prompts, double prompt_zipf,
-                 bool agent) {
-  Zipf pick(prompts.size(), prompt_zipf);
+// Runs sessions until `requests` are emitted: open(s) fills a new session (its history
+// and steps_left) and returns the time to the next arrival; turn(s, time) runs one step
+// (emitting its request); pause() gives the time to a session's next step (drawn only
+// when there is one).
+template <typename Open, typename Turn, typename Pause>
+void DriveSessions(Builder& b, size_t requests, Open open, Turn turn, Pause pause) {
   using Event = std::pair<double, size_t>;  // (time, session)
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   std::vector<Session> sessions;
   double next_arrival = 0;
   while (b.emitted() < requests) {
     if (events.empty() || next_arrival <= events.top().first) {
-      Session s;
-      s.history = prompts[pick(b.rng())];
-      s.steps_left = agent ? b.Uniform(4, 24)
-                           : 1 + std::geometric_distribution<int>(1.0 / 6)(b.rng());
-      sessions.push_back(std::move(s));
+      sessions.emplace_back();
       events.push({next_arrival, sessions.size() - 1});
-      next_arrival += b.Exponential(arrival_ms);
+      next_arrival += open(sessions.back());
       continue;
     }
     const auto [time, id] = events.top();
     events.pop();
     Session& s = sessions[id];
+    turn(s, time);
+    if (--s.steps_left > 0) {
+      events.push({time + pause(), id});
+    } else {
+      s.history.clear();
+      s.history.shrink_to_fit();
+    }
+  }
+}
+
+// chat and agent (tools/trace_synth.h).
+void RunSessions(Builder& b, size_t requests, double arrival_ms, double pause_ms,
+                 const std::vector<std::vector<uint64_t>>& prompts, double prompt_zipf,
+                 bool agent) {
+  Zipf pick(prompts.size(), prompt_zipf);
+  auto open = [&](Session& s) {
+    s.history = prompts[pick(b.rng())];
+    s.steps_left =
+        agent ? b.Uniform(4, 24) : 1 + std::geometric_distribution<int>(1.0 / 6)(b.rng());
+    return b.Exponential(arrival_ms);
+  };
+  auto turn = [&](Session& s, double time) {
     ++s.step;
     if (agent) {
       Append(&s.history, b.NewLabels(1));       // the action
@@ -134,13 +154,8 @@ void RunSessions(Builder& b, size_t requests, double arrival_ms, double pause_ms
     }
     b.Emit(time, s.history);
     if (!agent) Append(&s.history, b.NewLabels(b.Uniform(1, 3)));  // the reply
-    if (--s.steps_left > 0) {
-      events.push({time + b.Exponential(pause_ms), id});
-    } else {
-      s.history.clear();
-      s.history.shrink_to_fit();
-    }
-  }
+  };
+  DriveSessions(b, requests, open, turn, [&] { return b.Exponential(pause_ms); });
 }
 
 // conversation (tools/trace_synth.h): sessions of one or a few turns, long first inputs,
@@ -154,36 +169,20 @@ void RunConversations(Builder& b, size_t requests) {
   auto input_blocks = [&] {
     return static_cast<size_t>(std::clamp(static_cast<int>(input(b.rng())), 1, 200));
   };
-  using Event = std::pair<double, size_t>;  // (time, session)
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
-  std::vector<Session> sessions;
-  double next_arrival = 0;
-  while (b.emitted() < requests) {
-    if (events.empty() || next_arrival <= events.top().first) {
-      Session s;
-      if (coin(b.rng())) s.history = prompts[pick(b.rng())];
-      Append(&s.history, b.NewLabels(input_blocks()));
-      s.steps_left = coin(b.rng()) ? 1 : 1 + std::geometric_distribution<int>(0.4)(b.rng());
-      sessions.push_back(std::move(s));
-      events.push({next_arrival, sessions.size() - 1});
-      next_arrival += b.Exponential(300);
-      continue;
-    }
-    const auto [time, id] = events.top();
-    events.pop();
-    Session& s = sessions[id];
+  auto open = [&](Session& s) {
+    if (coin(b.rng())) s.history = prompts[pick(b.rng())];
+    Append(&s.history, b.NewLabels(input_blocks()));
+    s.steps_left = coin(b.rng()) ? 1 : 1 + std::geometric_distribution<int>(0.4)(b.rng());
+    return b.Exponential(300);
+  };
+  auto turn = [&](Session& s, double time) {
     if (s.step++ > 0) {
       Append(&s.history, b.NewLabels(1));  // the reply and the next user message
       if (paste(b.rng())) Append(&s.history, b.NewLabels(input_blocks()));
     }
     b.Emit(time, s.history);
-    if (--s.steps_left > 0) {
-      events.push({time + think(b.rng()), id});
-    } else {
-      s.history.clear();
-      s.history.shrink_to_fit();
-    }
-  }
+  };
+  DriveSessions(b, requests, open, turn, [&] { return think(b.rng()); });
 }
 
 }  // namespace
