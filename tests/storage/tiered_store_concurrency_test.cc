@@ -3,15 +3,16 @@
 // "concurren"). Every successful Get must return exactly the bytes that were put, and a
 // read handle must stay valid while the block is demoted and its slot reused.
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/mutex.h"
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
@@ -133,7 +134,14 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
   EXPECT_EQ(mismatches.load(), 0u);
   EXPECT_THAT(errors, ::testing::IsEmpty());
   EXPECT_GT(hits.load(), 0u);
+  // The background demoter may still be finishing a demotion, whose block is written to
+  // cold before the cold capacity is enforced (seen once under the sanitizers: 1.5
+  // extents over): let it settle.
   StoreStats stats = store->Stats();
+  for (int i = 0; i < 500 && stats.cold_used_bytes > stats.cold_capacity_bytes; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stats = store->Stats();
+  }
   EXPECT_LE(stats.hot_used_bytes, stats.hot_capacity_bytes);
   EXPECT_LE(stats.cold_used_bytes, stats.cold_capacity_bytes);
   ASSERT_EQ(stats.namespaces.size(), 1u);
