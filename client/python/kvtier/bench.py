@@ -3,15 +3,15 @@
 The same workload as the C++ tool (client/cli/bench_cmd.cc): namespace bench-<KiB>k of
 fp16 blocks of --block-size bytes (layout (block/64KiB) x 8 x 128 x 16, codec fp16),
 payloads ENCODED fp16 blobs, --keys keys split over --threads threads, every key put once
-untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers (and
-with --ops ...,lookup of lookups of --lookup-keys of the thread's keys, over the
-shared-memory socket on the same host unless --no-shm). System
+untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers; with
+`lookup` in --ops, also of lookups of --lookup-keys of the thread's keys (on the same host
+over the shared-memory socket unless --no-shm). System
 "kvtier-py" is TCP, "kvtier-py-shm" staged through the shared region, "kvtier-py-shm-zc"
 put from / got into SharedBuffers. Each result names the path of the gRPC streams ("path":
 "native" for kvtier._native, "grpcio" without it or with --no-native). With --compare PATH_TO_kvtier it also runs
 `kvtier bench` with the same flags against the same server, right after (with --repeat N,
 N runs of each alternating which goes first), and prints the Python / C++ ratio of the
-median GB/s per phase.
+median GB/s per phase (ops/s for lookup).
 """
 
 import argparse
@@ -229,16 +229,16 @@ def main(argv=None):
                        args.json)
             (py_runs if fn is bench else cpp_runs).append(res)
     for i, py in enumerate(py_runs[0]):
-        py_gb = statistics.median(run[i]["gb_per_s"] for run in py_runs)
-        cpp_gb = statistics.median(run[i]["gb_per_s"] for run in cpp_runs)
-        line = dict(phase=py["phase"], python=py["system"], path=py["path"],
-                    cpp=cpp_runs[0][i]["system"],
-                    python_gb_per_s=py_gb, cpp_gb_per_s=cpp_gb, runs=args.repeat,
-                    ratio=round(py_gb / cpp_gb, 3) if cpp_gb else 0.0)
+        unit = "ops_per_s" if py["phase"] == "lookup" else "gb_per_s"
+        py_v = statistics.median(run[i][unit] for run in py_runs)
+        cpp_v = statistics.median(run[i][unit] for run in cpp_runs)
+        line = {"phase": py["phase"], "python": py["system"], "path": py["path"],
+                "cpp": cpp_runs[0][i]["system"], "python_" + unit: py_v, "cpp_" + unit: cpp_v,
+                "runs": args.repeat, "ratio": round(py_v / cpp_v, 3) if cpp_v else 0.0}
         print(json.dumps(line, sort_keys=True) if args.json else
-              "ratio %-4s %s (%s) / %s = %.2f (medians of %d runs: %.3f / %.3f GB/s)"
+              "ratio %-4s %s (%s) / %s = %.2f (medians of %d runs: %.3f / %.3f %s)"
               % (line["phase"], line["python"], line["path"], line["cpp"], line["ratio"],
-                 args.repeat, py_gb, cpp_gb))
+                 args.repeat, py_v, cpp_v, "ops/s" if unit == "ops_per_s" else "GB/s"))
     return 0
 
 
