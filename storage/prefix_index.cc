@@ -52,11 +52,13 @@ BlockId PrefixIndex::FindAfter(uint16_t ns, std::string_view key, BlockId prev) 
 }
 
 BlockId PrefixIndex::FindOrCreate(uint16_t ns, std::string_view key) {
-  const BlockId id = Find(ns, key);
-  return id != kNoEntry ? id : NewEntry(ns, key);
+  const KeyRef ref = Ref(ns, key);  // hashed once for the probe and the insert
+  auto it = ids_.find(ref);
+  return it != ids_.end() ? static_cast<BlockId>(*it) : NewEntry(ref);
 }
 
-BlockId PrefixIndex::NewEntry(uint16_t ns, std::string_view key) {
+BlockId PrefixIndex::NewEntry(const KeyRef& ref) {
+  const std::string_view key = ref.key;
   const BlockId id = entries_.Allocate();
   Entry& e = at(id);
   e = Entry{};
@@ -69,10 +71,10 @@ BlockId PrefixIndex::NewEntry(uint16_t ns, std::string_view key) {
     std::memcpy(e.key_, &cell, sizeof(cell));
   }
   e.flags = Entry::kUsed;
-  e.ns = ns;
+  e.ns = ref.ns;
   e.parent = kNoEntry;
   e.slot = kNoEntry;
-  ids_.insert(SlotOf(id, KeyHash(ns, key)));
+  ids_.insert(SlotOf(id, ref.hash));
   return id;
 }
 

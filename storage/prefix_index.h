@@ -170,7 +170,8 @@ class PrefixIndex {
     bool operator()(const KeyRef& a, IdSlot b) const { return (*this)(b, a); }
   };
 
-  BlockId NewEntry(uint16_t ns, std::string_view key);
+  // Creates the entry of ref (which Find did not find).
+  BlockId NewEntry(const KeyRef& ref);
   void ColdUnlink(BlockId id);
   void ColdAppend(BlockId id, bool at_head);
 
