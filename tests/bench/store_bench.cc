@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "storage/checksum.h"
 #include "storage/hot_arena.h"
 #include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
@@ -133,6 +134,22 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(BM_Memcpy)->ArgName("KiB")->Arg(2048)->Arg(64);
+
+// The payload checksum (storage/checksum.h) over the same pool: what write-through Puts,
+// demotion and every cold read pay per byte, next to memcpy.
+void BM_Checksum(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 10;
+  const size_t n = PoolBlocks(state.range(0));
+  std::vector<std::string> src(n, std::string(bytes, 'x'));
+  size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(storage::PayloadChecksum(
+        std::span(reinterpret_cast<const uint8_t*>(src[i].data()), bytes)));
+    i = (i + 1) % n;
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_Checksum)->ArgName("KiB")->Arg(2048)->Arg(64);
 
 // CPU seconds of the whole process (all threads, including RocksDB's flush/compaction).
 double ProcessCpuSeconds() {

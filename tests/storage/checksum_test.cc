@@ -1,5 +1,7 @@
 #include "storage/checksum.h"
 
+#include <xxhash.h>
+
 #include <cstdint>
 #include <span>
 #include <string>
@@ -43,6 +45,23 @@ TEST(ChecksumTest, MatchesPublishedXxh3Vectors) {
   };
   for (const auto& [len, want] : vectors) {
     EXPECT_EQ(Checksum64(std::span<const uint8_t>(a.data(), len)), want) << "len " << len;
+  }
+}
+
+TEST(ChecksumTest, BlockSizedPayloadsMatchThePortableEntryPoint) {
+  // PayloadChecksum takes libxxhash's run-time dispatched (AVX2 / AVX-512) path on x86-64;
+  // over payloads of many stripes and blocks it must equal the plain XXH3_64bits.
+  std::vector<uint8_t> a((1 << 20) + 7);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (uint8_t& b : a) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<uint8_t>(x);
+  }
+  for (size_t len : {size_t{1} << 20, a.size(), size_t{65536} + 3, size_t{4095}}) {
+    EXPECT_EQ(Checksum64(std::span<const uint8_t>(a.data(), len)), XXH3_64bits(a.data(), len))
+        << "len " << len;
   }
 }
 
