@@ -21,7 +21,7 @@
 # the client's default settings (shared memory, and TCP with --no-shm), printing
 # `ratio small64k/redis put: N.NNx` (kvtier's default transport against Redis' faster one)
 # and the TCP ratio. Then (UCX=1, the default) the cross-host rounds of ucx_rounds below:
-# redis over TCP vs kvtier-ucx at 2 MiB and 256 KiB, printing
+# redis over TCP vs kvtier-ucx (and ucx-floor, the transport alone) at 2 MiB and 256 KiB, printing
 # `ratio remote/redis put|get: N.NNx`. Both servers are stopped by PID on exit. Needs
 # redis-server, redis-cli and python3.
 set -euo pipefail
@@ -36,8 +36,8 @@ BLOCK=${BLOCK:-2MiB}
 REPEAT=${REPEAT:-3}
 EXTRA_KVTIER_FLAGS=${EXTRA_KVTIER_FLAGS:-}
 
-for bin in "$KVTIER" "$KVTIERD"; do
-  [[ -x $bin ]] || { echo "missing $bin (build targets kvtier and kvtierd)" >&2; exit 2; }
+for bin in "$KVTIER" "$KVTIERD" "$BUILD/tests/bench/ucx_floor"; do
+  [[ -x $bin ]] || { echo "missing $bin (build targets kvtier, kvtierd and ucx_floor)" >&2; exit 2; }
 done
 command -v redis-server >/dev/null || { echo "redis-server not found" >&2; exit 2; }
 
@@ -180,12 +180,26 @@ for small_block in ${SMALL_BLOCKS-64KiB 256KiB}; do
 done
 
 # ---------------------------------------------------------------------------------------
+# Bytes of a size written as NKiB / NMiB.
+block_bytes() {
+  case $1 in
+    *MiB) echo $(( ${1%MiB} << 20 )) ;;
+    *KiB) echo $(( ${1%KiB} << 10 )) ;;
+    *) echo "$1" ;;
+  esac
+}
+
 # Cross-host path over UCX (issue 12). A second kvtierd with --ucx, UCX forced onto its
 # TCP transport (UCX_TLS=tcp, so no shared-memory transport can flatter it), clients with
 # the shared-memory path off and UCX forced (`kvtier bench --ucx --no-shm`), against Redis
 # over TCP in the same run, REPEAT rounds alternating, at 2 MiB and 256 KiB blocks.
+# Each round also runs tests/bench/ucx_floor (system "ucx-floor"): the same payloads as
+# UCX active messages between two bare transport::Workers, as many in flight as threads,
+# no gRPC and no store: what UCX over TCP alone gives on this machine.
 # Prints the medians and `ratio remote/redis put: N.NNx` / `ratio remote/redis get:
-# N.NNx` (2 MiB), then the same with "256KiB" for the small blocks.
+# N.NNx` (2 MiB), `ratio ucx-floor/redis put` and `ratio remote/ucx-floor put` (the
+# transport's ceiling against Redis, and kvtier's share of it), then the same with
+# "256KiB" for the small blocks.
 ucx_rounds() {
   UCX_TLS=tcp "$KVTIERD" --port 0 --data-dir "$tmp/data-ucx" --hot-capacity 1GiB --ucx \
     --shm-socket off >"$tmp/kvtierd-ucx.out" 2>"$tmp/kvtierd-ucx.err" &
@@ -208,6 +222,10 @@ ucx_rounds() {
         tee -a "$tmp/ucx-$block.jsonl"
       UCX_TLS=tcp "$KVTIER" bench --server "$addr" --server-pid "$ucx_kvtierd_pid" "${c[@]}" \
         --no-shm --ucx | tee -a "$tmp/ucx-$block.jsonl"
+      # The transport alone (tests/bench/ucx_floor.cc): the same bytes, as many in flight
+      # as there are threads, no gRPC and no store.
+      UCX_TLS=tcp "$BUILD/tests/bench/ucx_floor" --size "$(block_bytes "$block")" \
+        --window "$THREADS" --seconds "$PHASE_SECONDS" | tee -a "$tmp/ucx-$block.jsonl"
     done
   done
   python3 - "$tmp/ucx-2MiB.jsonl" "$tmp/ucx-256KiB.jsonl" <<'PY'
@@ -215,7 +233,7 @@ import json, statistics, sys
 for path, label in ((sys.argv[1], ""), (sys.argv[2], " 256KiB")):
     rows = [json.loads(l) for l in open(path) if l.strip()]
     med = {}
-    for s in ("redis", "kvtier-ucx"):
+    for s in ("redis", "kvtier-ucx", "ucx-floor"):
         for p in ("put", "get"):
             runs = [r for r in rows if r["system"] == s and r["phase"] == p]
             if runs:
@@ -233,6 +251,13 @@ for path, label in ((sys.argv[1], ""), (sys.argv[2], " 256KiB")):
         if ("kvtier-ucx", p) in med and ("redis", p) in med:
             print("ratio remote/redis%s %s: %.2fx" % (
                 label, p, med["kvtier-ucx", p]["gb_per_s"] / med["redis", p]["gb_per_s"]))
+    if ("ucx-floor", "put") in med and ("redis", "put") in med:
+        floor = med["ucx-floor", "put"]["gb_per_s"]
+        print("ratio ucx-floor/redis%s put: %.2fx (the transport alone)" % (
+            label, floor / med["redis", "put"]["gb_per_s"]))
+        if ("kvtier-ucx", "put") in med:
+            print("ratio remote/ucx-floor%s put: %.2fx" % (
+                label, med["kvtier-ucx", "put"]["gb_per_s"] / floor))
 PY
   kill "$ucx_kvtierd_pid" 2>/dev/null || true
   wait "$ucx_kvtierd_pid" 2>/dev/null || true

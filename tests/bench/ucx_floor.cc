@@ -1,0 +1,191 @@
+// What UCX itself gives kvtier's cross-host data path, below anything the service does
+// (not a test, not CI): two processes, each a transport::Worker (transport/ucx_worker.h),
+// the parent sending active messages of --size bytes with --window of them in flight,
+// the child receiving each (rendezvous) into one of 64 buffers in turn. No gRPC, no
+// store, no headers to wait for: the ceiling of a Put over UCX on this machine, with the
+// worker's own threading (progress thread, polling rule). Transports from UCX_TLS.
+//
+//   build/tests/bench/ucx_floor [--size SIZE_BYTES] [--window W] [--seconds S]
+//
+// Prints one JSON object in `kvtier bench --json`'s form (system "ucx-floor", phase
+// "put"): GB/s, p50 / p99 of a message from Send to its completion, and CPU seconds per
+// GB of the sending and of the receiving process. tests/bench/redis_vs_kvtier.sh runs it
+// next to Redis and kvtier over UCX.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "transport/ucx_worker.h"
+
+namespace {
+
+namespace tp = ::kvtier::transport;
+using Clock = std::chrono::steady_clock;
+constexpr uint16_t kAmData = 1;
+constexpr size_t kSlots = 64;
+
+double SelfCpuSeconds() {
+  rusage r;
+  getrusage(RUSAGE_SELF, &r);
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+// User + system CPU seconds of process `pid` so far (/proc/PID/stat), 0 if unreadable.
+double ProcessCpuSeconds(pid_t pid) {
+  unsigned long ut = 0, st = 0;
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    (void)!std::fscanf(f, "%*d %*s %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+    std::fclose(f);
+  }
+  return static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The receiving process: writes its port to `port_fd`, receives until
+// `stop_fd` reaches end of file (the parent closed it, or exited), then returns.
+int Receiver(size_t size, int port_fd, int stop_fd) {
+  auto worker = tp::Worker::Create(tp::WorkerOptions{});
+  if (!worker.ok()) {
+    std::fprintf(stderr, "ucx_floor: %s\n", std::string(worker.status().message()).c_str());
+    return 1;
+  }
+  std::vector<uint8_t> slots(kSlots * size);
+  size_t next = 0;  // progress thread only
+  (*worker)->SetHandler(kAmData, [&](tp::EndpointId, std::string_view, tp::Incoming in) {
+    if (in.length() != size) return;  // dropped
+    in.Receive(slots.data() + (next++ % kSlots) * size, [](absl::Status) {});
+  });
+  auto port = (*worker)->Listen("127.0.0.1", 0);
+  if (!port.ok()) return 1;
+  const uint16_t p = *port;
+  if (write(port_fd, &p, sizeof(p)) != sizeof(p)) return 1;
+  char c;
+  (void)!read(stop_fd, &c, 1);  // returns at EOF
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t size = 2 << 20;
+  size_t window = 4;
+  double seconds = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--size") {
+      size = std::strtoull(argv[i + 1], nullptr, 10);
+    } else if (flag == "--window") {
+      window = std::max<size_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
+    } else if (flag == "--seconds") {
+      seconds = std::strtod(argv[i + 1], nullptr);
+    } else {
+      std::fprintf(stderr, "usage: ucx_floor [--size BYTES] [--window W] [--seconds S]\n");
+      return 2;
+    }
+  }
+  int port_pipe[2], stop_pipe[2];
+  if (pipe(port_pipe) != 0 || pipe(stop_pipe) != 0) return 1;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(port_pipe[0]);
+    close(stop_pipe[1]);
+    _exit(Receiver(size, port_pipe[1], stop_pipe[0]));
+  }
+  close(port_pipe[1]);
+  close(stop_pipe[0]);
+  uint16_t port = 0;
+  if (read(port_pipe[0], &port, sizeof(port)) != sizeof(port)) {
+    std::fprintf(stderr, "ucx_floor: the receiver did not start\n");
+    return 1;
+  }
+
+  auto worker = tp::Worker::Create(tp::WorkerOptions{});
+  if (!worker.ok()) return 1;
+  auto ep = (*worker)->Connect("127.0.0.1", port);
+  if (!ep.ok()) return 1;
+  std::vector<uint8_t> payload(size, 0x5a);
+  kvtier::common::Mutex mu;
+  size_t in_flight = 0;
+  size_t failed = 0;
+  std::vector<double> latencies_us;
+  auto send_one = [&] {
+    const auto start = Clock::now();
+    (*worker)->Send(
+        *ep, kAmData, std::string(16, 'h'), payload.data(), size, [&, start](absl::Status s) {
+          const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+          kvtier::common::MutexLock lock(&mu);
+          --in_flight;
+          if (s.ok()) {
+            latencies_us.push_back(us);
+          } else {
+            ++failed;
+          }
+        });
+  };
+  auto below_window = +[](std::pair<size_t*, size_t>* a)
+                           ABSL_NO_THREAD_SAFETY_ANALYSIS { return *a->first < a->second; };
+  auto drained = +[](size_t* n) ABSL_NO_THREAD_SAFETY_ANALYSIS { return *n == 0; };
+  std::pair<size_t*, size_t> arg{&in_flight, window};
+  // One warm-up second (connection, first touches), then the measured phase.
+  for (int phase = 0; phase < 2; ++phase) {
+    const double length = phase == 0 ? 1.0 : seconds;
+    const double self0 = SelfCpuSeconds();
+    const double child0 = ProcessCpuSeconds(child);
+    {
+      kvtier::common::MutexLock lock(&mu);
+      latencies_us.clear();
+    }
+    size_t sent = 0;
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::duration<double>(length);
+    while (Clock::now() < until) {
+      {
+        kvtier::common::MutexLock lock(&mu);
+        mu.Await(kvtier::common::Condition(below_window, &arg));
+        ++in_flight;
+      }
+      send_one();
+      ++sent;
+    }
+    {
+      kvtier::common::MutexLock lock(&mu);
+      mu.Await(kvtier::common::Condition(drained, &in_flight));
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double self1 = SelfCpuSeconds();
+    const double child1 = ProcessCpuSeconds(child);
+    if (phase == 0) continue;
+    kvtier::common::MutexLock lock(&mu);
+    if (failed > 0 || latencies_us.empty()) {
+      std::fprintf(stderr, "ucx_floor: %zu sends failed\n", failed);
+      return 1;
+    }
+    std::sort(latencies_us.begin(), latencies_us.end());
+    auto pct = [&](double q) {
+      return latencies_us[std::min(
+          latencies_us.size() - 1,
+          static_cast<size_t>(q * static_cast<double>(latencies_us.size())))];
+    };
+    const double gb = static_cast<double>(sent) * static_cast<double>(size) / 1e9;
+    std::printf(
+        "{\"system\":\"ucx-floor\",\"phase\":\"put\",\"block_bytes\":%zu,\"window\":%zu,"
+        "\"ops\":%zu,\"seconds\":%.3f,\"gb_per_s\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+        "\"client_cpu_s_per_gb\":%.3f,\"server_cpu_s_per_gb\":%.3f}\n",
+        size, window, sent, elapsed, gb / elapsed, pct(0.50), pct(0.99), (self1 - self0) / gb,
+        (child1 - child0) / gb);
+  }
+  close(stop_pipe[1]);  // the receiver exits
+  int status = 0;
+  waitpid(child, &status, 0);
+  return 0;
+}
