@@ -6,7 +6,6 @@
 // touches every key once (untimed: the server's hot tier and Redis' memory are populated
 // and page-faulted), then runs --seconds of closed-loop operations per thread.
 #include <hiredis/hiredis.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -14,13 +13,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -35,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/flags.h"
 #include "client/client.h"
+#include "common/process_cpu.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "protocol/lookup_form.h"
@@ -365,31 +363,6 @@ class RedisBackend : public Backend {
   std::string dest_;
 };
 
-// CPU seconds (user + system) used so far by this process.
-double SelfCpuSeconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-// CPU seconds used so far by process `pid` (from /proc), or -1 if unknown.
-double ProcessCpuSeconds(int64_t pid) {
-  if (pid <= 0) return -1;
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
-  // After "pid (comm) ": state is field 3, utime 14, stime 15 (1-based in proc(5)).
-  double utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
-      !absl::SimpleAtod(fields[12], &stime)) {
-    return -1;
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 struct PhaseResult {
   std::string name;
   uint64_t ops = 0;
@@ -418,8 +391,8 @@ absl::StatusOr<PhaseResult> RunPhase(const std::string& name,
   std::atomic<uint64_t> live_ops{0}, live_bytes{0};
   std::atomic<bool> done{false};
   const int total_weight = weights[0] + weights[1] + weights[2];
-  const double cpu0 = SelfCpuSeconds();
-  const double server_cpu0 = ProcessCpuSeconds(server_pid);
+  const double cpu0 = common::SelfCpuSeconds();
+  const double server_cpu0 = common::ProcessCpuSeconds(server_pid);
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(seconds));
@@ -475,8 +448,8 @@ absl::StatusOr<PhaseResult> RunPhase(const std::string& name,
   }
   for (auto& th : workers) th.join();
   const auto end = Clock::now();
-  const double cpu1 = SelfCpuSeconds();
-  const double server_cpu1 = ProcessCpuSeconds(server_pid);
+  const double cpu1 = common::SelfCpuSeconds();
+  const double server_cpu1 = common::ProcessCpuSeconds(server_pid);
   done.store(true);
   if (monitor.joinable()) monitor.join();
   for (const auto& e : errors) RETURN_IF_ERROR(e);

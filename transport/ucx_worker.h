@@ -11,10 +11,10 @@
 // later (move it away) or drop (let it go out of scope: the sender's send completes).
 //
 // Threading: every ucp call runs on the progress thread. Post() queues work for it from
-// any thread (woken through ucp_worker_signal); handlers, completions and the endpoint
-// error handler run on the progress thread and must not block. The public methods are
-// thread-safe unless they say "progress thread only". The thread sleeps in poll() when
-// UCX has nothing to do, except while a send or receive of at least 1 MiB is in flight:
+// any thread (woken through an eventfd it polls next to UCX's); handlers, completions and
+// the endpoint error handler run on the progress thread and must not block. The public
+// methods are thread-safe unless they say "progress thread only". The thread sleeps in
+// poll() when UCX has nothing to do, except while a send or receive of at least 1 MiB is in flight:
 // then it first polls UCX for up to 50 us. Over TCP such a transfer arrives as many
 // segments some 10 us apart, and sleeping between them cost a wakeup each, paid mostly
 // by the sending side's kernel (2 MiB blocks over UCX's TCP transport: Puts +19%, Gets

@@ -180,15 +180,6 @@ for small_block in ${SMALL_BLOCKS-64KiB 256KiB}; do
 done
 
 # ---------------------------------------------------------------------------------------
-# Bytes of a size written as NKiB / NMiB.
-block_bytes() {
-  case $1 in
-    *MiB) echo $(( ${1%MiB} << 20 )) ;;
-    *KiB) echo $(( ${1%KiB} << 10 )) ;;
-    *) echo "$1" ;;
-  esac
-}
-
 # Cross-host path over UCX (issue 12). A second kvtierd with --ucx, UCX forced onto its
 # TCP transport (UCX_TLS=tcp, so no shared-memory transport can flatter it), clients with
 # the shared-memory path off and UCX forced (`kvtier bench --ucx --no-shm`), against Redis
@@ -224,7 +215,7 @@ ucx_rounds() {
         --no-shm --ucx | tee -a "$tmp/ucx-$block.jsonl"
       # The transport alone (tests/bench/ucx_floor.cc): the same bytes, as many in flight
       # as there are threads, no gRPC and no store.
-      UCX_TLS=tcp "$BUILD/tests/bench/ucx_floor" --size "$(block_bytes "$block")" \
+      UCX_TLS=tcp "$BUILD/tests/bench/ucx_floor" --size "$block" \
         --window "$THREADS" --seconds "$PHASE_SECONDS" | tee -a "$tmp/ucx-$block.jsonl"
     done
   done

@@ -14,7 +14,6 @@
 // fill beside them, and the fill's Put rate (puts_per_s: how the per-block cost grows
 // with the index, without gRPC; kvtier_scale measures the same through kvtierd).
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/process_cpu.h"
 #include "storage/checksum.h"
 #include "storage/hot_arena.h"
 #include "storage/kv/codec.h"
@@ -151,17 +151,11 @@ void BM_Checksum(benchmark::State& state) {
 }
 BENCHMARK(BM_Checksum)->ArgName("KiB")->Arg(2048)->Arg(64);
 
-// CPU seconds of the whole process (all threads, including RocksDB's flush/compaction).
-double ProcessCpuSeconds() {
-  rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-// Sets the counter process_cpu_us_per_op: process CPU time since `cpu0` per iteration.
+// Sets the counter process_cpu_us_per_op: CPU time of the whole process (all threads,
+// including RocksDB's flush/compaction) since `cpu0` per iteration.
 void SetProcessCpuPerOp(benchmark::State& state, double cpu0) {
   state.counters["process_cpu_us_per_op"] =
-      1e6 * (ProcessCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
+      1e6 * (common::SelfCpuSeconds() - cpu0) / std::max<int64_t>(1, state.iterations());
 }
 
 // Puts every block of the fixture's pool once (untimed setup; aborts on failure).
@@ -196,7 +190,7 @@ void BM_PutWriteThrough(benchmark::State& state) {
   const size_t n = PoolBlocks(state.range(0));
   auto f = MakeFixture(state.range(0), n, n * SlotFor(state.range(0)) * 13 / 10, true);
   size_t i = 0;
-  const double cpu0 = ProcessCpuSeconds();
+  const double cpu0 = common::SelfCpuSeconds();
   for (auto _ : state) {
     BlockPut put{f->keys[i], "", 0, f->payloads[i]};
     if (!f->store->Put("bench", {&put, 1}).ok()) state.SkipWithError("put failed");
@@ -237,7 +231,7 @@ void BM_GetCold(benchmark::State& state) {
   PutPool(*f);
   if (!f->store->Evict("bench", {}, false).ok()) abort();
   size_t i = 0;
-  const double cpu0 = ProcessCpuSeconds();
+  const double cpu0 = common::SelfCpuSeconds();
   for (auto _ : state) {
     auto ref = f->store->Get("bench", f->keys[i]);
     if (!ref.ok() || ref->tier() != Tier::kCold) {

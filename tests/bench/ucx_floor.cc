@@ -5,13 +5,13 @@
 // store, no headers to wait for: the ceiling of a Put over UCX on this machine, with the
 // worker's own threading (progress thread, polling rule). Transports from UCX_TLS.
 //
-//   build/tests/bench/ucx_floor [--size SIZE_BYTES] [--window W] [--seconds S]
+//   build/tests/bench/ucx_floor [--size SIZE] [--window W] [--seconds S]   (SIZE: 2MiB, 262144,
+//   ...)
 //
 // Prints one JSON object in `kvtier bench --json`'s form (system "ucx-floor", phase
 // "put"): GB/s, p50 / p99 of a message from Send to its completion, and CPU seconds per
 // GB of the sending and of the receiving process. tests/bench/redis_vs_kvtier.sh runs it
 // next to Redis and kvtier over UCX.
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_size.h"
 #include "common/mutex.h"
+#include "common/process_cpu.h"
 #include "transport/ucx_worker.h"
 
 namespace {
@@ -32,24 +34,6 @@ namespace tp = ::kvtier::transport;
 using Clock = std::chrono::steady_clock;
 constexpr uint16_t kAmData = 1;
 constexpr size_t kSlots = 64;
-
-double SelfCpuSeconds() {
-  rusage r;
-  getrusage(RUSAGE_SELF, &r);
-  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-}
-
-// User + system CPU seconds of process `pid` so far (/proc/PID/stat), 0 if unreadable.
-double ProcessCpuSeconds(pid_t pid) {
-  unsigned long ut = 0, st = 0;
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    (void)!std::fscanf(f, "%*d %*s %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
-    std::fclose(f);
-  }
-  return static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 // The receiving process: writes its port to `port_fd`, receives until
 // `stop_fd` reaches end of file (the parent closed it, or exited), then returns.
@@ -83,13 +67,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--size") {
-      size = std::strtoull(argv[i + 1], nullptr, 10);
+      auto bytes = kvtier::common::ParseByteSize(argv[i + 1], "--size");
+      if (!bytes.ok() || *bytes == 0) {
+        std::fprintf(
+            stderr, "ucx_floor: %s\n",
+            bytes.ok() ? "--size: must be > 0" : std::string(bytes.status().message()).c_str());
+        return 2;
+      }
+      size = *bytes;
     } else if (flag == "--window") {
       window = std::max<size_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
     } else if (flag == "--seconds") {
       seconds = std::strtod(argv[i + 1], nullptr);
     } else {
-      std::fprintf(stderr, "usage: ucx_floor [--size BYTES] [--window W] [--seconds S]\n");
+      std::fprintf(stderr, "usage: ucx_floor [--size SIZE] [--window W] [--seconds S]\n");
       return 2;
     }
   }
@@ -139,8 +130,8 @@ int main(int argc, char** argv) {
   // One warm-up second (connection, first touches), then the measured phase.
   for (int phase = 0; phase < 2; ++phase) {
     const double length = phase == 0 ? 1.0 : seconds;
-    const double self0 = SelfCpuSeconds();
-    const double child0 = ProcessCpuSeconds(child);
+    const double self0 = kvtier::common::SelfCpuSeconds();
+    const double child0 = kvtier::common::ProcessCpuSeconds(child);
     {
       kvtier::common::MutexLock lock(&mu);
       latencies_us.clear();
@@ -162,8 +153,8 @@ int main(int argc, char** argv) {
       mu.Await(kvtier::common::Condition(drained, &in_flight));
     }
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const double self1 = SelfCpuSeconds();
-    const double child1 = ProcessCpuSeconds(child);
+    const double self1 = kvtier::common::SelfCpuSeconds();
+    const double child1 = kvtier::common::ProcessCpuSeconds(child);
     if (phase == 0) continue;
     kvtier::common::MutexLock lock(&mu);
     if (failed > 0 || latencies_us.empty()) {
