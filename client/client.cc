@@ -359,7 +359,7 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
                                                  /*compact=*/true));
   v1::LookupResponse resp;
   if (std::shared_ptr<SharedRegion> r = impl_->socket_lookup ? impl_->Region() : nullptr) {
-    // Same host: a frame on the region's socket, no gRPC hops (README "Per-call cost").
+    // Same host: a frame on the region's socket, no gRPC hops (docs/performance.md).
     const std::string frame = protocol::shm::JoinSessionAndRequest(
         r->session(), std::string_view(reinterpret_cast<const char*>(body.begin()), body.size()));
     if (frame.size() + sizeof(protocol::shm::FrameHeader) <= protocol::shm::kMaxFrameBytes) {

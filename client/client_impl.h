@@ -169,7 +169,7 @@ struct Client::Impl {
 
   // True if small Put / Get calls should go through the coalescer: it is on, and the calls
   // do not go over the shared region's socket (where batching cost more than it saved:
-  // README "Per-call cost").
+  // docs/performance.md, "Per-call cost").
   bool Coalesces() {
     return coalescer != nullptr &&
            !(options.shared_memory_socket_calls && !PreferUcx() && Region() != nullptr);

@@ -33,7 +33,7 @@ inline const char* EventKindName(EventKind kind) {
   return "?";
 }
 
-// Where the blocks are (or were) resident, as the routers spell it (see README "KV events").
+// Where the blocks are (or were) resident, as the routers spell it (see docs/events.md).
 enum class Medium : uint8_t {
   kCpuPinned = 0,  // "CPU_PINNED": the hot tier (pinned host memory)
   kDisk = 1,       // "DISK": the cold tier (RocksDB)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long measurements behind the README's figures (not part of CI). Builds first.
+# The long measurements behind the figures in docs/ (not part of CI). Builds first.
 #   scripts/bench.sh            everything below, in order
 #   scripts/bench.sh codecs|store|redis|eval|replay   one part
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README "ThreadSanitizer": builds the build-tsan tree (-DKVTIER_TSAN=ON: -fsanitize=thread,
+# docs/development.md: builds the build-tsan tree (-DKVTIER_TSAN=ON: -fsanitize=thread,
 # and common/mutex.h over std::mutex so TSAN sees every lock; Debian's Abseil is not
 # TSAN-instrumented) and runs the concurrency tests in it: thread pool, store, service
 # reactors and helpers, shared memory, events, cluster client. Any report fails its test.

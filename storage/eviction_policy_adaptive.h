@@ -40,9 +40,9 @@
 //    were only measured.
 //  * Known weakness: with other sampling salts (which 1/16 of the keys) the shared trace
 //    misses the 0.005 rule at 2.9k-11.7k blocks by up to 0.015 (the shadows of reuse_lru
-//    and lfu then score within noise of each other there); see the README.
+//    and lfu then score within noise of each other there); see docs/eviction.md.
 //
-// Measured (`kvtier replay --trace T --synth all --sweep --sim`, the README sweep table):
+// Measured (`kvtier replay --trace T --synth all --sweep --sim`, docs/eviction.md):
 // within 0.005 of the best fixed policy at all 30 points; 0.61x Belady at 5,859 blocks on
 // the shared trace.
 //
@@ -54,7 +54,7 @@
 // in all. A hash map of states (9 bytes per hot block at its load) was smaller only where
 // fewer than about 1 id in 2 is hot, but each Put missed the cache twice in it and its
 // doublings rehashed every state: at 10^7 blocks the store's Put rate rose by a third
-// without it (README, "Scale"). MemoryBytes() counts what is allocated (chunks, slots,
+// without it (docs/scale.md). MemoryBytes() counts what is allocated (chunks, slots,
 // slack); tests/tools/store_model_test.cc bounds it by 64 bytes per hot block on every
 // trace family. Live ticks are kept relative to a base in 27 bits; the base moves (an
 // O(ids) rebase) every 2^26 ticks, and a block unreferenced for more than 2^26 ticks then

@@ -8,8 +8,8 @@
 // Disk use is therefore the slab's high-water mark (at most ColdTierOptions.slab_bytes)
 // plus a small database; no compaction ever rewrites a payload (issue 16: with payloads
 // in RocksDB, leveled compaction of 2 MiB values on 2 cores left the directory at
-// 2.35-3.91x the cold capacity under churn, put p99 328 ms; README "Cold tier disk under
-// churn" has the before/after).
+// 2.35-3.91x the cold capacity under churn, put p99 328 ms; docs/durability.md, "Cold tier disk
+// under churn", has the before/after).
 //
 // Write order and why a crash never serves wrong bytes:
 //  - PutBlock: allocate a free extent, pwrite the value (fdatasync when sync_writes),

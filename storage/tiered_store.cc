@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const StoreOption
   cold_options.sync_writes = options.cold_sync;
   // Slack over the capacity: the store evicts by stored bytes after a demotion lands,
   // extents round up to 4 KiB, and free ranges fragment. 1/8 (at least 64 MiB) keeps the
-  // directory within the 1.3x of issue 16 (README "Cold tier disk under churn").
+  // directory within the 1.3x of issue 16 (docs/durability.md, "Cold tier disk under churn").
   cold_options.slab_bytes = options.cold_capacity_bytes +
                             std::max<uint64_t>(options.cold_capacity_bytes / 8, 64ull << 20);
   ASSIGN_OR_RETURN(std::unique_ptr<RocksDbColdTier> cold, RocksDbColdTier::Open(cold_options));

@@ -301,7 +301,7 @@ struct StoreStats {
 // deletes of one key are serialized by a striped per-key mutex, so the cold record and
 // the index never disagree.
 //
-// Memory per block (tiny blocks at 10^6, beyond the payload's hot slot; README "Scale"):
+// Memory per block (tiny blocks at 10^6, beyond the payload's hot slot; docs/scale.md):
 // index entry 84 B (33 of them the key) in 16,384-entry chunks 85.3, index hash set
 // 10.5 (5 B per slot, half empty just after a doubling), policy 19.1, hot slot table
 // 28.1, write-back queue 4 per unflushed block: 143-147 B, all in Stats()

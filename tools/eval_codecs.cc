@@ -1,5 +1,5 @@
-// `kvtier eval codecs`: codec size vs attention fidelity on synthetic K/V (README
-// "Codecs: size vs attention fidelity"). Every codec runs through the real kv::Encode / kv::Decode on the blocks of
+// `kvtier eval codecs`: codec size vs attention fidelity on synthetic K/V
+// (docs/codecs-and-compaction.md). Every codec runs through the real kv::Encode / kv::Decode on the blocks of
 // the layout; the baseline "pertoken2" (per-token 2-bit for both K and V, groups of 32
 // channels, fp16 scale and min: the same bits as kivi2) is simulated here, with the same
 // sink protection as the codecs.

@@ -1,5 +1,5 @@
 // `kvtier eval compaction`: token compaction (storage/kv/compaction.h) vs attention fidelity
-// and needle retrieval on the synthetic K/V generator (README "Token compaction"). The
+// and needle retrieval on the synthetic K/V generator (docs/codecs-and-compaction.md). The
 // generator is used exactly as tools/synthetic_kv.h builds it; needles are planted with
 // its own PlantNeedle (one needle per needle topic, at the generator's topic_logit) and
 // asked about with its own MakeQuery.

@@ -18,7 +18,7 @@
 // then it first polls UCX for up to 50 us. Over TCP such a transfer arrives as many
 // segments some 10 us apart, and sleeping between them cost a wakeup each, paid mostly
 // by the sending side's kernel (2 MiB blocks over UCX's TCP transport: Puts +19%, Gets
-// +21-25%, less CPU per byte on both; README "Cross-host path over UCX"). Smaller
+// +21-25%, less CPU per byte on both; docs/performance.md, "Cross-host path over UCX"). Smaller
 // transfers never spin: at 256 KiB it only cost CPU.
 //
 // Endpoints are named by an EndpointId (never reused). An endpoint whose peer fails or

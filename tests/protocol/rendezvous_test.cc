@@ -84,7 +84,7 @@ TEST(RendezvousRingTest, SpreadOverTenThousandKeysIsWithinTwentyPercentOfEven) {
   const auto keys = RandomKeys(10000, 42);
   for (const auto& key : keys) ++counts[ring.Primary("llama3-8b", key)];
   const double even = 10000.0 / 3;
-  // The split, for the README figure (`ctest -R rendezvous_test -V`).
+  // The split, printed for a reader (`ctest -R rendezvous_test -V`).
   std::printf("10000 keys over 3 nodes: %d / %d / %d\n", counts[0], counts[1], counts[2]);
   for (int c : counts) {
     EXPECT_GE(c, even * 0.8) << "node got too few keys";
