@@ -6,6 +6,10 @@
 // cancelled while still queued), or when it stops being a cold block worth reading
 // (cancelled). An unread prefetched block is not an eligible victim, so only the
 // fallback of a hot tier with nothing else to demote evicts it, and that is counted.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -28,6 +32,7 @@ void TieredStoreImpl::QueuePrefetchLocked(NsState* ns, std::span<const BlockId> 
                                           const LookupResult& out) {
   if (prefetchers_.empty() || ns->dropped) return;
   ExpirePrefetchesLocked();
+  prefetch_.reserve(prefetch_.size() + out.prefix_blocks);
   const int64_t now = clock_->NowMillis();
   int64_t deadline = now + static_cast<int64_t>(options_.prefetch_unread_ms);
   size_t end = out.prefix_blocks;
@@ -224,6 +229,9 @@ void TieredStoreImpl::PrefetchOne(BlockId id) {
 }
 
 void TieredStoreImpl::PrefetchLoop() {
+  // Background work: below the threads that answer calls, so the Lookup that queued a
+  // prefetch is answered before its reads take the CPU (Linux: nice is per thread).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 5);
   while (true) {
     BlockId id;
     {
