@@ -421,7 +421,9 @@ class TieredStore {
   // the tenant's hot quota, else served from a heap copy), else
   // NOT_FOUND (also for a checksum failure, which is counted and deletes the block).
   // NOT_FOUND also for an unknown namespace; the cold tier's UNAVAILABLE / INTERNAL when
-  // a cold read fails otherwise. Updates recency and hit counts.
+  // a cold read fails otherwise. Updates recency and hit counts. A block that a Lookup's
+  // prefetch (LeaseOptions::prefetch) is reading is waited for and served hot; one still
+  // queued is taken off the queue and read by this call.
   virtual absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) = 0;
 
   // Returns how many leading `keys` are resident and each key's tier. Never changes
@@ -435,7 +437,8 @@ class TieredStore {
   // demoted, never deleted by capacity). Explicit Delete / Evict still remove leased
   // blocks (they end those holds). The lease stops short where the node's or the
   // tenant's leased-bytes bound (StoreOptions) would be exceeded; lease_limit says which.
-  // Still never changes recency. NOT_FOUND unknown namespace.
+  // Still never changes recency itself; with lease.prefetch the blocks its prefetch
+  // promotes later become recent as any promotion does. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
                                               std::span<const std::string_view> keys,
                                               const LeaseOptions& lease) = 0;
