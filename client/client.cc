@@ -356,7 +356,7 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
   // Encoded straight from `keys` (no per-key copy); servers that predate the compact
   // form ignore it and answer verbosely.
   grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, options.local_only, options.lease_ms,
-                                                 /*compact=*/true));
+                                                 /*compact=*/true, options.prefetch));
   v1::LookupResponse resp;
   if (std::shared_ptr<SharedRegion> r = impl_->socket_lookup ? impl_->Region() : nullptr) {
     // Same host: a frame on the region's socket, no gRPC hops (docs/performance.md).
@@ -394,7 +394,8 @@ void Client::LookupAsync(std::string_view ns, std::span<const std::string_view> 
   };
   auto* p = new Pending;
   grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, which, options.local_only,
-                                                 options.lease_ms, /*compact=*/true));
+                                                 options.lease_ms, /*compact=*/true,
+                                                 options.prefetch));
   p->request = grpc::ByteBuffer(&body, 1);
   p->ctx.set_deadline(internal::DeadlineAfter(impl_->DeadlineMs(call.deadline_ms)));
   impl_->Authorize(&p->ctx);

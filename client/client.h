@@ -222,6 +222,9 @@ struct LookupOptions {
   // protocol::LookupTier / LookupOwner / LookupLeaseId (protocol/lookup_form.h); an old
   // server answers with `blocks` regardless.
   bool keep_compact = false;
+  // LookupRequest.prefetch: ask the server to start promoting the cold blocks of the
+  // reported prefix to hot (docs/prefetch.md); PREFETCH_DEFAULT follows the server.
+  kvtier::v1::Prefetch prefetch = kvtier::v1::PREFETCH_DEFAULT;
 };
 
 // One block returned by GetBlocks.

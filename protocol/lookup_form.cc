@@ -106,12 +106,13 @@ void PutBytesField(int field, std::string_view bytes, std::string* out) {
 // EncodeLookupRequest for the keys key_at(0) .. key_at(n - 1).
 template <typename KeyAt>
 std::string EncodeRequest(std::string_view ns, size_t n, KeyAt key_at, bool local_only,
-                          uint64_t lease_ms, bool compact) {
+                          uint64_t lease_ms, bool compact, uint32_t prefetch) {
   // Field numbers of kvtier.v1.LookupRequest, in the order the generated code writes them.
-  constexpr int kNamespace = 1, kKeys = 2, kLocalOnly = 3, kLeaseMs = 4, kCompact = 10;
+  constexpr int kNamespace = 1, kKeys = 2, kLocalOnly = 3, kLeaseMs = 4, kPrefetch = 5,
+                kCompact = 10;
   size_t size = ns.empty() ? 0 : 1 + VarintSize(ns.size()) + ns.size();
   for (size_t i = 0; i < n; ++i) size += 1 + VarintSize(key_at(i).size()) + key_at(i).size();
-  size += 2 + 1 + VarintSize(lease_ms) + 2;
+  size += 2 + 1 + VarintSize(lease_ms) + 1 + VarintSize(prefetch) + 2;
   std::string out;
   out.reserve(size);
   if (!ns.empty()) PutBytesField(kNamespace, ns, &out);
@@ -124,6 +125,10 @@ std::string EncodeRequest(std::string_view ns, size_t n, KeyAt key_at, bool loca
     out.push_back(static_cast<char>(kLeaseMs << 3));
     PutVarint(lease_ms, &out);
   }
+  if (prefetch != 0) {
+    out.push_back(static_cast<char>(kPrefetch << 3));
+    PutVarint(prefetch, &out);
+  }
   if (compact) {
     out.push_back(static_cast<char>(kCompact << 3));  // 80: one byte tag
     out.push_back(1);
@@ -134,17 +139,19 @@ std::string EncodeRequest(std::string_view ns, size_t n, KeyAt key_at, bool loca
 }  // namespace
 
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
-                                bool local_only, uint64_t lease_ms, bool compact) {
+                                bool local_only, uint64_t lease_ms, bool compact,
+                                uint32_t prefetch) {
   return EncodeRequest(
       ns, keys.size(), [&](size_t i) -> const std::string& { return keys[i]; }, local_only,
-      lease_ms, compact);
+      lease_ms, compact, prefetch);
 }
 
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string_view> keys,
                                 std::span<const size_t> which, bool local_only, uint64_t lease_ms,
-                                bool compact) {
+                                bool compact, uint32_t prefetch) {
   return EncodeRequest(
-      ns, which.size(), [&](size_t i) { return keys[which[i]]; }, local_only, lease_ms, compact);
+      ns, which.size(), [&](size_t i) { return keys[which[i]]; }, local_only, lease_ms, compact,
+      prefetch);
 }
 
 bool ReadLookupRequest(std::string_view bytes, LookupRequestView* out) {
@@ -153,7 +160,8 @@ bool ReadLookupRequest(std::string_view bytes, LookupRequestView* out) {
       std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())};
   SliceCursor c(whole);
   // Field numbers of kvtier.v1.LookupRequest (EncodeRequest).
-  constexpr uint64_t kNamespace = 1, kKeys = 2, kLocalOnly = 3, kLeaseMs = 4, kCompact = 10;
+  constexpr uint64_t kNamespace = 1, kKeys = 2, kLocalOnly = 3, kLeaseMs = 4, kPrefetch = 5,
+                     kCompact = 10;
   while (c.remaining() > 0) {
     uint64_t tag = 0;
     if (!c.ReadVarint(&tag)) return false;
@@ -171,11 +179,14 @@ bool ReadLookupRequest(std::string_view bytes, LookupRequestView* out) {
         if (static_cast<unsigned char>(ch) >= 0x80) return false;
       }
       out->ns = sv;  // the last occurrence wins, as in protobuf
-    } else if (field == kLocalOnly || field == kLeaseMs || field == kCompact) {
+    } else if (field == kLocalOnly || field == kLeaseMs || field == kCompact ||
+               field == kPrefetch) {
       uint64_t v = 0;
       if (wire_type != 0 || !c.ReadVarint(&v)) return false;
       if (field == kLeaseMs) {
         out->lease_ms = v;
+      } else if (field == kPrefetch) {
+        out->prefetch = static_cast<uint32_t>(v);  // an enum: int32 on the wire
       } else {
         (field == kLocalOnly ? out->local_only : out->compact) = v != 0;
       }

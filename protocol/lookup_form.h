@@ -22,13 +22,15 @@ namespace kvtier::protocol {
 // The serialized kvtier.v1.LookupRequest for these fields (byte-for-byte what
 // LookupRequest::SerializeAsString gives), written straight from `keys` into one buffer:
 // a generated request would copy every key into its own heap string first.
+// `prefetch`: LookupRequest.prefetch (a v1::Prefetch value; 0 = not written).
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string> keys,
-                                bool local_only, uint64_t lease_ms, bool compact);
+                                bool local_only, uint64_t lease_ms, bool compact,
+                                uint32_t prefetch = 0);
 // The same for the keys keys[which[0]], keys[which[1]], ... in that order (a peer's share
 // of a chain). REQUIRES: every entry of `which` < keys.size().
 std::string EncodeLookupRequest(std::string_view ns, std::span<const std::string_view> keys,
                                 std::span<const size_t> which, bool local_only, uint64_t lease_ms,
-                                bool compact);
+                                bool compact, uint32_t prefetch = 0);
 
 // The fields of a kvtier.v1.LookupRequest, viewing the serialized bytes they came from
 // (or the strings of a parsed message).
@@ -38,6 +40,7 @@ struct LookupRequestView {
   bool local_only = false;
   uint64_t lease_ms = 0;
   bool compact = false;
+  uint32_t prefetch = 0;  // LookupRequest.prefetch (v1::Prefetch value)
 };
 
 // Reads a serialized LookupRequest into `out` without copying a key: what a server does

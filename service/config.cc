@@ -290,6 +290,8 @@ constexpr FlagSpec kFlags[] = {
      "events.replay_endpoint: ZMQ ROUTER endpoint for replay (tcp://*:5558)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
     {"--max-leased-bytes", "SIZE", "max_leased_bytes (Lookup leases, node-wide)"},
+    {"--prefetch-on-lookup", nullptr,
+     "prefetch_on_lookup: Lookups prefetch their cold prefix unless they say otherwise"},
     {"--tenant-quota", "TENANT:HOT[:COLD[:LEASED]]",
      "adds a tenant_quotas entry (SIZEs, 0 = unlimited); repeatable"},
     {"--help", nullptr, "print this text"},
@@ -360,6 +362,8 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
   } else if (flag == "--max-leased-bytes") {
     ASSIGN_OR_RETURN(uint64_t v, common::ParseByteSize(value, flag));
     c.set_max_leased_bytes(v);
+  } else if (flag == "--prefetch-on-lookup") {
+    c.set_prefetch_on_lookup(true);
   } else if (flag == "--tenant-quota") {
     RETURN_IF_ERROR(AddTenantQuotaFlag(value, &c));
   } else {

@@ -77,6 +77,8 @@ void LookupWork(ServiceContext* ctx, const protocol::LookupRequestView& request,
     // In a cluster this node may hold keys after another owner's: those are in the
     // cluster-wide prefix too (PeerFanout), so lease every resident key.
     lease.every_resident_key = ctx->fanout != nullptr;
+    lease.prefetch = request.prefetch == v1::PREFETCH_ON ||
+                     (request.prefetch != v1::PREFETCH_OFF && ctx->limits.prefetch_on_lookup);
     ASSIGN_OR_RETURN(r, store.Lookup(ns.name, request.keys, lease));
     return absl::OkStatus();
   }();
@@ -146,6 +148,7 @@ bool ReadLookupBytes(std::string_view bytes, v1::LookupRequest* parsed,
   view->local_only = parsed->local_only();
   view->lease_ms = parsed->lease_ms();
   view->compact = parsed->compact();
+  view->prefetch = static_cast<uint32_t>(parsed->prefetch());
   return true;
 }
 

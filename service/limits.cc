@@ -11,6 +11,7 @@ ServiceLimits ServiceLimits::FromConfig(const v1::ServerConfig& config) {
   limits.put_progress_timeout_ms = config.put_progress_timeout_ms();
   limits.max_puts_per_connection = config.max_puts_per_connection();
   limits.max_lease_ms = config.max_lease_ms();
+  limits.prefetch_on_lookup = config.prefetch_on_lookup();
   limits.put_budget_bytes = std::max(config.memory_quota_bytes(), config.max_put_bytes());
   // A chunk frame plus its few framing bytes must fit the message limit.
   limits.chunk_bytes = std::min<uint64_t>(ServiceLimits().chunk_bytes,

@@ -34,6 +34,9 @@ struct ServiceLimits {
   // Longest lease a Lookup may ask (LookupRequest.lease_ms); longer is INVALID_ARGUMENT
   // naming lease_ms. Default: 60 s.
   uint32_t max_lease_ms = 60000;
+  // Whether a Lookup that leaves LookupRequest.prefetch at PREFETCH_DEFAULT prefetches its
+  // cold prefix (ServerConfig.prefetch_on_lookup, docs/prefetch.md). Default: false.
+  bool prefetch_on_lookup = false;
 
   // The limits of a defaulted, validated config.
   static ServiceLimits FromConfig(const v1::ServerConfig& config);

@@ -141,6 +141,20 @@ void FillStats(const storage::StoreStats& stats, const std::string& only, v1::St
   l->set_expired_unused(stats.leases.expired_unused);
   l->set_active(stats.leases.active);
   l->set_leased_bytes(stats.leases.leased_bytes);
+  const storage::PrefetchStats& ps = stats.prefetch;
+  v1::PrefetchStats* p = out->mutable_prefetch();
+  p->set_queued_blocks(ps.queued_blocks);
+  p->set_skipped_blocks(ps.skipped_blocks);
+  p->set_prefetched_blocks(ps.prefetched_blocks);
+  p->set_hits(ps.hits);
+  p->set_wasted_evicted(ps.wasted_evicted);
+  p->set_wasted_expired(ps.wasted_expired);
+  p->set_cancelled(ps.cancelled);
+  p->set_failed(ps.failed);
+  p->set_get_waits(ps.get_waits);
+  p->set_get_wait_us(ps.get_wait_us);
+  p->set_inflight_bytes(ps.inflight_bytes);
+  p->set_unread_bytes(ps.unread_bytes);
   for (const storage::TenantStats& t : stats.tenants) {
     v1::TenantStats* o = out->add_tenants();
     o->set_tenant(t.tenant);
@@ -302,6 +316,35 @@ void AddLeaseFamilies(const storage::StoreStats& s, FamilyBuilder& b) {
   b.Add(b.Family("kvtier_leased_bytes", "Payload bytes the active leases hold.",
                  MetricType::Gauge),
         {}, static_cast<double>(l.leased_bytes));
+  // Prefetch on Lookup (docs/prefetch.md).
+  const storage::PrefetchStats& p = s.prefetch;
+  b.Add(b.Family("kvtier_prefetch_blocks_total", "Blocks promoted to hot by a Lookup's prefetch.",
+                 MetricType::Counter),
+        {}, static_cast<double>(p.prefetched_blocks));
+  b.Add(b.Family("kvtier_prefetch_hits_total",
+                 "Gets that found their block hot because of a prefetch.", MetricType::Counter),
+        {}, static_cast<double>(p.hits));
+  auto& wasted = b.Family("kvtier_prefetch_wasted_total",
+                          "Prefetched blocks no Get read, by why they ended.", MetricType::Counter);
+  b.Add(wasted, {{"reason", "evicted"}}, static_cast<double>(p.wasted_evicted));
+  b.Add(wasted, {{"reason", "expired"}}, static_cast<double>(p.wasted_expired));
+  b.Add(b.Family("kvtier_prefetch_cancelled_total",
+                 "Prefetches dropped before done (lease ended, block gone, read by its Get).",
+                 MetricType::Counter),
+        {}, static_cast<double>(p.cancelled));
+  b.Add(b.Family("kvtier_prefetch_skipped_blocks_total",
+                 "Cold blocks a Lookup did not queue: over a prefetch bound or a quota.",
+                 MetricType::Counter),
+        {}, static_cast<double>(p.skipped_blocks));
+  b.Add(b.Family("kvtier_prefetch_get_waits_total",
+                 "Gets that waited for an in-flight prefetch of their block.", MetricType::Counter),
+        {}, static_cast<double>(p.get_waits));
+  b.Add(b.Family("kvtier_prefetch_get_wait_seconds_total",
+                 "Time Gets waited for in-flight prefetches.", MetricType::Counter),
+        {}, static_cast<double>(p.get_wait_us) / 1e6);
+  b.Add(b.Family("kvtier_prefetch_inflight_bytes", "Payload bytes queued or being prefetched.",
+                 MetricType::Gauge),
+        {}, static_cast<double>(p.inflight_bytes));
 }
 
 void AddTenantFamilies(const storage::StoreStats& s, FamilyBuilder& b) {

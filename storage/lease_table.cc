@@ -127,6 +127,12 @@ void LeaseTable::Forget(BlockId id) {
   }
 }
 
+std::optional<int64_t> LeaseTable::DeadlineIfActive(uint64_t lease_id, int64_t now_ms) const {
+  const auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.until_ms <= now_ms) return std::nullopt;
+  return it->second.until_ms;
+}
+
 bool LeaseTable::KeepsHot(BlockId id) const {
   if (counts_.empty()) return false;
   auto it = counts_.find(id);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -91,6 +92,10 @@ class LeaseTable {
   // Drops every hold on `id` (the block was removed from every tier; its entry id may be
   // reused). The leases stay, with their bytes.
   void Forget(BlockId id);
+
+  // The deadline of lease `lease_id` while it is in force at `now_ms` (not released, its
+  // deadline after now_ms); nullopt otherwise.
+  std::optional<int64_t> DeadlineIfActive(uint64_t lease_id, int64_t now_ms) const;
 
   // Whether some lease keeps `id` hot / resident.
   bool KeepsHot(BlockId id) const;

@@ -119,6 +119,19 @@ struct StoreOptions {
   // Time source for pin and lease expiry; not owned, must outlive the store. Default: null, which
   // means common::RealClock().
   common::Clock* clock = nullptr;
+  // Prefetch on Lookup (LeaseOptions::prefetch, docs/prefetch.md): payload bytes of
+  // prefetches queued or being read at once; a Lookup queues no more beyond it.
+  // Default: 256 MiB (a 2,048-block prefix of 128 KiB blocks).
+  uint64_t prefetch_max_inflight_bytes = 256ull << 20;
+  // ... and the share of the hot capacity that prefetched blocks no Get has read yet
+  // (plus those queued or being read) may take. In (0, 1]. Default: 0.25.
+  double prefetch_max_hot_fraction = 0.25;
+  // A prefetch without a lease is dropped (queued: cancelled; read: counted wasted and
+  // evictable again) this long after its Lookup; a leased one when its lease ends.
+  // Default: 10 s.
+  uint64_t prefetch_unread_ms = 10000;
+  // Threads reading prefetched blocks from cold (0: prefetch is off). Default: 2.
+  uint32_t prefetch_threads = 2;
   // Where block events go (docs/design.md §4 Tiers and eviction): one event per tier
   // change of a block, reported under the index mutex that orders the change, so a
   // consumer applying them in order knows which tiers hold each block: BlockStored
@@ -212,6 +225,12 @@ struct LeaseOptions {
   // node holds parts of a chain: its keys after another owner's are still in the
   // cluster-wide prefix).
   bool every_resident_key = false;
+  // Prefetch (docs/prefetch.md): start promoting the cold blocks of the reported leading
+  // resident prefix (of the leased part, with a lease) to hot in the background, within
+  // StoreOptions' prefetch bounds and the tenant's hot quota. A later Get of such a block
+  // reads it hot when the promotion finished, waits for it while it is being read, and
+  // reads cold otherwise. Never changes what the Lookup reports.
+  bool prefetch = false;
 };
 
 struct LookupResult {
@@ -267,6 +286,23 @@ struct FlushProgress {
   bool done = false;  // every block unflushed when the call began was written (or is gone)
 };
 
+// Counters of prefetch on Lookup (LeaseOptions::prefetch), node-wide.
+struct PrefetchStats {
+  uint64_t queued_blocks = 0;      // cold blocks a Lookup queued for prefetch
+  uint64_t skipped_blocks = 0;     // ... it did not queue: over a bound or the tenant's quota
+  uint64_t prefetched_blocks = 0;  // promoted to hot by a prefetch
+  uint64_t hits = 0;               // Gets that found the block hot because of a prefetch
+  uint64_t wasted_evicted = 0;     // prefetched blocks that left hot before any Get read them
+  uint64_t wasted_expired = 0;     // ... whose lease or prefetch_unread_ms ended unread
+  uint64_t cancelled = 0;          // queued or in flight, dropped: lease ended, block gone
+                                   // or changed tier, no room, or its Get read it itself
+  uint64_t failed = 0;             // cold read failed (the Get reports it, if one comes)
+  uint64_t get_waits = 0;          // Gets that waited for an in-flight prefetch of the block
+  uint64_t get_wait_us = 0;        // ... total microseconds they waited
+  uint64_t inflight_bytes = 0;     // payload bytes queued or being read now
+  uint64_t unread_bytes = 0;       // payload bytes prefetched and not read yet, now
+};
+
 struct StoreStats {
   std::string hot_allocator;  // "cuda", "mlock" or "malloc": what the arena really uses
   uint64_t hot_capacity_bytes = 0;
@@ -280,6 +316,7 @@ struct StoreStats {
   uint64_t write_back_memory_bytes = 0;  // heap bytes of the write-back queue (~4 per
                                          // unflushed block)
   LeaseStats leases;                 // leases granted by Lookup (node-wide)
+  PrefetchStats prefetch;            // prefetch on Lookup (node-wide)
   uint64_t unflushed_blocks = 0;     // hot blocks without a cold copy (write-back debt)
   uint64_t unflushed_bytes = 0;      // ... their payload bytes
   uint64_t max_unflushed_bytes = 0;  // StoreOptions bounds (0 = unbounded)
@@ -384,7 +421,9 @@ class TieredStore {
   // the tenant's hot quota, else served from a heap copy), else
   // NOT_FOUND (also for a checksum failure, which is counted and deletes the block).
   // NOT_FOUND also for an unknown namespace; the cold tier's UNAVAILABLE / INTERNAL when
-  // a cold read fails otherwise. Updates recency and hit counts.
+  // a cold read fails otherwise. Updates recency and hit counts. A block that a Lookup's
+  // prefetch (LeaseOptions::prefetch) is reading is waited for and served hot; one still
+  // queued is taken off the queue and read by this call.
   virtual absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) = 0;
 
   // Returns how many leading `keys` are resident and each key's tier. Never changes
@@ -398,7 +437,8 @@ class TieredStore {
   // demoted, never deleted by capacity). Explicit Delete / Evict still remove leased
   // blocks (they end those holds). The lease stops short where the node's or the
   // tenant's leased-bytes bound (StoreOptions) would be exceeded; lease_limit says which.
-  // Still never changes recency. NOT_FOUND unknown namespace.
+  // Still never changes recency itself; with lease.prefetch the blocks its prefetch
+  // promotes later become recent as any promotion does. NOT_FOUND unknown namespace.
   virtual absl::StatusOr<LookupResult> Lookup(std::string_view ns,
                                               std::span<const std::string_view> keys,
                                               const LeaseOptions& lease) = 0;

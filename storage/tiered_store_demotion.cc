@@ -52,6 +52,7 @@ void TieredStoreImpl::ExpirePinsLocked() {
 BlockId TieredStoreImpl::PickVictimLocked() {
   ExpirePinsLocked();
   ExpireLeasesLocked();
+  ExpirePrefetchesLocked();
   // A tenant over its hot quota (a promotion or a concurrent Put raced it there) gives
   // up its own blocks before anyone else does.
   if (const TenantUsage* over = tenants_.OverHotQuota()) {

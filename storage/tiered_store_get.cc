@@ -1,5 +1,6 @@
 // TieredStoreImpl: Get, promotion from the cold tier, Pin (tiered_store_impl.h).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -19,10 +20,28 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Get(std::string_view ns_name, std::str
     common::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(ns, FindNsLocked(ns_name));
     ns->stats.gets++;
-    const BlockId id = index_.Find(ns->id, key);
+    BlockId id = index_.Find(ns->id, key);
     if (id == kNoEntry || !index_.at(id).resident()) {
       ns->stats.get_misses++;
       return absl::NotFoundError("block not found");
+    }
+    if (!prefetch_.empty() && GetMeetsPrefetchLocked(id)) {
+      // Being promoted by a prefetch: wait for it rather than read the block twice.
+      const auto start = std::chrono::steady_clock::now();
+      do {
+        prefetch_done_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+        id = index_.Find(ns->id, key);
+        if (id == kNoEntry || !index_.at(id).resident()) break;
+      } while (GetMeetsPrefetchLocked(id));
+      prefetch_stats_.get_waits++;
+      prefetch_stats_.get_wait_us += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::steady_clock::now() - start)
+              .count());
+      if (id == kNoEntry || !index_.at(id).resident()) {
+        ns->stats.get_misses++;
+        return absl::NotFoundError("block not found");
+      }
     }
     Entry& e = index_.at(id);
     if (e.flags & Entry::kHot) {

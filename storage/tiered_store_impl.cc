@@ -1,10 +1,12 @@
 #include "storage/tiered_store_impl.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -41,7 +43,9 @@ TieredStoreImpl::~TieredStoreImpl() {
     stopping_ = true;
     demote_cv_.SignalAll();
     flush_cv_.SignalAll();
+    prefetch_cv_.SignalAll();
   }
+  for (std::thread& t : prefetchers_) t.join();
   if (demoter_.joinable()) demoter_.join();
   if (flusher_.joinable()) flusher_.join();
 }
@@ -51,6 +55,9 @@ absl::Status TieredStoreImpl::ValidateOptions(const StoreOptions& options) {
         options.high_watermark <= 1.0)) {
     return absl::InvalidArgumentError(
         "watermarks must satisfy 0 < low_watermark <= high_watermark <= 1");
+  }
+  if (!(options.prefetch_max_hot_fraction > 0 && options.prefetch_max_hot_fraction <= 1.0)) {
+    return absl::InvalidArgumentError("prefetch_max_hot_fraction must be in (0, 1]");
   }
   if (options.cold_capacity_bytes == 0) {
     return absl::InvalidArgumentError("cold_capacity_bytes must be positive");
@@ -62,6 +69,7 @@ absl::Status TieredStoreImpl::Init() {
   RETURN_IF_ERROR(Recover());
   if (options_.background_demotion) demoter_ = std::thread([this] { BackgroundLoop(); });
   StartFlusher();
+  StartPrefetchers();
   if (options_.warm_from_cold) WarmFromCold();
   return absl::OkStatus();
 }
@@ -99,6 +107,22 @@ absl::Status TieredStoreImpl::Recover() {
   absl::Status bad;
   uint64_t loaded = 0;
   const int64_t start_ms = clock_->NowMillis();
+  // The records come in key order, which scatters every chain over the index. Entries are
+  // created in chain order instead (each root, then depth first), so a chain gets
+  // consecutive ids as when it was put, and a Lookup walks it with FindAfter's first try
+  // instead of a hash probe per key (docs/prefetch.md "Lookup after a restart"). The
+  // records are held compactly meanwhile (~130 bytes each with the child lists, freed
+  // before serving).
+  struct Rec {
+    uint16_t ns;
+    uint8_t key_len, parent_len;
+    bool standalone;
+    uint32_t block_index, payload_bytes, stored_bytes;
+    char key[kMaxKeyBytes], parent[kMaxKeyBytes];
+    std::string_view Key() const { return {key, key_len}; }
+    std::string_view Parent() const { return {parent, parent_len}; }
+  };
+  std::vector<Rec> recs;
   RETURN_IF_ERROR(cold_->ForEachBlock([&](const ColdIndexRecord& rec) {
     if (++loaded % (1u << 20) == 0) {
       KVTIER_LOG(INFO) << "loading the index: " << loaded << " blocks in "
@@ -109,19 +133,74 @@ absl::Status TieredStoreImpl::Recover() {
       bad = absl::DataLossError("block index record names an unknown namespace or bad key");
       return;
     }
-    const uint16_t ns = static_cast<uint16_t>(rec.ns_id);
-    const BlockId id = index_.FindOrCreate(ns, rec.key);
-    Entry& e = index_.at(id);
-    e.block_index = rec.block_index;
-    e.payload_bytes = rec.payload_bytes;
-    if (rec.standalone) e.flags |= Entry::kStandalone;
-    e.recency = static_cast<uint32_t>(++tick_);
-    if (!rec.standalone && !rec.parent_key.empty() && rec.parent_key != rec.key) {
-      index_.SetParent(id, index_.FindOrCreate(ns, rec.parent_key));
-    }
-    EnterColdLocked(id, rec.stored_bytes);
+    Rec& r = recs.emplace_back();
+    r.ns = static_cast<uint16_t>(rec.ns_id);
+    r.key_len = static_cast<uint8_t>(rec.key.size());
+    std::memcpy(r.key, rec.key.data(), rec.key.size());
+    const bool linked = !rec.standalone && !rec.parent_key.empty() && rec.parent_key != rec.key;
+    r.parent_len = linked ? static_cast<uint8_t>(rec.parent_key.size()) : 0;
+    if (linked) std::memcpy(r.parent, rec.parent_key.data(), rec.parent_key.size());
+    r.standalone = rec.standalone;
+    r.block_index = rec.block_index;
+    r.payload_bytes = rec.payload_bytes;
+    r.stored_bytes = rec.stored_bytes;
   }));
   RETURN_IF_ERROR(bad);
+  // Children lists (first child / next sibling) over record positions; roots are records
+  // whose parent has no record.
+  constexpr uint32_t kEnd = 0xffffffffu;
+  std::vector<uint32_t> first_child(recs.size(), kEnd), next_sibling(recs.size(), kEnd);
+  {
+    absl::flat_hash_map<std::pair<uint16_t, std::string_view>, uint32_t> pos;
+    pos.reserve(recs.size());
+    for (uint32_t i = 0; i < recs.size(); ++i) pos.try_emplace({recs[i].ns, recs[i].Key()}, i);
+    // Siblings are linked in reverse so that the walk below visits them in record order.
+    for (uint32_t i = static_cast<uint32_t>(recs.size()); i-- > 0;) {
+      if (recs[i].parent_len == 0) continue;
+      const auto it = pos.find(std::make_pair(recs[i].ns, recs[i].Parent()));
+      if (it == pos.end()) continue;
+      next_sibling[i] = first_child[it->second];
+      first_child[it->second] = i;
+    }
+    std::vector<uint8_t> is_child(recs.size(), 0);
+    for (uint32_t i = 0; i < recs.size(); ++i) {
+      for (uint32_t c = first_child[i]; c != kEnd; c = next_sibling[c]) is_child[c] = 1;
+    }
+    std::vector<uint32_t> stack;
+    size_t added = 0;
+    auto add = [&](const Rec& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      ++added;
+      const BlockId id = index_.FindOrCreate(rec.ns, rec.Key());
+      Entry& e = index_.at(id);
+      e.block_index = rec.block_index;
+      e.payload_bytes = rec.payload_bytes;
+      if (rec.standalone) e.flags |= Entry::kStandalone;
+      e.recency = static_cast<uint32_t>(++tick_);
+      if (rec.parent_len != 0) index_.SetParent(id, index_.FindOrCreate(rec.ns, rec.Parent()));
+      EnterColdLocked(id, rec.stored_bytes);
+    };
+    for (uint32_t root = 0; root < recs.size(); ++root) {
+      if (is_child[root]) continue;
+      stack.push_back(root);
+      while (!stack.empty()) {
+        const uint32_t i = stack.back();
+        stack.pop_back();
+        add(recs[i]);
+        // Last sibling pushed first: the first child is visited next, right after i.
+        const size_t mark = stack.size();
+        for (uint32_t c = first_child[i]; c != kEnd; c = next_sibling[c]) stack.push_back(c);
+        std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(mark), stack.end());
+      }
+    }
+    // A cycle of parent links (a damaged store) has no root: add what is left as found.
+    if (added < recs.size()) {
+      for (const Rec& rec : recs) {
+        const BlockId id = index_.Find(rec.ns, rec.Key());
+        if (id == kNoEntry || !index_.at(id).resident()) add(rec);
+      }
+    }
+  }
+  std::vector<Rec>().swap(recs);
   KVTIER_LOG(INFO) << "index loaded: " << loaded << " blocks in "
                    << clock_->NowMillis() - start_ms << " ms";
   // Ghosts whose real record never showed up (parent never stored) stay as ghosts: they
@@ -223,7 +302,7 @@ void TieredStoreImpl::TouchLocked(BlockId id) {
 void TieredStoreImpl::UpdateEligibilityLocked(BlockId id) {
   Entry& e = index_.at(id);
   bool eligible = (e.flags & Entry::kHot) && !(e.flags & (Entry::kPinned | Entry::kBusy)) &&
-                  !leases_.KeepsHot(id);
+                  !leases_.KeepsHot(id) && !UnreadPrefetchLocked(id);
   if (eligible) {
     // The sink rule holds per tier: a sink block (index < sink_blocks) is not demoted
     // while a descendant is hot, and cold eviction never deletes a block with a descendant.
@@ -310,6 +389,7 @@ void TieredStoreImpl::LeaveHotLocked(BlockId id) {
   if (!e.resident()) ns.stats.distinct_blocks--;
   CountDebtLocked(id, was_unflushed);
   ReportLocked(id, false, events::Medium::kCpuPinned, nullptr);
+  OnPrefetchLeftLocked(id, /*removed=*/false);
 }
 
 void TieredStoreImpl::EnterColdLocked(BlockId id, uint32_t stored_bytes, const BlockPut* origin) {
@@ -359,6 +439,7 @@ bool TieredStoreImpl::RemoveLocked(BlockId id) {
   const bool had_cold = e.flags & Entry::kCold;
   LeaveHotLocked(id);
   LeaveColdLocked(id);
+  OnPrefetchLeftLocked(id, /*removed=*/true);
   leases_.Forget(id);  // the id may be reused once freed
   index_.MaybeFree(id);
   return had_cold;
@@ -514,6 +595,9 @@ StoreStats TieredStoreImpl::Stats() const {
   // std::deque: 512-byte blocks (128 ids each) and a map of block pointers.
   out.write_back_memory_bytes = (unflushed_fifo_.size() / 128 + 1) * (512 + sizeof(void*));
   out.leases = leases_.stats();
+  out.prefetch = prefetch_stats_;
+  out.prefetch.inflight_bytes = prefetch_inflight_bytes_;
+  out.prefetch.unread_bytes = prefetch_unread_bytes_;
   out.unflushed_blocks = unflushed_blocks_;
   out.unflushed_bytes = unflushed_bytes_;
   out.max_unflushed_bytes = options_.max_unflushed_bytes;

@@ -19,8 +19,9 @@
 // residency, admin calls, stats), tiered_store_lookup.cc (Lookup, leases),
 // tiered_store_put.cc (Put), tiered_store_get.cc (Get, promotion, Pin) and
 // tiered_store_demotion.cc (room in the hot tier, demotion, cold-capacity eviction, the
-// background demoter), tiered_store_drop.cc (DropNamespace) and tiered_store_write_back.cc
-// (write-back debt, the flusher, Flush).
+// background demoter), tiered_store_drop.cc (DropNamespace), tiered_store_write_back.cc
+// (write-back debt, the flusher, Flush) and tiered_store_prefetch.cc (prefetch on
+// Lookup: the queue, its readers, what a Get finds of them).
 //
 // Thread-safe (see TieredStore).
 #ifndef KVTIER_STORAGE_TIERED_STORE_IMPL_H_
@@ -275,6 +276,42 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- Prefetch on Lookup (tiered_store_prefetch.cc, docs/prefetch.md)
+  // One block a Lookup asked to prefetch, from queued to read by a Get (or dropped).
+  struct Prefetch {
+    enum State : uint8_t { kQueued, kInFlight, kUnread };
+    State state = kQueued;
+    uint32_t bytes = 0;        // payload bytes
+    uint64_t lease_id = 0;     // the Lookup's lease (0: none)
+    int64_t deadline_ms = 0;   // dropped (counted wasted when kUnread) at this store time
+  };
+  // Queues the cold blocks among `ids` (the Lookup's keys) of the reported prefix, within
+  // the bounds (StoreOptions::prefetch_*) and the tenant's hot quota.
+  void QueuePrefetchLocked(NsState* ns, std::span<const BlockId> ids, const LookupResult& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the tracking of `id` (its counters and bytes); the caller counted why.
+  void ForgetPrefetchLocked(absl::flat_hash_map<BlockId, Prefetch>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Block `id` left the hot tier or the index: an unread prefetch of it is wasted, a
+  // queued one cancelled. Cheap when nothing is prefetched.
+  void OnPrefetchLeftLocked(BlockId id, bool removed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops prefetches whose deadline passed or whose lease ended.
+  void ExpirePrefetchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `id` is a prefetched block no Get has read yet (kept out of the victims).
+  bool UnreadPrefetchLocked(BlockId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (prefetch_.empty()) return false;
+    const auto it = prefetch_.find(id);
+    return it != prefetch_.end() && it->second.state == Prefetch::kUnread;
+  }
+  // Get's part, on block `id` resident: a hot block read for the first time since its
+  // prefetch counts a hit; a cold block being prefetched is waited for (true: wait, then
+  // look again); a queued one is taken off the queue (the Get reads it itself).
+  bool GetMeetsPrefetchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one queued block into the hot tier.
+  void PrefetchOne(BlockId id) ABSL_LOCKS_EXCLUDED(mu_);
+  void PrefetchLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void StartPrefetchers();
+
   // --- Write-back debt (tiered_store_write_back.cc)
   // True for a hot block without a cold record (what a shutdown must still write).
   static bool Unflushed(const Entry& e) {
@@ -307,6 +344,7 @@ class TieredStoreImpl final : public TieredStore {
   std::array<common::Mutex, kNumStripes> stripes_;  // serialize cold writes per key
   std::thread demoter_;                           // started by Init, joined by the destructor
   std::thread flusher_;                           // ditto (write-back debt)
+  std::vector<std::thread> prefetchers_;          // ditto (prefetch on Lookup)
   std::atomic<bool> over_debt_{false};            // DebtAboveLocked(1, 1), read without mu_
 
   // State below is protected by mu_.
@@ -330,6 +368,16 @@ class TieredStoreImpl final : public TieredStore {
   // Blocks in the order they became unflushed (may hold stale ids: checked when popped,
   // compacted when it outgrows the debt).
   std::deque<BlockId> unflushed_fifo_ ABSL_GUARDED_BY(mu_);
+  // Prefetch on Lookup: what is tracked, the queue (may hold stale ids: checked when
+  // popped), its wake-up, the bytes bounded, the counters.
+  absl::flat_hash_map<BlockId, Prefetch> prefetch_ ABSL_GUARDED_BY(mu_);
+  std::deque<BlockId> prefetch_queue_ ABSL_GUARDED_BY(mu_);
+  common::CondVar prefetch_cv_;       // a block was queued, or stopping
+  common::CondVar prefetch_done_cv_;  // an in-flight prefetch ended (Gets wait on it)
+  uint64_t prefetch_inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_unread_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_prefetch_expiry_ms_ ABSL_GUARDED_BY(mu_) = kPinForever;
+  PrefetchStats prefetch_stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::storage

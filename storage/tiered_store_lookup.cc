@@ -1,4 +1,5 @@
 // TieredStoreImpl: Lookup and the leases it grants (tiered_store_impl.h, lease_table.h).
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,7 +18,8 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   LookupResult out;
   out.tiers.reserve(keys.size());
   std::vector<BlockId> ids;  // kept for the lease
-  if (lease.lease_ms > 0) ids.reserve(keys.size());
+  const bool keep_ids = lease.lease_ms > 0 || lease.prefetch;
+  if (keep_ids) ids.reserve(keys.size());
   bool prefix = true;
   uint64_t hits = 0;
   uint64_t prefix_hot = 0;
@@ -25,7 +27,7 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   for (const std::string_view key : keys) {
     const BlockId id = index_.FindAfter(ns->id, key, prev);
     prev = id;
-    if (lease.lease_ms > 0) ids.push_back(id);
+    if (keep_ids) ids.push_back(id);
     Tier tier = Tier::kNone;
     if (id != kNoEntry) {
       const uint8_t f = index_.at(id).flags;
@@ -51,6 +53,9 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
   if (lease.lease_ms > 0) {
     ExpireLeasesLocked();
     LeaseLocked(*ns, ids, lease, &out);
+  }
+  if (lease.prefetch && out.prefix_blocks > prefix_hot && (lease.lease_ms == 0 || out.lease_id != 0)) {
+    QueuePrefetchLocked(ns, ids, out);
   }
   return out;
 }
@@ -106,6 +111,11 @@ void TieredStoreImpl::OnHoldsEndedLocked(const std::vector<LeaseTable::Hold>& ho
   if (holds.empty()) return;
   for (const LeaseTable::Hold& h : holds) {
     if (h.keep_hot) UpdateEligibilityLocked(h.id);
+  }
+  if (!prefetch_.empty()) {
+    // Prefetches under an ended lease are dropped now, not at their deadline.
+    next_prefetch_expiry_ms_ = std::numeric_limits<int64_t>::min();
+    ExpirePrefetchesLocked();
   }
   MaybeWakeDemoterLocked();
 }

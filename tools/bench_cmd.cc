@@ -5,6 +5,7 @@
 // keys i with i % threads == thread, so puts of one key never race. Each phase first
 // touches every key once (untimed: the server's hot tier and Redis' memory are populated
 // and page-faulted), then runs --seconds of closed-loop operations per thread.
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -83,6 +84,16 @@ constexpr char kBenchUsage[] =
     "                      (AllocateSharedBuffer): no client-side payload copy\n"
     "  --redis-raw-get     read GET replies off the socket straight into the destination\n"
     "                      buffer instead of through hiredis (an upper bound for Redis)\n"
+    "  --cold-prefix N     instead of the phases: put an N-block chain, then per round make\n"
+    "                      it cold (admin Evict), Lookup it (compact form), wait --delay-ms,\n"
+    "                      Get it (one call), Lookup it again (hot); rounds alternate\n"
+    "                      prefetch off / on (LookupRequest.prefetch). Reports Get and Lookup\n"
+    "                      wall time p50/p99 (docs/prefetch.md)\n"
+    "  --rounds R          --cold-prefix rounds per arm (default 10)\n"
+    "  --delay-ms MS       --cold-prefix: time between the Lookup and the Get (default 5)\n"
+    "  --drop-cache FILE   --cold-prefix: before each round, drop FILE (the server's\n"
+    "                      <data-dir>/cold.slab, same host) from the page cache\n"
+    "                      (posix_fadvise DONTNEED), so cold reads come from the disk\n"
     "  --json              one JSON object per phase on stdout\n";
 
 enum class Op { kPut = 0, kGet = 1, kLookup = 2 };
@@ -497,6 +508,169 @@ void PrintResult(const PhaseResult& r, const std::string& target, const std::str
   std::fflush(stdout);
 }
 
+// --cold-prefix: Lookup then Get of an n-block cold chain, prefetch off and on in
+// alternating rounds, and the Lookup of the chain cold against hot (client wall time).
+absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv::Layout& layout,
+                             int64_t n, int64_t rounds, int64_t delay_ms,
+                             const std::string& drop_cache, bool json) {
+  const std::string raw = SyntheticRawBlock(layout, 7, 0);
+  ASSIGN_OR_RETURN(std::string later, kv::Encode(kv::CodecId::kFp16, layout, 1, kv::AsBytes(raw)));
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < n; ++i) keys.push_back(absl::StrFormat("kvtier-cold-%07d", i));
+  auto us = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
+  // This client's first call after Connect: against a kvtierd just restarted over the
+  // chain of an earlier run, the first Lookup after a restart.
+  client::LookupOptions first_lo;
+  first_lo.keep_compact = true;
+  first_lo.prefetch = v1::PREFETCH_OFF;
+  const auto f0 = Clock::now();
+  ASSIGN_OR_RETURN(v1::LookupResponse first, client->Lookup(w.ns, keys, first_lo));
+  const double first_us = us(f0, Clock::now());
+  const bool first_found = first.prefix_blocks() == static_cast<uint32_t>(n);
+  for (int64_t i = 0; i < n; i += 64) {
+    std::vector<client::PutBlock> blocks;
+    for (int64_t j = i; j < std::min(n, i + 64); ++j) {
+      client::PutBlock& b = blocks.emplace_back();
+      b.key = keys[j];
+      b.parent_key = j == 0 ? "" : keys[j - 1];
+      b.block_index = static_cast<uint32_t>(j);
+      b.payload = kv::AsBytes(j == 0 ? w.payload : later);
+    }
+    ASSIGN_OR_RETURN(auto r, client->PutBlocks(w.ns, blocks));
+    if (r.blocks_stored != blocks.size()) return absl::InternalError("cold-prefix: put failed");
+  }
+  std::vector<std::string> bufs(n, std::string(w.payload.size() + 4096, '\1'));
+  std::vector<std::span<uint8_t>> spans;
+  for (std::string& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  // [0]: prefetch off, [1]: on.
+  std::vector<double> get_us[2], lookup_cold_us[2], lookup_hot_us[2], lookup_cold_again_us;
+  uint64_t hot_after_get[2] = {0, 0};
+  ASSIGN_OR_RETURN(v1::StatsResponse before, client->Stats(w.ns));
+  for (int64_t r = 0; r < 2 * rounds; ++r) {
+    const int arm = static_cast<int>(r % 2);
+    ASSIGN_OR_RETURN(uint64_t moved, client->Evict(w.ns, keys, /*drop=*/false));
+    (void)moved;  // blocks already cold are not moved
+    if (!drop_cache.empty()) {
+      const int fd = open(drop_cache.c_str(), O_RDONLY);
+      if (fd < 0) return absl::NotFoundError(absl::StrCat("--drop-cache: cannot open ", drop_cache));
+      fdatasync(fd);
+      const int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      close(fd);
+      if (rc != 0) return absl::InternalError("--drop-cache: posix_fadvise failed");
+    }
+    client::LookupOptions lo;
+    lo.keep_compact = true;
+    lo.prefetch = arm == 1 ? v1::PREFETCH_ON : v1::PREFETCH_OFF;
+    const auto t0 = Clock::now();
+    ASSIGN_OR_RETURN(v1::LookupResponse cold, client->Lookup(w.ns, keys, lo));
+    const auto t1 = Clock::now();
+    if (cold.prefix_blocks() != static_cast<uint32_t>(n)) {
+      return absl::InternalError(absl::StrCat("cold-prefix: lookup found ", cold.prefix_blocks(),
+                                              " of ", n, " blocks"));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (protocol::LookupTier(cold, static_cast<size_t>(i)) != v1::TIER_COLD) {
+        return absl::InternalError("cold-prefix: a block is not cold after Evict");
+      }
+    }
+    if (arm == 0) {
+      // The same cold Lookup again at once: what the first one paid beyond the answer.
+      const auto a = Clock::now();
+      ASSIGN_OR_RETURN(v1::LookupResponse again, client->Lookup(w.ns, keys, lo));
+      lookup_cold_again_us.push_back(us(a, Clock::now()));
+    }
+    std::this_thread::sleep_until(t1 + std::chrono::milliseconds(delay_ms));
+    const auto t2 = Clock::now();
+    ASSIGN_OR_RETURN(auto infos, client->GetBlocksInto(w.ns, keys, spans));
+    const auto t3 = Clock::now();
+    for (const auto& info : infos) {
+      if (!info.found()) return absl::NotFoundError("cold-prefix: a block is missing");
+      if (info.tier() == v1::TIER_HOT) hot_after_get[arm]++;
+    }
+    lo.prefetch = v1::PREFETCH_OFF;
+    const auto t4 = Clock::now();
+    ASSIGN_OR_RETURN(v1::LookupResponse hot, client->Lookup(w.ns, keys, lo));
+    const auto t5 = Clock::now();
+    (void)hot;
+    lookup_cold_us[arm].push_back(us(t0, t1));
+    get_us[arm].push_back(us(t2, t3));
+    lookup_hot_us[arm].push_back(us(t4, t5));
+  }
+  ASSIGN_OR_RETURN(v1::StatsResponse after, client->Stats(w.ns));
+  const v1::PrefetchStats& p0 = before.prefetch();
+  const v1::PrefetchStats& p1 = after.prefetch();
+  std::vector<double> all_cold, all_hot;
+  for (int a = 0; a < 2; ++a) {
+    std::sort(get_us[a].begin(), get_us[a].end());
+    all_cold.insert(all_cold.end(), lookup_cold_us[a].begin(), lookup_cold_us[a].end());
+    all_hot.insert(all_hot.end(), lookup_hot_us[a].begin(), lookup_hot_us[a].end());
+  }
+  std::sort(all_cold.begin(), all_cold.end());
+  std::sort(all_hot.begin(), all_hot.end());
+  const double gb = static_cast<double>(n) * static_cast<double>(w.payload.size()) / 1e9;
+  const char* arm_name[2] = {"off", "on"};
+  for (int a = 0; a < 2; ++a) {
+    const double p50 = Percentile(get_us[a], 0.5), p99 = Percentile(get_us[a], 0.99);
+    const double served_hot = static_cast<double>(hot_after_get[a]) /
+                              static_cast<double>(n * rounds);
+    if (json) {
+      std::printf("{\"phase\":\"cold_prefix_get\",\"prefetch\":\"%s\",\"blocks\":%lld,"
+                  "\"block_bytes\":%zu,\"delay_ms\":%lld,\"rounds\":%lld,\"p50_us\":%.1f,"
+                  "\"p99_us\":%.1f,\"gb_per_s_p50\":%.3f,\"served_hot\":%.4f}\n",
+                  arm_name[a], static_cast<long long>(n), w.payload.size(),
+                  static_cast<long long>(delay_ms), static_cast<long long>(rounds), p50, p99,
+                  gb / (p50 / 1e6), served_hot);
+    } else {
+      std::printf("cold-prefix get  prefetch %-3s  %lld blocks x %zu B, %lld ms after the "
+                  "Lookup: p50 %9.1f us  p99 %9.1f us  (%.2f GB/s at p50)  served hot %.4f\n",
+                  arm_name[a], static_cast<long long>(n), w.payload.size(),
+                  static_cast<long long>(delay_ms), p50, p99, gb / (p50 / 1e6), served_hot);
+    }
+  }
+  const double c50 = Percentile(all_cold, 0.5), c99 = Percentile(all_cold, 0.99);
+  const double h50 = Percentile(all_hot, 0.5), h99 = Percentile(all_hot, 0.99);
+  if (json) {
+    std::printf("{\"phase\":\"cold_prefix_lookup\",\"blocks\":%lld,\"cold_p50_us\":%.1f,"
+                "\"cold_p99_us\":%.1f,\"hot_p50_us\":%.1f,\"hot_p99_us\":%.1f,"
+                "\"cold_over_hot_p50\":%.3f,\"first_lookup_us\":%.1f,\"first_found\":%s}\n",
+                static_cast<long long>(n), c50, c99, h50, h99, c50 / h50, first_us,
+                first_found ? "true" : "false");
+  } else {
+    std::printf("cold-prefix lookup (compact, %lld keys): cold p50 %.1f us p99 %.1f us, hot p50 "
+                "%.1f us p99 %.1f us, cold/hot p50 %.3f\n",
+                static_cast<long long>(n), c50, c99, h50, h99, c50 / h50);
+    for (int a = 0; a < 2; ++a) {
+      std::sort(lookup_cold_us[a].begin(), lookup_cold_us[a].end());
+      std::sort(lookup_hot_us[a].begin(), lookup_hot_us[a].end());
+      std::printf("  rounds with prefetch %-3s: cold p50 %.1f us, hot p50 %.1f us\n", arm_name[a],
+                  Percentile(lookup_cold_us[a], 0.5), Percentile(lookup_hot_us[a], 0.5));
+    }
+    std::sort(lookup_cold_again_us.begin(), lookup_cold_again_us.end());
+    std::printf("  the same cold Lookup again at once (prefetch off rounds): p50 %.1f us\n",
+                Percentile(lookup_cold_again_us, 0.5));
+    if (first_found) {
+      std::printf("first lookup of this client (after a restart: the first after it), all %lld "
+                  "found: %.1f us = %.3f x the warm cold p50\n",
+                  static_cast<long long>(n), first_us, first_us / c50);
+    }
+    std::printf("server prefetch counters this run: prefetched %llu, hits %llu, wasted %llu "
+                "evicted + %llu expired, cancelled %llu, skipped %llu, Gets waited %llu "
+                "(%.1f ms in all)\n",
+                static_cast<unsigned long long>(p1.prefetched_blocks() - p0.prefetched_blocks()),
+                static_cast<unsigned long long>(p1.hits() - p0.hits()),
+                static_cast<unsigned long long>(p1.wasted_evicted() - p0.wasted_evicted()),
+                static_cast<unsigned long long>(p1.wasted_expired() - p0.wasted_expired()),
+                static_cast<unsigned long long>(p1.cancelled() - p0.cancelled()),
+                static_cast<unsigned long long>(p1.skipped_blocks() - p0.skipped_blocks()),
+                static_cast<unsigned long long>(p1.get_waits() - p0.get_waits()),
+                static_cast<double>(p1.get_wait_us() - p0.get_wait_us()) / 1e3);
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 absl::Status Bench(const cli::Flags& flags) {
   const bool redis = flags.Has("redis");
   if (redis == flags.Has("server")) {
@@ -630,6 +804,18 @@ absl::Status Bench(const cli::Flags& flags) {
     }
   }
 
+  if (flags.Has("cold-prefix")) {
+    if (redis) return absl::InvalidArgumentError("--cold-prefix is kvtier-only");
+    ASSIGN_OR_RETURN(int64_t n, flags.GetInt("cold-prefix", 2048));
+    ASSIGN_OR_RETURN(int64_t rounds, flags.GetInt("rounds", 10));
+    ASSIGN_OR_RETURN(int64_t delay_ms, flags.GetInt("delay-ms", 5));
+    if (n < 1 || rounds < 1 || delay_ms < 0) {
+      return absl::InvalidArgumentError("--cold-prefix and --rounds must be >= 1, --delay-ms >= 0");
+    }
+    return ColdPrefixBench(client.get(), w, layout, n, rounds, delay_ms,
+                           flags.GetString("drop-cache", ""), json);
+  }
+
   // Untimed: store every key once (each thread its own keys).
   {
     std::vector<std::thread> ws;
@@ -697,7 +883,8 @@ int RunBench(int argc, char** argv) {
                                          "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",
                                          "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
-                                         "tls-server-name", "shared-buffers", "json", "help"});
+                                         "tls-server-name", "shared-buffers", "cold-prefix",
+                                         "rounds", "delay-ms", "drop-cache", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier bench: %s\n\n%s",
                  known.ok() ? "unexpected positional argument"

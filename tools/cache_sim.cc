@@ -319,4 +319,97 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
   }
 }
 
+absl::StatusOr<PrefetchSimResult> SimulatePrefetch(const Trace& trace, SimPolicy policy,
+                                                   const PrefetchSimOptions& options) {
+  ASSIGN_OR_RETURN(storage::EvictionPolicyKind kind, StorePolicyOf(policy));
+  const SimOptions& so = options.sim;
+  if (so.capacity_blocks == 0) return absl::InvalidArgumentError("capacity_blocks: must be > 0");
+  if (options.delay_ms < 0 || options.blocks_per_ms < 0) {
+    return absl::InvalidArgumentError("delay_ms and blocks_per_ms must be >= 0");
+  }
+  if (!(options.max_hot_fraction > 0 && options.max_hot_fraction <= 1)) {
+    return absl::InvalidArgumentError("max_hot_fraction must be in (0, 1]");
+  }
+  const size_t end =
+      so.measure_end == 0 ? trace.requests.size() : std::min(so.measure_end, trace.requests.size());
+  DenseTrace d = Densify(trace);
+  StoreModelOptions mo;
+  mo.hot_slots = so.capacity_blocks;
+  mo.cold_capacity_bytes = std::max<uint64_t>(
+      1, static_cast<uint64_t>(so.cold_capacities * static_cast<double>(so.capacity_blocks)));
+  mo.sink_blocks = so.sink_blocks;
+  mo.policy = kind;
+  StoreModel model(mo, d.key_hash);
+  const auto max_unread = static_cast<uint64_t>(options.max_hot_fraction *
+                                                static_cast<double>(so.capacity_blocks));
+  // Blocks the reader finishes before the Gets: none without time, else all (unbounded
+  // rate) or what the rate allows.
+  uint64_t per_request = std::numeric_limits<uint64_t>::max();
+  if (options.delay_ms == 0) {
+    per_request = 0;
+  } else if (options.blocks_per_ms > 0) {
+    per_request = static_cast<uint64_t>(options.delay_ms * options.blocks_per_ms);
+  }
+  // Events: (time in us, request, 0 = Lookup / 1 = Gets), in time order.
+  struct Event {
+    int64_t at_us;
+    uint32_t request;
+    uint8_t kind;
+  };
+  std::vector<Event> events;
+  events.reserve(2 * d.requests.size());
+  const auto delay_us = static_cast<int64_t>(options.delay_ms * 1000);
+  for (size_t q = 0; q < d.requests.size(); ++q) {
+    const auto t = static_cast<int64_t>(trace.requests[q].timestamp_ms) * 1000;
+    events.push_back({t, static_cast<uint32_t>(q), 0});
+    events.push_back({t + delay_us, static_cast<uint32_t>(q), 1});
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    if (a.at_us != b.at_us) return a.at_us < b.at_us;
+    if (a.request != b.request) return a.request < b.request;
+    return a.kind < b.kind;
+  });
+  std::vector<std::vector<storage::Tier>> looked(d.requests.size());
+  PrefetchSimResult r;
+  uint64_t hits0 = 0, wasted0 = 0;
+  bool measuring = false;
+  for (const Event& ev : events) {
+    const std::vector<uint32_t>& keys = d.requests[ev.request];
+    const bool counted = ev.request >= so.measure_begin && ev.request < end;
+    if (counted && !measuring) {
+      measuring = true;
+      hits0 = model.prefetch_hits();
+      wasted0 = model.prefetch_wasted();
+    }
+    std::vector<storage::Tier>& tiers = looked[ev.request];
+    if (ev.kind == 0) {
+      model.Lookup(keys, &tiers);
+      if (!options.prefetch) continue;
+      uint64_t budget = per_request;
+      for (size_t i = 0; i < keys.size() && budget > 0; ++i) {
+        if (tiers[i] == storage::Tier::kNone) break;  // the leading resident run only
+        if (tiers[i] != storage::Tier::kCold) continue;
+        if (model.prefetch_unread() >= max_unread) break;
+        if (model.Prefetch(keys[i]) && counted) r.prefetched_blocks++;
+        --budget;
+      }
+      continue;
+    }
+    if (counted) {
+      r.requests++;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (tiers[i] == storage::Tier::kNone) break;
+        r.tiered_blocks++;
+        if (tiers[i] == storage::Tier::kHot) r.hot_at_lookup_blocks++;
+        if (model.IsHot(keys[i])) r.served_hot_blocks++;
+      }
+    }
+    model.Access(keys, tiers);
+    std::vector<storage::Tier>().swap(tiers);
+  }
+  r.prefetch_hits = model.prefetch_hits() - hits0;
+  r.prefetch_wasted = model.prefetch_wasted() - wasted0;
+  return r;
+}
+
 }  // namespace kvtier::tools

@@ -102,6 +102,44 @@ void CountRequest(std::span<const storage::Tier> tiers, SimResult* result);
 absl::StatusOr<SimResult> Simulate(const Trace& trace, SimPolicy policy,
                                    const SimOptions& options);
 
+// Prefetch on Lookup in time (docs/prefetch.md). Each request's Lookup happens at its
+// trace timestamp and its Gets `delay_ms` later; other requests' Lookups and Gets that
+// fall in between run in between (events in time order; at equal times in trace order,
+// a request's Lookup before its Gets). With `prefetch`, the Lookup promotes the cold
+// blocks of its leading resident run, in order, as many as the prefetch reader finishes
+// before the Gets (delay_ms x blocks_per_ms; 0 = unbounded), while the unread
+// prefetched blocks stay within max_hot_fraction of the hot tier. Store policies only.
+struct PrefetchSimOptions {
+  SimOptions sim;
+  double delay_ms = 0;
+  bool prefetch = false;
+  double blocks_per_ms = 0;       // prefetch read rate; 0 = unbounded
+  double max_hot_fraction = 0.25;  // StoreOptions::prefetch_max_hot_fraction
+};
+
+struct PrefetchSimResult {
+  uint64_t requests = 0;
+  // Blocks of the leading resident run at Lookup (tiered hits), and those of them that
+  // are hot when the Gets come.
+  uint64_t tiered_blocks = 0;
+  uint64_t served_hot_blocks = 0;
+  uint64_t hot_at_lookup_blocks = 0;  // ... hot already at Lookup
+  uint64_t prefetched_blocks = 0;
+  uint64_t prefetch_hits = 0;    // read by a Get while still unread
+  uint64_t prefetch_wasted = 0;  // left hot unread
+  double ServedHotShare() const {
+    return tiered_blocks ? static_cast<double>(served_hot_blocks) / tiered_blocks : 0;
+  }
+  double WastedShare() const {
+    return prefetched_blocks ? static_cast<double>(prefetch_wasted) / prefetched_blocks : 0;
+  }
+};
+
+// INVALID_ARGUMENT for a policy that is not a store policy, capacity 0, a negative delay
+// or rate, or max_hot_fraction outside (0, 1]. Deterministic.
+absl::StatusOr<PrefetchSimResult> SimulatePrefetch(const Trace& trace, SimPolicy policy,
+                                                   const PrefetchSimOptions& options);
+
 }  // namespace kvtier::tools
 
 #endif  // KVTIER_TOOLS_CACHE_SIM_H_

@@ -71,6 +71,13 @@ constexpr char kReplayUsage[] =
     "  --history X        cold tier = X x hot blocks (the store remembers keys, and their\n"
     "                     hits, through it). Default 8\n"
     "  --sink-blocks N    namespace sink_blocks (default 1)\n"
+    "  --prefetch-delays MS,..  prefetch on Lookup in time (docs/prefetch.md): per delay\n"
+    "                     between a request's Lookup (trace timestamp) and its Gets, the\n"
+    "                     share of tiered-hit blocks served hot without and with prefetch,\n"
+    "                     and the wasted share (store model; store policies; capacity as\n"
+    "                     above, default 5859 blocks)\n"
+    "  --prefetch-gbps X  prefetch read rate in GB/s, blocks of --codec/--layout size\n"
+    "                     (default 0 = unbounded: all of the cold run by the Gets)\n"
     "  --json, --data-dir DIR\n"
     "Replay payloads use a tiny layout (fp16 1x1x16x4) so the replay is fast; --codec and\n"
     "--layout only size the capacity (kv::EncodedSize).\n";
@@ -245,6 +252,69 @@ absl::StatusOr<std::vector<Input>> ReadInputs(const cli::Flags& flags) {
   return inputs;
 }
 
+// --prefetch-delays: one line per (trace, policy, capacity, delay).
+int PrefetchReport(const std::vector<Input>& inputs, const std::vector<std::string>& policies,
+                   const std::vector<uint64_t>& capacities, const std::vector<double>& delays,
+                   double blocks_per_ms, const Settings& s, bool json) {
+  if (!json) {
+    std::printf("%-28s %-10s %8s %6s %9s %9s %9s %9s %10s\n", "trace", "policy", "capacity",
+                "delay", "hot_off", "hot_on", "wasted", "hot@look", "prefetched");
+  }
+  for (const Input& in : inputs) {
+    for (const std::string& name : policies) {
+      absl::StatusOr<SimPolicy> sp = ParseSimPolicy(name);
+      if (!sp.ok() || !StorePolicyOf(*sp).ok()) {
+        std::fprintf(stderr, "kvtier replay: --prefetch-delays: %s is not a store policy\n",
+                     name.c_str());
+        return 2;
+      }
+      for (uint64_t cap : capacities) {
+        for (double delay : delays) {
+          PrefetchSimOptions o;
+          o.sim.capacity_blocks = cap;
+          o.sim.cold_capacities = s.cold;
+          o.sim.sink_blocks = s.sink_blocks;
+          o.delay_ms = delay;
+          o.blocks_per_ms = blocks_per_ms;
+          absl::StatusOr<PrefetchSimResult> off = SimulatePrefetch(in.trace, *sp, o);
+          o.prefetch = true;
+          absl::StatusOr<PrefetchSimResult> on = SimulatePrefetch(in.trace, *sp, o);
+          for (const auto* r : {&off, &on}) {
+            if (!r->ok()) {
+              std::fprintf(stderr, "kvtier replay: %s\n", r->status().ToString().c_str());
+              return 1;
+            }
+          }
+          if (json) {
+            std::printf("{\"trace\": \"%s\", \"policy\": \"%s\", \"capacity_blocks\": %llu, "
+                        "\"cold_capacities\": %g, \"delay_ms\": %g, \"prefetch_blocks_per_ms\": %g, "
+                        "\"tiered_blocks\": %llu, \"served_hot_share_off\": %.4f, "
+                        "\"served_hot_share_on\": %.4f, \"wasted_share\": %.4f, "
+                        "\"prefetched_blocks\": %llu, \"prefetch_hits\": %llu}\n",
+                        in.name.c_str(), name.c_str(), static_cast<unsigned long long>(cap),
+                        s.cold, delay, blocks_per_ms,
+                        static_cast<unsigned long long>(on->tiered_blocks),
+                        off->ServedHotShare(), on->ServedHotShare(), on->WastedShare(),
+                        static_cast<unsigned long long>(on->prefetched_blocks),
+                        static_cast<unsigned long long>(on->prefetch_hits));
+          } else {
+            const double at_lookup =
+                on->tiered_blocks ? static_cast<double>(on->hot_at_lookup_blocks) /
+                                        static_cast<double>(on->tiered_blocks)
+                                  : 0;
+            std::printf("%-28s %-10s %8llu %6g %9.4f %9.4f %9.4f %9.4f %10llu\n",
+                        in.name.c_str(), name.c_str(), static_cast<unsigned long long>(cap),
+                        delay, off->ServedHotShare(), on->ServedHotShare(), on->WastedShare(),
+                        at_lookup, static_cast<unsigned long long>(on->prefetched_blocks));
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 int TraceStats(const Trace& trace, bool json) {
   const ReuseStats r = ComputeReuseStats(trace);
   std::printf(json ? "{\"unique_blocks\": %llu, \"referenced_once\": %.4f, "
@@ -282,7 +352,8 @@ int RunReplay(int argc, char** argv) {
           {"trace", "synth", "synth-requests", "seed", "synth-out", "capacity-blocks",
            "capacity-bytes", "codec", "layout", "policy", "policies", "json", "sweep",
            "sweep-codecs", "sim", "history", "cold-capacities", "plot", "sink-blocks",
-           "data-dir", "capacities", "trace-stats", "help"});
+           "data-dir", "capacities", "trace-stats", "prefetch-delays", "prefetch-gbps",
+           "help"});
       !s.ok()) {
     return usage_error(std::string(s.message()));
   }
@@ -343,6 +414,32 @@ int RunReplay(int argc, char** argv) {
       TraceStats(in.trace, json);
     }
     return 0;
+  }
+
+  if (flags.Has("prefetch-delays")) {
+    absl::StatusOr<std::vector<double>> delays =
+        ParseList("prefetch-delays", flags.GetString("prefetch-delays", ""), false);
+    absl::StatusOr<double> gbps = flags.GetDouble("prefetch-gbps", 0);
+    if (!delays.ok()) return usage_error(std::string(delays.status().message()));
+    if (!gbps.ok() || *gbps < 0) return usage_error("--prefetch-gbps must be >= 0");
+    std::vector<uint64_t> capacities;
+    if (*cap_blocks > 0) {
+      capacities.push_back(static_cast<uint64_t>(*cap_blocks));
+    } else if (*cap_bytes > 0) {
+      capacities.push_back(*cap_bytes / TraceBlockBytes(*codec, *layout));
+    } else {
+      capacities.push_back(5859);
+    }
+    std::vector<std::string> pols;
+    if (flags.Has("policies")) {
+      pols = absl::StrSplit(flags.GetString("policies", ""), ',', absl::SkipEmpty());
+    } else {
+      pols = {flags.GetString("policy", st::kAdaptivePolicyName)};
+    }
+    // GB/s over bytes per block -> blocks per ms.
+    const double blocks_per_ms =
+        *gbps * 1e6 / static_cast<double>(TraceBlockBytes(*codec, *layout));
+    return PrefetchReport(*inputs, pols, capacities, *delays, blocks_per_ms, settings, json);
   }
 
   // (codec label, bytes per trace block, capacity in blocks) to run.

@@ -17,6 +17,11 @@ StoreModel::StoreModel(const StoreModelOptions& options, std::vector<uint64_t> k
       entry_of_key_(key_hashes_.size(), kNone) {}
 
 void StoreModel::Request(std::span<const uint32_t> keys, std::vector<Tier>* tiers) {
+  Lookup(keys, tiers);
+  Access(keys, *tiers);
+}
+
+void StoreModel::Lookup(std::span<const uint32_t> keys, std::vector<Tier>* tiers) const {
   tiers->clear();
   for (uint32_t key : keys) {
     const uint32_t id = entry_of_key_[key];
@@ -24,11 +29,31 @@ void StoreModel::Request(std::span<const uint32_t> keys, std::vector<Tier>* tier
     if (id != kNone) t = entries_[id].hot ? Tier::kHot : entries_[id].cold ? Tier::kCold : t;
     tiers->push_back(t);
   }
+}
+
+void StoreModel::Access(std::span<const uint32_t> keys, std::span<const Tier> tiers) {
   for (size_t i = 0; i < keys.size(); ++i) {
     // A block that left both tiers since the lookup is simply re-put, as the replay does.
-    if ((*tiers)[i] != Tier::kNone && Get(keys[i])) continue;
+    if (tiers[i] != Tier::kNone && Get(keys[i])) continue;
     Put(keys[i], i == 0 ? kNone : keys[i - 1], static_cast<uint32_t>(i));
   }
+}
+
+bool StoreModel::Prefetch(uint32_t key) {
+  uint32_t id = entry_of_key_[key];
+  if (id == kNone || entries_[id].hot || !entries_[id].cold) return false;
+  const bool slot = AllocSlot();
+  id = entry_of_key_[key];
+  if (id == kNone || entries_[id].hot || !entries_[id].cold) {
+    if (slot) --hot_used_;
+    return false;
+  }
+  if (!slot) return false;
+  entries_[id].unread = true;  // before EnterHot: never an eligible victim
+  ++unread_;
+  Touch(id);
+  EnterHot(id);
+  return true;
 }
 
 BlockInfo StoreModel::Info(const Entry& e) const {
@@ -44,6 +69,12 @@ bool StoreModel::Get(uint32_t key) {
   uint32_t id = entry_of_key_[key];
   if (id == kNone || !(entries_[id].hot || entries_[id].cold)) return false;
   if (entries_[id].hot) {
+    if (entries_[id].unread) {
+      entries_[id].unread = false;
+      --unread_;
+      ++prefetch_hits_;
+      UpdateEligibility(id);
+    }
     entries_[id].hits++;
     Touch(id);
     policy_->OnAccess(id, Info(entries_[id]));
@@ -195,7 +226,7 @@ void StoreModel::Touch(uint32_t id) {
 
 void StoreModel::UpdateEligibility(uint32_t id) {
   Entry& e = entries_[id];
-  bool eligible = e.hot && !e.busy;
+  bool eligible = e.hot && !e.busy && !e.unread;
   if (eligible) {
     const bool protected_sink = e.block_index < options_.sink_blocks && e.hot_children > 0;
     eligible = policy_->structure_aware() ? e.hot_children == 0 : !protected_sink;
@@ -224,6 +255,11 @@ void StoreModel::LeaveHot(uint32_t id) {
   policy_->OnRemove(id);
   e.hot = false;
   --hot_used_;
+  if (e.unread) {
+    e.unread = false;
+    --unread_;
+    ++prefetch_wasted_;
+  }
   if (e.parent != kNone) {
     --entries_[e.parent].hot_children;
     UpdateEligibility(e.parent);

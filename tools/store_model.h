@@ -55,6 +55,23 @@ class StoreModel {
   // One replay request over dense keys (root first; the parent of keys[i] is keys[i-1]).
   // Fills `tiers` with each key's tier at lookup (before the request changes anything).
   void Request(std::span<const uint32_t> keys, std::vector<storage::Tier>* tiers);
+  // The same request in two halves, for a replay that puts time between them: Lookup
+  // fills `tiers` and changes nothing; Access does the Gets and Puts (`tiers`: what the
+  // Lookup found).
+  void Lookup(std::span<const uint32_t> keys, std::vector<storage::Tier>* tiers) const;
+  void Access(std::span<const uint32_t> keys, std::span<const storage::Tier> tiers);
+  // Prefetch on Lookup (docs/prefetch.md): promotes cold-only `key` to hot as the store's
+  // prefetch reader does (no hit counted; the block is no eligible victim until a Get
+  // reads it). False when it is not cold-only or no slot could be made.
+  bool Prefetch(uint32_t key);
+  // Whether `key` is hot now.
+  bool IsHot(uint32_t key) const {
+    const uint32_t id = entry_of_key_[key];
+    return id != kNone && entries_[id].hot;
+  }
+  uint64_t prefetch_unread() const { return unread_; }
+  uint64_t prefetch_hits() const { return prefetch_hits_; }
+  uint64_t prefetch_wasted() const { return prefetch_wasted_; }
 
   uint64_t hot_blocks() const { return hot_used_; }
   uint64_t demotions() const { return demotions_; }
@@ -76,6 +93,7 @@ class StoreModel {
     uint32_t cold_prev = kNone, cold_next = kNone;
     uint64_t recency = 0;
     bool hot = false, cold = false, eligible = false, in_cold_list = false, busy = false;
+    bool unread = false;  // prefetched, not read by a Get yet
   };
 
   bool Get(uint32_t key);
@@ -112,6 +130,9 @@ class StoreModel {
   uint64_t tick_ = 0;
   uint64_t demotions_ = 0;
   uint64_t fallbacks_ = 0;
+  uint64_t unread_ = 0;
+  uint64_t prefetch_hits_ = 0;
+  uint64_t prefetch_wasted_ = 0;
 };
 
 }  // namespace kvtier::tools

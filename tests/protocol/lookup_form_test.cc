@@ -150,6 +150,25 @@ TEST(LookupFormTest, EncodedRequestIsWhatProtobufWrites) {
   EXPECT_EQ(EncodeLookupRequest("", {}, false, 0, false), "");
 }
 
+TEST(LookupFormTest, PrefetchIsWrittenAndReadAsProtobufDoes) {
+  const std::vector<std::string> keys = {"a", std::string(32, 'k')};
+  for (v1::Prefetch p : {v1::PREFETCH_DEFAULT, v1::PREFETCH_ON, v1::PREFETCH_OFF}) {
+    v1::LookupRequest req;
+    req.set_namespace_("ns");
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_lease_ms(300);
+    req.set_prefetch(p);
+    req.set_compact(true);
+    const std::string bytes = EncodeLookupRequest("ns", keys, false, 300, true, p);
+    EXPECT_EQ(bytes, req.SerializeAsString()) << p;
+    LookupRequestView v;
+    ASSERT_TRUE(ReadLookupRequest(bytes, &v));
+    EXPECT_EQ(v.prefetch, static_cast<uint32_t>(p));
+    EXPECT_EQ(v.lease_ms, 300u);
+    EXPECT_TRUE(v.compact);
+  }
+}
+
 TEST(LookupFormTest, EncodedSubsetRequestNamesOnlyThoseKeysInThatOrder) {
   const std::vector<std::string_view> keys = {"k0", "k1", "k2", "k3"};
   const std::vector<size_t> which = {3, 1};

@@ -204,6 +204,17 @@ TEST(ConfigTest, SizeFlagsUseTheCommonByteSizeSyntax) {
   EXPECT_THAT(std::string(decimal.status().message()), HasSubstr("4MiB"));
 }
 
+TEST(ConfigTest, PrefetchOnLookupIsOffUnlessTheFlagTurnsItOn) {
+  auto plain = ParseCommandLine({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(ServiceLimits::FromConfig(plain->config).prefetch_on_lookup);
+  auto on = ParseCommandLine({"--prefetch-on-lookup"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->config.prefetch_on_lookup());
+  EXPECT_TRUE(ServiceLimits::FromConfig(on->config).prefetch_on_lookup);
+  EXPECT_THAT(UsageText(), HasSubstr("--prefetch-on-lookup"));
+}
+
 TEST(ConfigTest, HelpListsEveryEvictionPolicyAndTheSizeSyntax) {
   const std::string usage = UsageText();
   for (const char* policy :
