@@ -487,7 +487,9 @@ events::EventsConfig ToEventsConfig(const v1::ServerConfig& c, std::string node_
   if (e.queue_capacity_events() != 0) o.queue_capacity_events = e.queue_capacity_events();
   if (e.replay_buffer_batches() != 0) o.replay_buffer_batches = e.replay_buffer_batches();
   if (e.send_hwm() != 0) o.send_hwm = e.send_hwm();
-  o.node_id = std::move(node_id);
+  if (e.has_data_parallel_rank()) o.data_parallel_rank = e.data_parallel_rank();
+  if (e.has_parent_wait_ms()) o.parent_wait_ms = e.parent_wait_ms();
+  o.node_id = e.pod_id().empty() ? std::move(node_id) : e.pod_id();
   return o;
 }
 

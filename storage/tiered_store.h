@@ -122,7 +122,7 @@ struct StoreOptions {
   // Where block events go (docs/design.md §4 Tiers and eviction): one event per tier
   // change of a block, reported under the index mutex that orders the change, so a
   // consumer applying them in order knows which tiers hold each block: BlockStored
-  // CPU_PINNED when a block enters the hot tier (Put, promotion), BlockStored DISK when
+  // CPU when a block enters the hot tier (Put, promotion), BlockStored DISK when
   // it enters the cold tier (write-through, no hot room, demotion, and for every block
   // recovered on open), BlockRemoved for the tier it leaves (demotion, eviction by
   // policy, capacity or admin, Delete, a corrupt cold copy dropped on read). Standalone
@@ -444,8 +444,9 @@ class TieredStore {
   // Drops namespace `ns` from this node: deletes every block of it from every tier, then
   // its spec (a later RegisterNamespace of the name starts empty, with any spec; the name
   // is unknown to every call from the moment the drop starts, and Puts already under way
-  // store nothing). Events: one AllBlocksCleared for the namespace instead of a
-  // BlockRemoved per block, unless another namespace of this node publishes under the
+  // store nothing). Events: one AllBlocksCleared for the namespace, then
+  // BlockRemoved events of up to 1024 keys per tier listing the blocks it held (for
+  // consumers that ignore AllBlocksCleared), instead of a BlockRemoved per block, unless another namespace of this node publishes under the
   // same topic (same model id), in which case each block gets its BlockRemoved. Pins are
   // ignored. Returns how many blocks were resident. NOT_FOUND unknown namespace;
   // FAILED_PRECONDITION while a lease of the namespace is in force, unless `force`

@@ -60,11 +60,32 @@ absl::StatusOr<uint64_t> TieredStoreImpl::DropNamespace(std::string_view ns_name
   std::vector<std::string> keys;
   {
     common::MutexLock lock(&mu_);
+    // After AllBlocksCleared, the same blocks as BlockRemoved per tier (kRemovedChunk keys
+    // an event), for consumers that ignore AllBlocksCleared (llm-d's indexer v0.8.1).
+    constexpr size_t kRemovedChunk = 1024;
+    std::vector<std::string> by_medium[2];
+    auto report = [&](events::Medium medium, bool last) {
+      std::vector<std::string>& chunk = by_medium[static_cast<int>(medium)];
+      if (chunk.empty() || (!last && chunk.size() < kRemovedChunk)) return;
+      options_.events->Publish(events::BlockEvent::Removed(ns->opts.name, ns->opts.model_id,
+                                                           std::move(chunk), medium));
+      chunk.clear();
+    };
     for (BlockId id = 0; id < index_.id_limit(); ++id) {
       const Entry& e = index_.at(id);
       if ((e.flags & Entry::kUsed) && e.ns == ns->id && (e.flags & (Entry::kHot | Entry::kCold))) {
         keys.emplace_back(index_.key(id));
+        if (!ns->quiet) continue;
+        for (events::Medium m : {events::Medium::kCpuPinned, events::Medium::kDisk}) {
+          if (!(e.flags & (m == events::Medium::kCpuPinned ? Entry::kHot : Entry::kCold))) continue;
+          by_medium[static_cast<int>(m)].push_back(keys.back());
+          report(m, false);
+        }
       }
+    }
+    if (ns->quiet) {
+      report(events::Medium::kCpuPinned, true);
+      report(events::Medium::kDisk, true);
     }
   }
   uint64_t removed = 0;

@@ -262,6 +262,8 @@ void TieredStoreImpl::ReportLocked(BlockId id, bool stored, events::Medium mediu
   events::BlockEvent event =
       events::BlockEvent::Stored(ns.opts.name, ns.opts.model_id, std::move(keys),
                                  std::move(parent), ns.opts.layout.tokens_per_block, medium);
+  // Reported under mu_: a resident parent's BlockStored has already been published.
+  event.parent_pending = e.parent != kNoEntry && !index_.at(e.parent).resident();
   if (origin != nullptr) {
     event.token_ids.assign(origin->token_ids.begin(), origin->token_ids.end());
     if (origin->lora_name) event.lora_name.emplace(*origin->lora_name);

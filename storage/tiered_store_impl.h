@@ -70,7 +70,8 @@ struct NsState {
                                   // record guarded by the store's mu_)
   NamespaceStats stats;
   bool dropped = false;  // DropNamespace started: Put stores nothing more
-  bool quiet = false;    // ... and its blocks' removals raise no events (AllBlocksCleared did)
+  bool quiet = false;    // ... and its blocks' removals raise no per-block events (the drop
+                         // reports AllBlocksCleared and chunked BlockRemoved)
   uint64_t unflushed_blocks = 0;  // write-back debt of this namespace (guarded by mu_)
   uint64_t unflushed_bytes = 0;
 };

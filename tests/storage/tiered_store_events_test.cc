@@ -130,7 +130,7 @@ TEST_F(TieredStoreEventsTest, PutCarriesClientFieldsAndDemotionMovesTiers) {
   ASSERT_EQ(events[0].extra_keys.size(), 1u);
   EXPECT_EQ(events[0].extra_keys[0], extra);
 
-  // A child names its parent; an admin demotion is Stored DISK, then Removed CPU_PINNED.
+  // A child names its parent; an admin demotion is Stored DISK, then Removed CPU.
   const std::string child = MakePayload(SmallLayout(), 1, 1);
   BlockPut put1{key1, key0, 1, child};
   ASSERT_TRUE(store->Put("ns", {&put1, 1}).ok());
