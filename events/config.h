@@ -57,6 +57,11 @@ struct EventsConfig {
   // by another node, or never come). Routers drop a child whose parent they have not
   // seen. 0: no waiting. 0..60000. Default: 1000.
   uint32_t parent_wait_ms = 1000;
+  // Whether AllBlocksCleared events go out. llm-d's indexer ignores them (v0.8.1) or
+  // clears the whole pod, every model, on one (v0.9.0), while kvtier raises one per dropped
+  // namespace after BlockRemoved events listing its blocks; so off unless a consumer
+  // applies it per topic (kvtier's own consumers do). Default: false.
+  bool send_all_blocks_cleared = false;
   // The pod id in the topic kv@<node_id>@<model> (the key of a router's scores);
   // non-empty, no '@'. Default: "kvtier".
   std::string node_id = "kvtier";

@@ -219,10 +219,17 @@ ZmqEventPublisher::~ZmqEventPublisher() {
   Wake();
   if (thread_.joinable()) thread_.join();
   zmq_socket_monitor(sockets_->pub.handle(), nullptr, 0);
+  // The last batches (e.g. the hot tier's removals at shutdown) get kCloseLingerMs to
+  // reach connected subscribers; a stuck one does not hold the process longer.
+  constexpr int kCloseLingerMs = 200;
+  zmq_setsockopt(sockets_->pub.handle(), ZMQ_LINGER, &kCloseLingerMs, sizeof(kCloseLingerMs));
 }
 
 void ZmqEventPublisher::Publish(BlockEvent event) {
-  if (event.kind != EventKind::kAllCleared && event.keys.empty()) return;  // nothing to say
+  if (event.kind == EventKind::kAllCleared ? !config_.send_all_blocks_cleared
+                                            : event.keys.empty()) {
+    return;  // nothing to say, or not to this consumer
+  }
   common::MutexLock l(&mu_);
   if (queue_.size() >= config_.queue_capacity_events) {
     ++stats_.events_dropped;

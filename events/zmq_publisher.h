@@ -13,7 +13,8 @@
 // Parents before children: a BlockStored raised while its parent was not resident
 // (parent_pending) is held until the parent's BlockStored has been sent, or for
 // parent_wait_ms (events/parent_order.h states the rule). Stored and removed events with
-// no keys are never sent (routers crash on an empty block_hashes).
+// no keys are never sent (routers crash on an empty block_hashes); AllBlocksCleared only
+// with send_all_blocks_cleared.
 //
 // Loss, and how a consumer sees it (subscribe to "kv@<node_id>@" to see every batch):
 // - Queue full: Publish drops the event (events_dropped) and the thread leaves one
@@ -69,8 +70,8 @@ class ZmqEventPublisher final : public EventSink {
   // address in use, ...).
   static absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> Create(EventsConfig config);
 
-  // Stops the thread after it has sent the queued events, then closes the sockets
-  // without waiting for slow subscribers (linger 0).
+  // Stops the thread after it has sent the queued and held events, then closes the
+  // sockets, giving the PUB socket at most 200 ms to hand them to subscribers.
   ~ZmqEventPublisher() override;
 
   ZmqEventPublisher(const ZmqEventPublisher&) = delete;

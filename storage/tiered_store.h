@@ -126,7 +126,8 @@ struct StoreOptions {
   // it enters the cold tier (write-through, no hot room, demotion, and for every block
   // recovered on open), BlockRemoved for the tier it leaves (demotion, eviction by
   // policy, capacity or admin, Delete, a corrupt cold copy dropped on read). Standalone
-  // (compacted) entries are not reported. Not owned, must outlive the store; Publish must
+  // (compacted) entries are not reported. When the store is destroyed, its hot blocks are
+  // reported as BlockRemoved CPU (up to 1024 keys an event): the hot tier ends with it. Not owned, must outlive the store; Publish must
   // not block. Default: null (no events).
   events::EventSink* events = nullptr;
 };
@@ -444,9 +445,9 @@ class TieredStore {
   // Drops namespace `ns` from this node: deletes every block of it from every tier, then
   // its spec (a later RegisterNamespace of the name starts empty, with any spec; the name
   // is unknown to every call from the moment the drop starts, and Puts already under way
-  // store nothing). Events: one AllBlocksCleared for the namespace, then
-  // BlockRemoved events of up to 1024 keys per tier listing the blocks it held (for
-  // consumers that ignore AllBlocksCleared), instead of a BlockRemoved per block, unless another namespace of this node publishes under the
+  // store nothing). Events: BlockRemoved events of up to 1024 keys per tier
+  // listing the blocks it held, then one AllBlocksCleared for the namespace, instead of a
+  // BlockRemoved per block, unless another namespace of this node publishes under the
   // same topic (same model id), in which case each block gets its BlockRemoved. Pins are
   // ignored. Returns how many blocks were resident. NOT_FOUND unknown namespace;
   // FAILED_PRECONDITION while a lease of the namespace is in force, unless `force`

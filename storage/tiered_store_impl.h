@@ -82,6 +82,7 @@ class TieredStoreImpl final : public TieredStore {
   // (ValidateOptions), non-null tiers.
   TieredStoreImpl(const StoreOptions& options, std::unique_ptr<HotTier> hot,
                   std::unique_ptr<ColdTier> cold);
+  // Stops the background threads, then reports the hot tier's blocks as removed.
   ~TieredStoreImpl() override;
 
   // INVALID_ARGUMENT naming the bad StoreOptions field.
@@ -166,6 +167,8 @@ class TieredStoreImpl final : public TieredStore {
   void EnterColdLocked(BlockId id, uint32_t stored_bytes, const BlockPut* origin = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveColdLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At destruction (takes mu_): BlockRemoved CPU for every hot block, chunked per namespace.
+  void ReportHotTierGone() ABSL_LOCKS_EXCLUDED(mu_);
   // Reports that block `id` entered (stored) or left `medium`; nothing when events are
   // off or the block is standalone.
   void ReportLocked(BlockId id, bool stored, events::Medium medium, const BlockPut* origin)

@@ -41,6 +41,7 @@ EventsConfig LocalConfig() {
   c.node_id = "node-a";
   c.batch_ms = 1;
   c.format = BatchFormat::kMap;  // the helpers read fields by name
+  c.send_all_blocks_cleared = true;  // WaitSubscribed's warm-up events
   return c;
 }
 
@@ -158,6 +159,19 @@ TEST(ZmqEventPublisherTest, ArrayFormOnTheWire) {
 
 TEST(ZmqEventPublisherTest, DefaultsToTheArrayFormVllmReleasesSend) {
   EXPECT_EQ(EventsConfig().format, BatchFormat::kArray);
+}
+
+TEST(ZmqEventPublisherTest, AllBlocksClearedGoesOutOnlyWhenAskedFor) {
+  EXPECT_FALSE(EventsConfig().send_all_blocks_cleared);
+  EventsConfig off = LocalConfig();
+  off.send_all_blocks_cleared = false;
+  auto pub = MustCreate(off);
+  ASSERT_NE(pub, nullptr);
+  pub->Publish(BlockEvent::AllCleared("ns", ""));
+  pub->Publish(Stored("ns", "k"));
+  pub->Flush();
+  EXPECT_EQ(pub->stats().events_published, 1u);
+  EXPECT_EQ(pub->stats().next_seq, 1u);  // one batch: the BlockStored alone
 }
 
 BlockEvent Child(std::string key, std::string parent) {

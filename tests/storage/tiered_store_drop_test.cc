@@ -53,7 +53,7 @@ class TieredStoreDropTest : public testing::StoreTest {
   FakeColdTier* cold_ = nullptr;  // owned by the store
 };
 
-TEST_F(TieredStoreDropTest, RemovesEveryTierAndTheSpecWithOneAllBlocksCleared) {
+TEST_F(TieredStoreDropTest, RemovesEveryTierAndTheSpecWithRemovalListsThenAllBlocksCleared) {
   auto disk = std::make_shared<FakeColdTier::Disk>();
   auto store = OpenOver(disk);
   ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("ns")).ok());
@@ -67,13 +67,13 @@ TEST_F(TieredStoreDropTest, RemovesEveryTierAndTheSpecWithOneAllBlocksCleared) {
   EXPECT_EQ(*dropped, 10u);
   std::vector<BlockEvent> events = sink_.Take();
   ASSERT_GE(events.size(), 2u);
-  EXPECT_EQ(events[0].kind, EventKind::kAllCleared);
-  EXPECT_EQ(events[0].ns, "ns");
-  EXPECT_EQ(events[0].model_id, "test-model");
-  // Then the blocks as BlockRemoved per tier (one event per tier here), for consumers that
-  // ignore AllBlocksCleared: every block at least once, hot ones as CPU.
+  EXPECT_EQ(events.back().kind, EventKind::kAllCleared);
+  EXPECT_EQ(events.back().ns, "ns");
+  EXPECT_EQ(events.back().model_id, "test-model");
+  // First the blocks as BlockRemoved per tier (one event per tier here), for consumers
+  // that ignore AllBlocksCleared: every block at least once.
   std::set<std::string> removed;
-  for (size_t i = 1; i < events.size(); ++i) {
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
     EXPECT_EQ(events[i].kind, EventKind::kRemoved);
     EXPECT_EQ(events[i].ns, "ns");
     EXPECT_FALSE(events[i].keys.empty());
