@@ -12,14 +12,18 @@ std::string ParentOrder::WaitKey(const std::string& ns, const std::string& key) 
 }
 
 void ParentOrder::Add(BlockEvent event, absl::Time now, std::vector<BlockEvent>* ready) {
-  if (event.kind == EventKind::kStored && event.parent_pending && event.parent_key.has_value() &&
-      wait_ > absl::ZeroDuration()) {
+  if (event.kind == EventKind::kStored && event.parent_key.has_value() &&
+      wait_ > absl::ZeroDuration() &&
+      (event.parent_pending || held_keys_.contains(WaitKey(event.ns, *event.parent_key)))) {
+    // Its parent is still to come, or held here itself (then this one is not pending in
+    // the store, yet must not overtake it).
     if (held_.size() >= max_held_) {
       ++expired_;
       Release(held_.begin()->first, ready);
     }
     const uint64_t id = next_id_++;
     waiting_[WaitKey(event.ns, *event.parent_key)].push_back(id);
+    for (const std::string& key : event.keys) ++held_keys_[WaitKey(event.ns, key)];
     held_.emplace(id, Held{std::move(event), now + wait_});
     return;
   }
@@ -58,7 +62,7 @@ std::optional<absl::Time> ParentOrder::next_deadline() const {
   return held_.begin()->second.deadline;
 }
 
-void ParentOrder::Release(uint64_t id, std::vector<BlockEvent>* ready) {
+BlockEvent ParentOrder::Take(uint64_t id) {
   auto it = held_.find(id);
   BlockEvent event = std::move(it->second.event);
   held_.erase(it);
@@ -67,7 +71,15 @@ void ParentOrder::Release(uint64_t id, std::vector<BlockEvent>* ready) {
     std::erase(w->second, id);
     if (w->second.empty()) waiting_.erase(w);
   }
-  Emit(std::move(event), ready);
+  for (const std::string& key : event.keys) {
+    auto k = held_keys_.find(WaitKey(event.ns, key));
+    if (k != held_keys_.end() && --k->second == 0) held_keys_.erase(k);
+  }
+  return event;
+}
+
+void ParentOrder::Release(uint64_t id, std::vector<BlockEvent>* ready) {
+  Emit(Take(id), ready);
 }
 
 void ParentOrder::Emit(BlockEvent event, std::vector<BlockEvent>* ready) {
@@ -85,11 +97,7 @@ void ParentOrder::Emit(BlockEvent event, std::vector<BlockEvent>* ready) {
   ready->push_back(std::move(event));
   std::sort(children.begin(), children.end());  // arrival order
   for (uint64_t id : children) {
-    auto it = held_.find(id);
-    if (it == held_.end()) continue;
-    BlockEvent child = std::move(it->second.event);
-    held_.erase(it);
-    Emit(std::move(child), ready);
+    if (held_.contains(id)) Emit(Take(id), ready);
   }
 }
 

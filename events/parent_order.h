@@ -3,7 +3,8 @@
 // which drop a child whose parent they have not seen, index chains stored by parallel
 // streams in any order. Used by the ZMQ publisher's thread (events/zmq_publisher.h).
 //
-// Rule (docs/routers.md "Ordering"): per namespace, a held event leaves right after the
+// Rule (docs/routers.md "Ordering"): a BlockStored is held when it is parent_pending, or
+// when its parent is itself held here. Per namespace, a held event leaves right after the
 // first BlockStored (any medium) that lists its parent key, together with every held event
 // that this releases in turn, in arrival order; or `wait` after it arrived (the parent
 // may be held by another node, evicted, or never come). A BlockRemoved naming a key of a
@@ -55,6 +56,8 @@ class ParentOrder {
 
   // Appends `event` to `ready`, then releases (recursively) what waited for its keys.
   void Emit(BlockEvent event, std::vector<BlockEvent>* ready);
+  // Removes held event `id` from every structure and returns it.
+  BlockEvent Take(uint64_t id);
   // Removes held event `id` and emits it.
   void Release(uint64_t id, std::vector<BlockEvent>* ready);
   static std::string WaitKey(const std::string& ns, const std::string& key);
@@ -66,6 +69,8 @@ class ParentOrder {
   std::map<uint64_t, Held> held_;  // by arrival (so also by deadline)
   // WaitKey(ns, parent key) -> ids of held events waiting for it.
   absl::flat_hash_map<std::string, std::vector<uint64_t>> waiting_;
+  // WaitKey(ns, key) -> how many held events list the key.
+  absl::flat_hash_map<std::string, int> held_keys_;
 };
 
 }  // namespace kvtier::events

@@ -56,6 +56,22 @@ TEST(ParentOrderTest, HoldsOnlyPendingChildrenAndReleasesThemAfterTheParentInArr
   EXPECT_EQ(order.next_deadline(), kT0 + absl::Seconds(1));
 }
 
+TEST(ParentOrderTest, AChildOfAHeldParentWaitsTooThoughNotPendingInTheStore) {
+  // Stream 2 stored 16 before stream 1 stored 15; then stream 2 stored 17, whose parent 16
+  // was resident (not pending) but is still held here.
+  ParentOrder order(absl::Seconds(1), 100);
+  std::vector<BlockEvent> out;
+  order.Add(Stored("16", "15", true), kT0, &out);
+  order.Add(Stored("17", "16", false), kT0, &out);
+  EXPECT_THAT(out, IsEmpty());
+  order.Add(Stored("15", "14", false), kT0, &out);
+  EXPECT_THAT(Keys(out), ElementsAre("BlockStored:15", "BlockStored:16", "BlockStored:17"));
+  EXPECT_EQ(order.held(), 0u);
+  out.clear();
+  order.Add(Stored("18", "17", false), kT0, &out);  // nothing held: leaves at once
+  EXPECT_THAT(Keys(out), ElementsAre("BlockStored:18"));
+}
+
 TEST(ParentOrderTest, AWaitEndsAtTheDeadlineAndItsChildrenFollow) {
   ParentOrder order(absl::Milliseconds(100), 100);
   std::vector<BlockEvent> out;

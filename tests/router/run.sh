@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 BUILD="$(cd "${1:-../../build}" && pwd)"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+command -v go >/dev/null || { echo "tests/router: needs Go >= 1.25 on PATH" >&2; exit 1; }
 for mod in go.mod go.v0.9.0.mod; do
   [ -f "$mod" ] || continue
   version="$(sed -n 's|^\s*github.com/llm-d/llm-d-kv-cache \(v[0-9.]*\).*|\1|p' "$mod" | head -1)"
