@@ -84,16 +84,19 @@ class Node:
     def start(self):
         cfg = os.path.join(self.dir, "kvtierd.textproto")
         with open(cfg, "w") as f:
-            f.write('listen_address: "127.0.0.1"\nport: %d\ndata_dir: "%s"\n'
+            f.write('listen_address: "127.0.0.1"\ndata_dir: "%s"\n'
                     "hot_capacity_bytes: 268435456\nexecutor_threads: 2\n%s"
                     'events {\n  endpoint: "%s"\n  replay_endpoint: "%s"\n  pod_id: "%s"\n}\n'
-                    % (self.port, os.path.join(self.dir, "data"), self.cluster, self.pub,
+                    % (os.path.join(self.dir, "data"), self.cluster, self.pub,
                        self.replay, self.pod))
         self.log = os.path.join(self.dir, "stderr.log")
         with open(self.log, "a") as err:
-            self.proc = subprocess.Popen([KVTIERD, "--config", cfg], stdout=subprocess.PIPE,
-                                         stderr=err, text=True)
-        line = self.proc.stdout.readline()
+            self.proc = subprocess.Popen([KVTIERD, "--config", cfg, "--port", str(self.port)],
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+        for _ in range(10):  # kvtierd prints its ready line once it serves
+            line = self.proc.stdout.readline()
+            if not line or line.startswith("kvtierd listening on "):
+                break
         assert line.startswith("kvtierd listening on "), "kvtierd did not start: %r" % line
         self.address = line.split()[-1]
         self.port = int(self.address.rsplit(":", 1)[1])
