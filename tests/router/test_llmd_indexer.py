@@ -166,10 +166,12 @@ def subscribe(indexer, node, client, rng):
     end = time.monotonic() + SCORE_WAIT_S
     while time.monotonic() < end:
         tokens = prompt(rng, 1)
-        put_prompt(client, "probe", tokens)
-        if score_of(indexer, tokens, "probe-model", node.pod) > 0:
-            return
-        time.sleep(0.2)
+        put_prompt(client, "probe", tokens)  # lost while the subscription is on its way
+        probe_end = time.monotonic() + 1.0
+        while time.monotonic() < probe_end:
+            if score_of(indexer, tokens, "probe-model", node.pod) > 0:
+                return
+            time.sleep(0.05)
     pytest.fail("the indexer never saw %s's events" % node.pod)
 
 
