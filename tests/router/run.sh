@@ -6,8 +6,8 @@
 #   tests/router/run.sh [build dir]       (default: ./build; needs kvtierd and kvtier_python)
 # Versions: go.mod pins v0.8.1; go.v0.9.0.mod pins v0.9.0 (read through -modfile).
 set -euo pipefail
+BUILD="$(cd "${1:-$(dirname "$0")/../../build}" && pwd)"
 cd "$(dirname "$0")"
-BUILD="$(cd "${1:-../../build}" && pwd)"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 command -v go >/dev/null || { echo "tests/router: needs Go >= 1.25 on PATH" >&2; exit 1; }
 for mod in go.mod go.v0.9.0.mod; do
