@@ -42,7 +42,9 @@ enum class Medium : uint8_t {
   kDisk = 1,       // "DISK": the cold tier (RocksDB)
 };
 // Returns "CPU" or "DISK".
-inline const char* MediumName(Medium medium) { return medium == Medium::kCpuPinned ? "CPU" : "DISK"; }
+inline const char* MediumName(Medium medium) {
+  return medium == Medium::kCpuPinned ? "CPU" : "DISK";
+}
 
 // One event about one or more blocks of one namespace. A value type; copyable.
 struct BlockEvent {

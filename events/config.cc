@@ -63,7 +63,9 @@ absl::Status EventsConfig::Validate() const {
   }
   if (node_id.empty() || absl::StrContains(node_id, "@")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("events.pod_id (else cluster.node_id) must be non-empty and contain no '@', got '", node_id, "'"));
+        absl::StrCat("events.pod_id (else cluster.node_id) must be non-empty and contain no "
+                     "'@', got '",
+                     node_id, "'"));
   }
   return absl::OkStatus();
 }

@@ -127,8 +127,8 @@ struct StoreOptions {
   // recovered on open), BlockRemoved for the tier it leaves (demotion, eviction by
   // policy, capacity or admin, Delete, a corrupt cold copy dropped on read). Standalone
   // (compacted) entries are not reported. When the store is destroyed, its hot blocks are
-  // reported as BlockRemoved CPU (up to 1024 keys an event): the hot tier ends with it. Not owned, must outlive the store; Publish must
-  // not block. Default: null (no events).
+  // reported as BlockRemoved CPU (up to 1024 keys an event): the hot tier ends with it.
+  // Not owned, must outlive the store; Publish must not block. Default: null (no events).
   events::EventSink* events = nullptr;
 };
 
