@@ -33,14 +33,17 @@ inline const char* EventKindName(EventKind kind) {
   return "?";
 }
 
-// Where the blocks are (or were) resident, as the routers spell it (see docs/events.md).
+// Where the blocks are (or were) resident, as the routers spell it (docs/routers.md):
+// llm-d's indexer lowercases the medium into a tier name and weighs it ("cpu" 0.8 by
+// default; "disk" needs a weight line in its config, else it counts as 1.0); Dynamo maps
+// CPU to host memory and DISK to its disk tier.
 enum class Medium : uint8_t {
-  kCpuPinned = 0,  // "CPU_PINNED": the hot tier (pinned host memory)
+  kCpuPinned = 0,  // "CPU": the hot tier (pinned host memory)
   kDisk = 1,       // "DISK": the cold tier (RocksDB)
 };
-// Returns "CPU_PINNED" or "DISK".
+// Returns "CPU" or "DISK".
 inline const char* MediumName(Medium medium) {
-  return medium == Medium::kCpuPinned ? "CPU_PINNED" : "DISK";
+  return medium == Medium::kCpuPinned ? "CPU" : "DISK";
 }
 
 // One event about one or more blocks of one namespace. A value type; copyable.
@@ -54,6 +57,12 @@ struct BlockEvent {
   std::vector<std::string> keys;
   // kStored: the parent of keys[0]; nullopt for a chain's first block. Unused otherwise.
   std::optional<std::string> parent_key;
+  // kStored: the parent was not resident in the store when this event was raised (a
+  // parallel stream stored the child first), so its BlockStored may still come. A
+  // publisher may hold the event until the parent's BlockStored has passed, or a bounded
+  // time (EventsConfig.parent_wait_ms): routers drop a child whose parent they have not
+  // seen. False when the parent's BlockStored was already reported, or there is none.
+  bool parent_pending = false;
   uint32_t block_size = 0;             // kStored: the namespace's tokens per block
   Medium medium = Medium::kCpuPinned;  // kStored / kRemoved
   // kStored, each only when the client sent it with the blocks (otherwise empty):

@@ -55,6 +55,7 @@ absl::Status EventsConfig::Validate() const {
       {"queue_capacity_events", {queue_capacity_events, 1, 10000000}},
       {"replay_buffer_batches", {replay_buffer_batches, 1, 10000000}},
       {"send_hwm", {send_hwm, 1, 10000000}},
+      {"parent_wait_ms", {parent_wait_ms, 0, 60000}},
   };
   for (const auto& [field, r] : ranges) {
     auto [value, lo, hi] = r;
@@ -62,7 +63,9 @@ absl::Status EventsConfig::Validate() const {
   }
   if (node_id.empty() || absl::StrContains(node_id, "@")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("events.node_id must be non-empty and contain no '@', got '", node_id, "'"));
+        absl::StrCat("events.pod_id (else cluster.node_id) must be non-empty and contain no "
+                     "'@', got '",
+                     node_id, "'"));
   }
   return absl::OkStatus();
 }

@@ -17,10 +17,11 @@ namespace kvtier::events {
 // msgpack shape of a batch and its events.
 enum class BatchFormat : uint8_t {
   // {"ts", "events", "data_parallel_rank"}, each event {"type": tag, field: value, ...}
-  // (vLLM main since PR #42892).
+  // (vLLM main since PR #42892; llm-d's indexer decodes it from v0.9.0 on).
   kMap = 0,
   // [ts, [events...], data_parallel_rank], each event [tag, field0, field1, ...] in
-  // declaration order (older vLLM releases and the consumers built against them).
+  // declaration order: what vLLM releases send and every consumer decodes (llm-d's
+  // indexer v0.8.1 decodes only this). The default.
   kArray = 1,
 };
 const char* BatchFormatName(BatchFormat format);  // "map", "array"
@@ -35,7 +36,7 @@ struct EventsConfig {
   std::string endpoint;
   // ZMQ ROUTER endpoint for replay requests, always bound. Empty: no replay. Default: empty.
   std::string replay_endpoint;
-  BatchFormat format = BatchFormat::kMap;
+  BatchFormat format = BatchFormat::kArray;
   // A batch leaves at most this long after its first event was published. 1..10000.
   // Default: 5.
   uint32_t batch_ms = 5;
@@ -50,7 +51,19 @@ struct EventsConfig {
   // subscriber is dropped for all (ZMQ_XPUB_NODROP) and counted. 1..10000000.
   // Default: 10000.
   uint32_t send_hwm = 10000;
-  // The node id in the topic kv@<node_id>@<model>; non-empty, no '@'. Default: "kvtier".
+  // A BlockStored whose parent has not been published yet (BlockEvent::parent_pending: a
+  // parallel stream stored the child first) waits until the parent's BlockStored has been
+  // published, or this long, whichever comes first; then it leaves (the parent may be held
+  // by another node, or never come). Routers drop a child whose parent they have not
+  // seen. 0: no waiting. 0..60000. Default: 1000.
+  uint32_t parent_wait_ms = 1000;
+  // Whether AllBlocksCleared events go out. llm-d's indexer ignores them (v0.8.1) or
+  // clears the whole pod, every model, on one (v0.9.0), while kvtier raises one per dropped
+  // namespace after BlockRemoved events listing its blocks; so off unless a consumer
+  // applies it per topic (kvtier's own consumers do). Default: false.
+  bool send_all_blocks_cleared = false;
+  // The pod id in the topic kv@<node_id>@<model> (the key of a router's scores);
+  // non-empty, no '@'. Default: "kvtier".
   std::string node_id = "kvtier";
   // data_parallel_rank of every batch; nullopt: nil. Default: nullopt.
   std::optional<int32_t> data_parallel_rank;
@@ -71,6 +84,8 @@ struct EventsStats {
   uint64_t batches_dropped = 0;        // batches refused because a subscriber was at its
                                        // send_hwm (they are still in the replay buffer)
   uint64_t sequences_skipped = 0;      // sequence numbers left unused to mark queue drops
+  uint64_t held_for_parent = 0;        // BlockStored events waiting for their parent now
+  uint64_t parent_waits_expired = 0;   // ... that left at parent_wait_ms without it
   uint64_t next_seq = 0;               // sequence number of the next batch
   uint64_t queued_events = 0;          // events waiting for the publisher thread
   uint64_t replay_buffer_batches = 0;  // batches held for replay now

@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -206,7 +207,9 @@ absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> ZmqEventPublisher::Create(Eve
 }
 
 ZmqEventPublisher::ZmqEventPublisher(EventsConfig config, std::unique_ptr<Sockets> sockets)
-    : config_(std::move(config)), sockets_(std::move(sockets)) {}
+    : config_(std::move(config)),
+      sockets_(std::move(sockets)),
+      order_(absl::Milliseconds(config_.parent_wait_ms), config_.queue_capacity_events) {}
 
 ZmqEventPublisher::~ZmqEventPublisher() {
   {
@@ -216,9 +219,17 @@ ZmqEventPublisher::~ZmqEventPublisher() {
   Wake();
   if (thread_.joinable()) thread_.join();
   zmq_socket_monitor(sockets_->pub.handle(), nullptr, 0);
+  // The last batches (e.g. the hot tier's removals at shutdown) get kCloseLingerMs to
+  // reach connected subscribers; a stuck one does not hold the process longer.
+  constexpr int kCloseLingerMs = 200;
+  zmq_setsockopt(sockets_->pub.handle(), ZMQ_LINGER, &kCloseLingerMs, sizeof(kCloseLingerMs));
 }
 
 void ZmqEventPublisher::Publish(BlockEvent event) {
+  if (event.kind == EventKind::kAllCleared ? !config_.send_all_blocks_cleared
+                                            : event.keys.empty()) {
+    return;  // nothing to say, or not to this consumer
+  }
   common::MutexLock l(&mu_);
   if (queue_.size() >= config_.queue_capacity_events) {
     ++stats_.events_dropped;
@@ -247,7 +258,9 @@ void ZmqEventPublisher::Flush() {
   ++flush_waiters_;
   Wake();
   mu_.Await(common::Condition(
-      +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS { return t->self->processed_ >= t->processed; },
+      +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return t->self->processed_ >= t->processed && t->self->stats_.held_for_parent == 0;
+      },
       &target));
   --flush_waiters_;
 }
@@ -266,26 +279,41 @@ bool ZmqEventPublisher::BatchDueLocked() const {
 void ZmqEventPublisher::Run() {
   while (true) {
     bool idle;
+    bool release_all;
     {
       common::MutexLock l(&mu_);
-      if (queue_.empty() && stop_) break;
+      if (queue_.empty() && stop_ && order_.held() == 0) break;
       idle = queue_.empty();
+      release_all = stop_ || flush_waiters_ > 0;
     }
     if (idle) {
+      if (order_.held() > 0) {
+        SendBatches({}, false, release_all);  // held events whose wait ended (or all)
+        common::MutexLock l(&mu_);
+        stats_.next_seq = next_seq_;
+        stats_.replay_buffer_batches = replay_buffer_.size();
+      }
       // A Publish during this wait is sent at most batch_ms later, which is the batching
       // window anyway; replay requests are answered at once; Flush, a full batch and the
-      // destructor wake the poll.
-      PollSockets(static_cast<int>(config_.batch_ms));
+      // destructor wake the poll; a held event's deadline ends it.
+      int timeout_ms = static_cast<int>(config_.batch_ms);
+      if (std::optional<absl::Time> d = order_.next_deadline(); d.has_value()) {
+        timeout_ms = std::clamp<int>(
+            static_cast<int>(absl::ToInt64Milliseconds(*d - absl::Now())) + 1, 0, timeout_ms);
+      }
+      PollSockets(timeout_ms);
       continue;
     }
     std::deque<BlockEvent> events;
     bool queue_dropped;
+    release_all = false;
     {
       common::MutexLock l(&mu_);
       const bool timed_out =
           !mu_.AwaitWithDeadline(common::Condition(this, &ZmqEventPublisher::BatchDueLocked),
                                  first_queued_at_ + absl::Milliseconds(config_.batch_ms));
       if (timed_out || stop_ || flush_waiters_ > 0) {
+        release_all = stop_ || flush_waiters_ > 0;
         events.swap(queue_);
         queue_dropped = queue_dropped_;
         queue_dropped_ = false;
@@ -301,7 +329,7 @@ void ZmqEventPublisher::Run() {
       }
     }
     const uint64_t n = events.size();
-    SendBatches(std::move(events), queue_dropped);
+    SendBatches(std::move(events), queue_dropped, release_all);
     {
       common::MutexLock l(&mu_);
       processed_ += n;
@@ -312,10 +340,22 @@ void ZmqEventPublisher::Run() {
   }
 }
 
-void ZmqEventPublisher::SendBatches(std::deque<BlockEvent> events, bool queue_dropped) {
+void ZmqEventPublisher::SendBatches(std::deque<BlockEvent> events, bool queue_dropped,
+                                    bool release_all) {
+  const absl::Time now = absl::Now();
+  std::vector<BlockEvent> ready;
+  ready.reserve(events.size());
+  order_.Expire(now, &ready);
+  for (BlockEvent& e : events) order_.Add(std::move(e), now, &ready);
+  if (release_all) order_.ReleaseAll(&ready);
+  {
+    common::MutexLock l(&mu_);
+    stats_.held_for_parent = order_.held();
+    stats_.parent_waits_expired = order_.expired();
+  }
   // Group by namespace, keeping each namespace's order; few namespaces, so a linear scan.
   std::vector<std::vector<BlockEvent>> groups;
-  for (BlockEvent& e : events) {
+  for (BlockEvent& e : ready) {
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const std::vector<BlockEvent>& g) { return g[0].ns == e.ns; });
     if (it == groups.end()) {

@@ -10,6 +10,11 @@
 // (a Put of N blocks) leave as one BlockStored with N block_hashes (events/coalesce.h),
 // as vLLM sends them. Publish() appends to a bounded queue; a
 // thread sends a batch batch_ms after its first event, or at max_batch_events events.
+// Parents before children: a BlockStored raised while its parent was not resident
+// (parent_pending) is held until the parent's BlockStored has been sent, or for
+// parent_wait_ms (events/parent_order.h states the rule). Stored and removed events with
+// no keys are never sent (routers crash on an empty block_hashes); AllBlocksCleared only
+// with send_all_blocks_cleared.
 //
 // Loss, and how a consumer sees it (subscribe to "kv@<node_id>@" to see every batch):
 // - Queue full: Publish drops the event (events_dropped) and the thread leaves one
@@ -50,6 +55,7 @@
 #include "common/mutex.h"
 #include "events/block_event.h"
 #include "events/config.h"
+#include "events/parent_order.h"
 
 namespace kvtier::events {
 
@@ -64,8 +70,8 @@ class ZmqEventPublisher final : public EventSink {
   // address in use, ...).
   static absl::StatusOr<std::unique_ptr<ZmqEventPublisher>> Create(EventsConfig config);
 
-  // Stops the thread after it has sent the queued events, then closes the sockets
-  // without waiting for slow subscribers (linger 0).
+  // Stops the thread after it has sent the queued and held events, then closes the
+  // sockets, giving the PUB socket at most 200 ms to hand them to subscribers.
   ~ZmqEventPublisher() override;
 
   ZmqEventPublisher(const ZmqEventPublisher&) = delete;
@@ -75,8 +81,9 @@ class ZmqEventPublisher final : public EventSink {
   // when queue_capacity_events are already waiting.
   void Publish(BlockEvent event) override;
 
-  // Sends every event queued before the call now (without waiting for batch_ms) and
-  // returns once they are sent or dropped. For tests and orderly shutdown.
+  // Sends every event queued before the call now (without waiting for batch_ms), and
+  // every event held for its parent, and returns once they are sent or dropped. For tests
+  // and orderly shutdown.
   void Flush();
 
   // Returns a snapshot of the counters.
@@ -101,9 +108,10 @@ class ZmqEventPublisher final : public EventSink {
   void Run();
   // Wakes the thread if it waits for sockets.
   void Wake();
-  // Encodes `events` into per-namespace batches and sends them; then, when events were
-  // dropped from the queue, skips one sequence number.
-  void SendBatches(std::deque<BlockEvent> events, bool queue_dropped);
+  // Passes `events` through order_ (releasing all held events when `release_all`, else
+  // those whose wait ended), encodes what leaves into per-namespace batches and sends them;
+  // then, when events were dropped from the queue, skips one sequence number.
+  void SendBatches(std::deque<BlockEvent> events, bool queue_dropped, bool release_all);
   // Sends one batch and keeps it for replay.
   void SendBatch(std::vector<BlockEvent> events);
   // Waits up to timeout_ms for replay requests and monitor events, and serves them.
@@ -118,6 +126,7 @@ class ZmqEventPublisher final : public EventSink {
   std::string replay_endpoint_;
   // Thread-only state.
   uint64_t next_seq_ = 0;
+  ParentOrder order_;
   std::deque<SentBatch> replay_buffer_;
 
   mutable common::Mutex mu_;

@@ -13,6 +13,8 @@ rc=0
 KVTIER_BINARY_DIR="$PWD/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python || rc=$?
 if [ "$rc" -eq 5 ]; then echo "scripts/test.sh: pytest collected no tests in tests/python" >&2; exit 1; fi
 [ "$rc" -eq 0 ] || exit "$rc"
+# llm-d's KV-cache indexer (Go, pinned in tests/router/go*.mod) scoring real kvtierd.
+tests/router/run.sh "$PWD/build"
 export CCACHE_BASEDIR="$PWD"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVTIER_SANITIZE=ON \
   -DKVTIER_BUILD_BENCHMARKS=OFF >/dev/null

@@ -288,6 +288,8 @@ constexpr FlagSpec kFlags[] = {
      "events.endpoint: ZMQ PUB endpoint of KV events (tcp://*:5557); empty = off"},
     {"--events-replay-endpoint", "ENDPOINT",
      "events.replay_endpoint: ZMQ ROUTER endpoint for replay (tcp://*:5558)"},
+    {"--events-pod-id", "ID",
+     "events.pod_id: the topic's pod id kv@<ID>@<model> (llm-d: the pod IP)"},
     {"--warm-from-cold", nullptr, "promote cold blocks into the hot tier on start"},
     {"--max-leased-bytes", "SIZE", "max_leased_bytes (Lookup leases, node-wide)"},
     {"--prefetch-on-lookup", nullptr,
@@ -357,6 +359,8 @@ absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::Se
     c.mutable_events()->set_endpoint(value);
   } else if (flag == "--events-replay-endpoint") {
     c.mutable_events()->set_replay_endpoint(value);
+  } else if (flag == "--events-pod-id") {
+    c.mutable_events()->set_pod_id(value);
   } else if (flag == "--warm-from-cold") {
     c.set_warm_from_cold(true);
   } else if (flag == "--max-leased-bytes") {
@@ -491,7 +495,10 @@ events::EventsConfig ToEventsConfig(const v1::ServerConfig& c, std::string node_
   if (e.queue_capacity_events() != 0) o.queue_capacity_events = e.queue_capacity_events();
   if (e.replay_buffer_batches() != 0) o.replay_buffer_batches = e.replay_buffer_batches();
   if (e.send_hwm() != 0) o.send_hwm = e.send_hwm();
-  o.node_id = std::move(node_id);
+  if (e.has_data_parallel_rank()) o.data_parallel_rank = e.data_parallel_rank();
+  if (e.has_parent_wait_ms()) o.parent_wait_ms = e.parent_wait_ms();
+  o.send_all_blocks_cleared = e.send_all_blocks_cleared();
+  o.node_id = e.pod_id().empty() ? std::move(node_id) : e.pod_id();
   return o;
 }
 

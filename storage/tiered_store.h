@@ -135,12 +135,13 @@ struct StoreOptions {
   // Where block events go (docs/design.md §4 Tiers and eviction): one event per tier
   // change of a block, reported under the index mutex that orders the change, so a
   // consumer applying them in order knows which tiers hold each block: BlockStored
-  // CPU_PINNED when a block enters the hot tier (Put, promotion), BlockStored DISK when
+  // CPU when a block enters the hot tier (Put, promotion), BlockStored DISK when
   // it enters the cold tier (write-through, no hot room, demotion, and for every block
   // recovered on open), BlockRemoved for the tier it leaves (demotion, eviction by
   // policy, capacity or admin, Delete, a corrupt cold copy dropped on read). Standalone
-  // (compacted) entries are not reported. Not owned, must outlive the store; Publish must
-  // not block. Default: null (no events).
+  // (compacted) entries are not reported. When the store is destroyed, its hot blocks are
+  // reported as BlockRemoved CPU (up to 1024 keys an event): the hot tier ends with it.
+  // Not owned, must outlive the store; Publish must not block. Default: null (no events).
   events::EventSink* events = nullptr;
 };
 
@@ -484,7 +485,8 @@ class TieredStore {
   // Drops namespace `ns` from this node: deletes every block of it from every tier, then
   // its spec (a later RegisterNamespace of the name starts empty, with any spec; the name
   // is unknown to every call from the moment the drop starts, and Puts already under way
-  // store nothing). Events: one AllBlocksCleared for the namespace instead of a
+  // store nothing). Events: BlockRemoved events of up to 1024 keys per tier
+  // listing the blocks it held, then one AllBlocksCleared for the namespace, instead of a
   // BlockRemoved per block, unless another namespace of this node publishes under the
   // same topic (same model id), in which case each block gets its BlockRemoved. Pins are
   // ignored. Returns how many blocks were resident. NOT_FOUND unknown namespace;

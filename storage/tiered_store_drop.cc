@@ -50,9 +50,6 @@ absl::StatusOr<uint64_t> TieredStoreImpl::DropNamespace(std::string_view ns_name
     // A router applies AllBlocksCleared to the whole topic: only when no other namespace
     // shares it does one event say it all.
     ns->quiet = options_.events != nullptr && !SharesTopicLocked(*ns);
-    if (ns->quiet) {
-      options_.events->Publish(events::BlockEvent::AllCleared(ns->opts.name, ns->opts.model_id));
-    }
   }
   // A Put that saw `dropped` false holds its key's stripe until its block is published.
   for (common::Mutex& stripe : stripes_) common::MutexLock wait(&stripe);
@@ -60,11 +57,35 @@ absl::StatusOr<uint64_t> TieredStoreImpl::DropNamespace(std::string_view ns_name
   std::vector<std::string> keys;
   {
     common::MutexLock lock(&mu_);
+    // When quiet: the blocks as BlockRemoved per tier (kRemovedChunk keys an event), then
+    // AllBlocksCleared (llm-d's indexer ignores it in v0.8.1 and clears the whole pod, every
+    // model, in v0.9.0, so the ZMQ publisher leaves it out by default). Events of this
+    // namespace raised since `quiet` was set were not reported.
+    constexpr size_t kRemovedChunk = 1024;
+    std::vector<std::string> by_medium[2];
+    auto report = [&](events::Medium medium, bool last) {
+      std::vector<std::string>& chunk = by_medium[static_cast<int>(medium)];
+      if (chunk.empty() || (!last && chunk.size() < kRemovedChunk)) return;
+      options_.events->Publish(events::BlockEvent::Removed(ns->opts.name, ns->opts.model_id,
+                                                           std::move(chunk), medium));
+      chunk.clear();
+    };
     for (BlockId id = 0; id < index_.id_limit(); ++id) {
       const Entry& e = index_.at(id);
       if ((e.flags & Entry::kUsed) && e.ns == ns->id && (e.flags & (Entry::kHot | Entry::kCold))) {
         keys.emplace_back(index_.key(id));
+        if (!ns->quiet) continue;
+        for (events::Medium m : {events::Medium::kCpuPinned, events::Medium::kDisk}) {
+          if (!(e.flags & (m == events::Medium::kCpuPinned ? Entry::kHot : Entry::kCold))) continue;
+          by_medium[static_cast<int>(m)].push_back(keys.back());
+          report(m, false);
+        }
       }
+    }
+    if (ns->quiet) {
+      report(events::Medium::kCpuPinned, true);
+      report(events::Medium::kDisk, true);
+      options_.events->Publish(events::BlockEvent::AllCleared(ns->opts.name, ns->opts.model_id));
     }
   }
   uint64_t removed = 0;

@@ -48,6 +48,37 @@ TieredStoreImpl::~TieredStoreImpl() {
   for (std::thread& t : prefetchers_) t.join();
   if (demoter_.joinable()) demoter_.join();
   if (flusher_.joinable()) flusher_.join();
+  ReportHotTierGone();
+}
+
+void TieredStoreImpl::ReportHotTierGone() {
+  if (options_.events == nullptr) return;
+  common::MutexLock lock(&mu_);
+  // The hot tier ends with the process: its blocks leave it (BlockRemoved CPU, up to
+  // kChunk keys an event), so a router does not keep scoring them after a restart.
+  constexpr size_t kChunk = 1024;
+  std::vector<std::vector<std::string>> by_ns(namespaces_.size());
+  auto report = [&](size_t ns, bool last) {
+    std::vector<std::string>& keys = by_ns[ns];
+    if (keys.empty() || (!last && keys.size() < kChunk)) return;
+    const NsState& n = *namespaces_[ns];
+    options_.events->Publish(events::BlockEvent::Removed(n.opts.name, n.opts.model_id,
+                                                         std::move(keys),
+                                                         events::Medium::kCpuPinned));
+    keys.clear();
+  };
+  for (BlockId id = 0; id < index_.id_limit(); ++id) {
+    const Entry& e = index_.at(id);
+    if (!(e.flags & Entry::kUsed) || !(e.flags & Entry::kHot) || (e.flags & Entry::kStandalone)) {
+      continue;
+    }
+    if (e.ns >= namespaces_.size() || namespaces_[e.ns] == nullptr || namespaces_[e.ns]->quiet) {
+      continue;
+    }
+    by_ns[e.ns].emplace_back(index_.key(id));
+    report(e.ns, false);
+  }
+  for (size_t ns = 0; ns < by_ns.size(); ++ns) report(ns, true);
 }
 
 absl::Status TieredStoreImpl::ValidateOptions(const StoreOptions& options) {
@@ -341,6 +372,8 @@ void TieredStoreImpl::ReportLocked(BlockId id, bool stored, events::Medium mediu
   events::BlockEvent event =
       events::BlockEvent::Stored(ns.opts.name, ns.opts.model_id, std::move(keys),
                                  std::move(parent), ns.opts.layout.tokens_per_block, medium);
+  // Reported under mu_: a resident parent's BlockStored has already been published.
+  event.parent_pending = e.parent != kNoEntry && !index_.at(e.parent).resident();
   if (origin != nullptr) {
     event.token_ids.assign(origin->token_ids.begin(), origin->token_ids.end());
     if (origin->lora_name) event.lora_name.emplace(*origin->lora_name);

@@ -71,7 +71,8 @@ struct NsState {
                                   // record guarded by the store's mu_)
   NamespaceStats stats;
   bool dropped = false;  // DropNamespace started: Put stores nothing more
-  bool quiet = false;    // ... and its blocks' removals raise no events (AllBlocksCleared did)
+  bool quiet = false;    // ... and its blocks' removals raise no per-block events (the drop
+                         // reports AllBlocksCleared and chunked BlockRemoved)
   uint64_t unflushed_blocks = 0;  // write-back debt of this namespace (guarded by mu_)
   uint64_t unflushed_bytes = 0;
 };
@@ -82,6 +83,7 @@ class TieredStoreImpl final : public TieredStore {
   // (ValidateOptions), non-null tiers.
   TieredStoreImpl(const StoreOptions& options, std::unique_ptr<HotTier> hot,
                   std::unique_ptr<ColdTier> cold);
+  // Stops the background threads, then reports the hot tier's blocks as removed.
   ~TieredStoreImpl() override;
 
   // INVALID_ARGUMENT naming the bad StoreOptions field.
@@ -166,6 +168,8 @@ class TieredStoreImpl final : public TieredStore {
   void EnterColdLocked(BlockId id, uint32_t stored_bytes, const BlockPut* origin = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveColdLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At destruction (takes mu_): BlockRemoved CPU for every hot block, chunked per namespace.
+  void ReportHotTierGone() ABSL_LOCKS_EXCLUDED(mu_);
   // Reports that block `id` entered (stored) or left `medium`; nothing when events are
   // off or the block is standalone.
   void ReportLocked(BlockId id, bool stored, events::Medium medium, const BlockPut* origin)

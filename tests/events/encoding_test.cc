@@ -81,7 +81,7 @@ TEST(EncodingTest, MapFormHasEveryFieldByNameInDeclarationOrder) {
   EXPECT_THAT(Ints(*Field(s, "token_ids")), ElementsAre(1, 2, 3, 70000));
   EXPECT_EQ(Field(s, "block_size")->as<uint32_t>(), 16u);
   EXPECT_TRUE(Field(s, "lora_id")->is_nil());
-  EXPECT_EQ(Str(*Field(s, "medium")), "CPU_PINNED");
+  EXPECT_EQ(Str(*Field(s, "medium")), "CPU");
   EXPECT_EQ(Str(*Field(s, "lora_name")), "adapter");
   const msgpack::object& extra = *Field(s, "extra_keys");
   ASSERT_EQ(extra.via.array.size, 2u);
@@ -140,7 +140,7 @@ TEST(EncodingTest, ArrayFormIsPositionalWithTheTagFirst) {
   EXPECT_THAT(Ints(f[3]), ElementsAre(1, 2, 3, 70000));                 // token_ids
   EXPECT_EQ(f[4].as<uint32_t>(), 16u);                                  // block_size
   EXPECT_TRUE(f[5].is_nil());                                           // lora_id
-  EXPECT_EQ(Str(f[6]), "CPU_PINNED");                                   // medium
+  EXPECT_EQ(Str(f[6]), "CPU");                                   // medium
   EXPECT_EQ(Str(f[7]), "adapter");                                      // lora_name
   EXPECT_EQ(f[8].via.array.size, 2u);                                   // extra_keys
   EXPECT_EQ(f[9].as<int>(), 0);                                         // group_idx
@@ -200,7 +200,7 @@ TEST(EventsConfigTest, ValidateNamesTheBadField) {
   EXPECT_THAT(message(c), HasSubstr("events.send_hwm"));
   c = ok;
   c.node_id = "a@b";
-  EXPECT_THAT(message(c), HasSubstr("events.node_id"));
+  EXPECT_THAT(message(c), HasSubstr("events.pod_id"));
 }
 
 TEST(EventsConfigTest, ParsesFormats) {

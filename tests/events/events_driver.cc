@@ -104,6 +104,7 @@ int Main(int argc, char** argv) {
   config.replay_endpoint = "tcp://127.0.0.1:*";
   config.node_id = "node-py";
   config.format = *format;
+  config.send_all_blocks_cleared = true;  // the consumer checks every event kind
   config.batch_ms = 10000;  // only Flush ends a batch: the script decides the boundaries
   config.replay_buffer_batches = 256;
   auto pub = ZmqEventPublisher::Create(config);

@@ -56,6 +56,6 @@ def decode_batch(payload, form):
             ev["type"] = tag
         if tag in ("BlockStored", "BlockRemoved"):
             check(all(isinstance(h, bytes) for h in ev["block_hashes"]), "hashes are bytes")
-            check(ev["medium"] in ("CPU_PINNED", "DISK"), "medium %r" % ev["medium"])
+            check(ev["medium"] in ("CPU", "DISK"), "medium %r" % ev["medium"])
         events.append(ev)
     return batch, events

@@ -40,6 +40,8 @@ EventsConfig LocalConfig() {
   c.replay_endpoint = "tcp://127.0.0.1:*";
   c.node_id = "node-a";
   c.batch_ms = 1;
+  c.format = BatchFormat::kMap;  // the helpers read fields by name
+  c.send_all_blocks_cleared = true;  // WaitSubscribed's warm-up events
   return c;
 }
 
@@ -121,7 +123,7 @@ TEST(ZmqEventPublisherTest, ThreeFramesTopicSeqAndMapPayload) {
   EXPECT_EQ(Str(*Field(events.via.array.ptr[0], "type")), "BlockStored");
   EXPECT_THAT(Bins(*Field(events.via.array.ptr[0], "block_hashes")), ElementsAre("a", "b"));
   EXPECT_EQ(Str(*Field(events.via.array.ptr[1], "type")), "BlockRemoved");
-  EXPECT_EQ(Str(*Field(events.via.array.ptr[1], "medium")), "CPU_PINNED");
+  EXPECT_EQ(Str(*Field(events.via.array.ptr[1], "medium")), "CPU");
 
   EventsStats s = pub->stats();
   EXPECT_EQ(s.next_seq, seq + 1);
@@ -153,6 +155,88 @@ TEST(ZmqEventPublisherTest, ArrayFormOnTheWire) {
   EXPECT_EQ(Str(e.via.array.ptr[0]), "BlockRemoved");
   EXPECT_THAT(Bins(e.via.array.ptr[1]), ElementsAre("x"));
   EXPECT_EQ(Str(e.via.array.ptr[2]), "DISK");
+}
+
+TEST(ZmqEventPublisherTest, DefaultsToTheArrayFormVllmReleasesSend) {
+  EXPECT_EQ(EventsConfig().format, BatchFormat::kArray);
+}
+
+TEST(ZmqEventPublisherTest, AllBlocksClearedGoesOutOnlyWhenAskedFor) {
+  EXPECT_FALSE(EventsConfig().send_all_blocks_cleared);
+  EventsConfig off = LocalConfig();
+  off.send_all_blocks_cleared = false;
+  auto pub = MustCreate(off);
+  ASSERT_NE(pub, nullptr);
+  pub->Publish(BlockEvent::AllCleared("ns", ""));
+  pub->Publish(Stored("ns", "k"));
+  pub->Flush();
+  EXPECT_EQ(pub->stats().events_published, 1u);
+  EXPECT_EQ(pub->stats().next_seq, 1u);  // one batch: the BlockStored alone
+}
+
+BlockEvent Child(std::string key, std::string parent) {
+  BlockEvent e = BlockEvent::Stored("ns", "", {std::move(key)}, std::move(parent), 16,
+                                    Medium::kCpuPinned);
+  e.parent_pending = true;
+  return e;
+}
+
+TEST(ZmqEventPublisherTest, ChildrenStoredFirstLeaveAfterTheirParentInOneChain) {
+  EventsConfig c = LocalConfig();
+  c.parent_wait_ms = 60000;  // only the parent releases them
+  auto pub = MustCreate(c);
+  ASSERT_NE(pub, nullptr);
+  zmq::context_t ctx;
+  zmq::socket_t sub = Subscriber(ctx, pub->endpoint());
+  WaitSubscribed(*pub, sub);
+  // Parallel streams stored c, then b, then a (a -> b -> c), in separate batches.
+  pub->Publish(Child("c", "b"));
+  absl::SleepFor(absl::Milliseconds(20));
+  pub->Publish(Child("b", "a"));
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(RecvBatch(sub, 50).has_value()) << "a child left before its parent";
+  EXPECT_EQ(pub->stats().held_for_parent, 2u);
+  pub->Publish(Stored("ns", "a"));
+  std::optional<LiveBatch> b = RecvBatch(sub);  // no Flush: the batch timer sends it
+  ASSERT_TRUE(b.has_value());
+  EXPECT_THAT(EventKeys(b->payload), ElementsAre(ElementsAre("a", "b", "c")));
+  EXPECT_EQ(pub->stats().held_for_parent, 0u);
+  EXPECT_EQ(pub->stats().parent_waits_expired, 0u);
+}
+
+TEST(ZmqEventPublisherTest, AChildWhoseParentNeverComesLeavesAfterParentWaitMs) {
+  EventsConfig c = LocalConfig();
+  c.parent_wait_ms = 100;
+  auto pub = MustCreate(c);
+  ASSERT_NE(pub, nullptr);
+  zmq::context_t ctx;
+  zmq::socket_t sub = Subscriber(ctx, pub->endpoint());
+  WaitSubscribed(*pub, sub);
+  const absl::Time start = absl::Now();
+  pub->Publish(Child("y", "held-elsewhere"));
+  std::optional<LiveBatch> b = RecvBatch(sub);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  EXPECT_THAT(EventKeys(b->payload), ElementsAre(ElementsAre("y")));
+  EXPECT_EQ(pub->stats().parent_waits_expired, 1u);
+}
+
+TEST(ZmqEventPublisherTest, FlushSendsHeldChildrenAndEmptyKeyListsNeverLeave) {
+  EventsConfig c = LocalConfig();
+  c.parent_wait_ms = 60000;
+  auto pub = MustCreate(c);
+  ASSERT_NE(pub, nullptr);
+  zmq::context_t ctx;
+  zmq::socket_t sub = Subscriber(ctx, pub->endpoint());
+  WaitSubscribed(*pub, sub);
+  pub->Publish(BlockEvent::Stored("ns", "", {}, std::nullopt, 16, Medium::kCpuPinned));
+  pub->Publish(BlockEvent::Removed("ns", "", {}, Medium::kDisk));
+  pub->Publish(Child("z", "p"));
+  pub->Flush();
+  std::optional<LiveBatch> b = RecvBatch(sub);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_THAT(EventKeys(b->payload), ElementsAre(ElementsAre("z")));
+  EXPECT_FALSE(RecvBatch(sub, 50).has_value());
 }
 
 TEST(ZmqEventPublisherTest, BatchesByCountAndNamespaceWithConsecutiveSeqs) {

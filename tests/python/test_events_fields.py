@@ -71,9 +71,15 @@ def test_put_blocks_carry_router_fields_into_the_events(events_server):
             assert second.parent_key == keys[0]
             assert not second.token_ids and not second.lora_name and not second.extra_keys
 
-            # drop_namespace: one ALL_BLOCKS_CLEARED on the stream.
+            # drop_namespace: its blocks as BLOCK_REMOVED (per tier), then one
+            # ALL_BLOCKS_CLEARED on the stream.
             assert c.drop_namespace("routed") == 2
+            removed = set()
             cleared = q.get(timeout=10)
+            while cleared.kind == kvtier.pb.BLOCK_REMOVED:
+                removed.update(cleared.keys)
+                cleared = q.get(timeout=10)
+            assert removed == set(keys)
             assert cleared.kind == kvtier.pb.ALL_BLOCKS_CLEARED
             assert cleared.namespace == "routed"
         finally:

@@ -173,6 +173,24 @@ TEST(ConfigTest, EventsFlagsAndDefaults) {
   ASSERT_TRUE(array.ok());
   EXPECT_EQ(ToEventsConfig(*array, "n").format, events::BatchFormat::kArray);
   EXPECT_EQ(ToEventsConfig(*array, "n").batch_ms, 7u);
+  // What llm-d's indexer needs: the array form by default, a pod id and rank of one's
+  // choosing, the parents-first wait (0 turns it off), AllBlocksCleared only on request.
+  EXPECT_EQ(defaults.format, events::BatchFormat::kArray);
+  EXPECT_EQ(e.parent_wait_ms, 1000u);
+  EXPECT_FALSE(e.data_parallel_rank.has_value());
+  EXPECT_FALSE(e.send_all_blocks_cleared);
+  auto llmd = ParseConfigText(
+      "events { endpoint: \"tcp://*:1\" pod_id: \"10.0.0.7\" data_parallel_rank: 0 "
+      "parent_wait_ms: 0 send_all_blocks_cleared: true }");
+  ASSERT_TRUE(llmd.ok()) << llmd.status();
+  const events::EventsConfig l = ToEventsConfig(*llmd, "n");
+  EXPECT_EQ(l.node_id, "10.0.0.7");
+  EXPECT_EQ(l.data_parallel_rank, 0);
+  EXPECT_EQ(l.parent_wait_ms, 0u);
+  EXPECT_TRUE(l.send_all_blocks_cleared);
+  auto flag = ParseCommandLine({"--events-endpoint", "tcp://*:1", "--events-pod-id", "pod-3"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(ToEventsConfig(flag->config, "n").node_id, "pod-3");
   EXPECT_THAT(UsageText(), HasSubstr("--events-endpoint"));
 }
 
