@@ -10,6 +10,7 @@
 #include "protocol/shm_wire.h"
 #include "service/admission.h"
 #include "service/get_reactor.h"
+#include "service/payload_paths.h"
 #include "service/put_reactor.h"
 #include "service/request_checks.h"
 
@@ -44,7 +45,12 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
     ASSIGN_OR_RETURN(v1::PutHeader header, PutHeaderOf(parsed, &req));
     ASSIGN_OR_RETURN(Caller caller, SessionCaller(*ctx, header.shm_session(), "header.shm_session"));
     v1::PutResponse resp;
-    RETURN_IF_ERROR(PutFromSharedMemory(ctx, store, caller, std::move(header), &resp));
+    if (!NamesSharedRegion(header)) {
+      return absl::InvalidArgumentError(
+          "header.shm_session is empty: a Put over the shared-memory socket carries its "
+          "payloads in the session's region");
+    }
+    RETURN_IF_ERROR(PutInline(ctx, store, caller, std::move(header), &resp));
     resp.AppendToString(response);
     return absl::OkStatus();
   }
@@ -55,7 +61,12 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
     }
     ASSIGN_OR_RETURN(Caller caller, SessionCaller(*ctx, req.shm_session(), "shm_session"));
     v1::GetResponse resp;
-    RETURN_IF_ERROR(GetFromSharedMemory(ctx, store, caller, std::move(req), &resp));
+    if (!NamesSharedRegion(req)) {
+      return absl::InvalidArgumentError(
+          "shm_session is empty: a Get over the shared-memory socket returns its payloads in "
+          "the session's region");
+    }
+    RETURN_IF_ERROR(GetInline(ctx, store, caller, std::move(req), &resp));
     resp.AppendToString(response);
     return absl::OkStatus();
   }
