@@ -10,7 +10,7 @@
 //
 // Transport: the client opens `num_channels` separate HTTP/2 connections and spreads calls
 // over them round-robin. When the server is on the same host and offers its shared-memory
-// socket (service/shm_server.h), Connect also opens a shared region and Put / GetBlocksInto
+// socket (dataplane/shm_server.h), Connect also opens a shared region and Put / GetBlocksInto
 // payloads then travel through it: the gRPC stream carries only the header, the server
 // copies once between the region and its hot tier, and payloads that already live in a
 // SharedBuffer (AllocateSharedBuffer) are not copied on the client at all; other payloads

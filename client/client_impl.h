@@ -1,6 +1,7 @@
-// Client::Impl: the state behind client/client.h's Client and the helpers its two source
-// files share (client.cc: connect and the unary calls; client_streams.cc: the Put and Get
-// streams over gRPC or the shared region). Private to the client library: not an API.
+// Client::Impl: the state behind client/client.h's Client and the helpers its source files
+// share (client.cc: connect and the unary calls; client_streams.cc: the Put and Get loops
+// and streams; client_paths.cc: the payload paths; client_ucx.cc: the UCX channel).
+// Private to the client library: not an API.
 // Thread-safe, as Client is.
 #ifndef KVTIER_CLIENT_CLIENT_IMPL_H_
 #define KVTIER_CLIENT_CLIENT_IMPL_H_

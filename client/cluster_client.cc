@@ -237,7 +237,9 @@ struct ClusterClient::Impl {
     for (size_t i = 0; i < errors.size(); ++i) {
       // An unreachable member is not an error (it may come back); a member that rejects
       // the namespace or hash scheme is.
-      if (!errors[i].ok() && !protocol::IsPeerUnreachable(errors[i])) return NodeError(errors[i], v->nodes[i].id);
+      if (!errors[i].ok() && !protocol::IsPeerUnreachable(errors[i])) {
+        return NodeError(errors[i], v->nodes[i].id);
+      }
       if (!errors[i].ok()) MarkDown(v->nodes[i]);
     }
     return std::shared_ptr<const View>(std::move(v));
@@ -474,7 +476,9 @@ absl::StatusOr<PutResult> ClusterClient::PutBlocks(std::string_view ns,
   for (size_t n : work) {
     const Impl::Node& node = v->nodes[n];
     if (!results[n].ok()) {
-      if (!protocol::IsPeerUnreachable(results[n].status())) return NodeError(results[n].status(), node.id);
+      if (!protocol::IsPeerUnreachable(results[n].status())) {
+        return NodeError(results[n].status(), node.id);
+      }
       if (node.client != nullptr) impl_->MarkDown(node);
       if (unreachable.ok()) unreachable = NodeError(results[n].status(), node.id);
       total.replicas_skipped += static_cast<uint32_t>(groups[n].size());

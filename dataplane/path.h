@@ -14,7 +14,7 @@
 //     Get's payloads go), so the Put and Get reactors (service/put_reactor.cc,
 //     service/get_reactor.cc) never branch on a path;
 //   - the client's end: the fallback rule (After) and the loop over paths (RunPaths) that
-//     the C++ client's Put and Get share (client/client_streams.cc).
+//     the C++ client's Put and Get share (client/client_streams.cc, client/client_paths.h).
 // Implementations: the stream's here (StreamPutSource, StreamGetSink); shared memory's
 // and UCX's in service/payload_paths.cc (server) and client/client_paths.cc (client).
 #ifndef KVTIER_DATAPLANE_PATH_H_

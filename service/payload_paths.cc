@@ -61,7 +61,7 @@ class ShmPutSource final : public dataplane::PutSource {
   ServiceContext* const ctx_;
   const Caller caller_;
   const v1::PutHeader& header_;
-  std::shared_ptr<ShmRegion> region_;
+  std::shared_ptr<dataplane::ShmRegion> region_;
 };
 
 // UCX, Put: the payloads arrive as rendezvous messages into landing room taken in the
@@ -163,7 +163,7 @@ class ShmGetSink final : public dataplane::GetSink {
   ServiceContext* const ctx_;
   const Caller caller_;
   const v1::GetRequest& req_;
-  std::shared_ptr<ShmRegion> region_;
+  std::shared_ptr<dataplane::ShmRegion> region_;
 };
 
 // UCX, Get: the payloads go as active messages (service/ucx_server.h), and the header

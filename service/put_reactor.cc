@@ -606,7 +606,9 @@ absl::Status PutInline(ServiceContext* ctx, storage::TieredStore* store, const C
       arrived = true;
     });
   }
-  if (status.ok() && !arrived) status = absl::InternalError("an inline Put's payloads arrive later");
+  if (status.ok() && !arrived) {
+    status = absl::InternalError("an inline Put's payloads arrive later");
+  }
   if (status.ok()) status = arrival;
   if (status.ok()) status = core.StoreAll(response);
   core.source_->Close();

@@ -23,8 +23,8 @@ namespace shm = ::kvtier::protocol::shm;
 absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::string& session,
                                      std::string_view field) {
   if (!ctx.auth.enabled()) return Caller{};
-  std::optional<Caller> bound = ctx.shm->BoundCaller(session);
-  if (bound.has_value()) return *std::move(bound);
+  std::optional<std::string> bound = ctx.shm->BoundIdentity(session);
+  if (bound.has_value()) return CallerFromIdentity(*bound);
   // An unknown session says so (the client then falls back as over gRPC). A frame has no
   // identity of its own, so it binds nothing (not FindShmSession, which binds).
   if (ctx.shm->Find(session) == nullptr) return ShmSessionUnknown(field);

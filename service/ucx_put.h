@@ -1,6 +1,6 @@
 // The service's side of a Put or Get whose payloads move over UCX (service/ucx_server.h):
-// the session check both reactors share and UcxPut, the landing room (reserved hot slots)
-// and transfer of one Put (service/put_reactor.cc keeps only its hooks).
+// the session check and UcxPut, the landing room (reserved hot slots) and transfer of one
+// Put, used by the UCX PutSource / GetSink (service/payload_paths.cc).
 #ifndef KVTIER_SERVICE_UCX_PUT_H_
 #define KVTIER_SERVICE_UCX_PUT_H_
 

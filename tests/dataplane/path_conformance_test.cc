@@ -262,7 +262,9 @@ TEST_P(PathConformanceTest, OversizeBlocksAreRefusedAndGetsNeverWritePastTheBuff
   const size_t short_by_one = seq.encoded[0].size() - 1;
   std::vector<std::string> bufs(2, std::string(short_by_one + 64, '#'));
   std::vector<std::span<uint8_t>> spans;
-  for (std::string& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), short_by_one);
+  for (std::string& b : bufs) {
+    spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), short_by_one);
+  }
   auto infos = client_->GetBlocksInto(kNs, seq.keys, spans);
   ASSERT_FALSE(infos.ok());
   EXPECT_EQ(infos.status().code(), absl::StatusCode::kOutOfRange) << infos.status();
