@@ -13,8 +13,8 @@
 #   5. every lock is a common::Mutex / MutexLock / CondVar / Notification (common/mutex.h),
 #      never the absl type directly, so the TSAN build (scripts/tsan.sh) sees it.
 #   6. transport/ (the bare UCX layer) includes nothing of kvtier but common/.
-#   7. dataplane/ (the payload paths) includes nothing of kvtier but common/, protocol/
-#      and the generated kvtier/v1 messages; the Put and Get reactors (service/*reactor*) name
+#   7. dataplane/ (the payload paths) includes nothing of kvtier but common/, protocol/,
+#      transport/ and the generated kvtier/v1 messages; the Put and Get reactors (service/*reactor*) name
 #      no payload path (no shm_session / ucx_session, no ShmRegion / UcxServer / UcxPut):
 #      they see a dataplane::PutSource / GetSink only (docs/dataplane.md).
 # Every broken rule is reported (file:line or binary: symbol) and the exit status is 1;

@@ -47,9 +47,12 @@
 #include "dataplane/shm_server.h"
 #include "storage/tiered_store.h"
 
+namespace kvtier::dataplane {
+class UcxServer;  // dataplane/ucx_server.h
+}  // namespace kvtier::dataplane
+
 namespace kvtier::service {
 
-class UcxServer;  // service/ucx_server.h
 
 // Namespaces seen by the service, so hot paths (Put headers) can check them inside a
 // reaction without calling the store. A registered spec never changes; DropNamespace
@@ -107,7 +110,7 @@ struct ServiceContext {
   // Same-node shared-memory data path (not owned); null = off. Set before `store`.
   dataplane::ShmServer* shm = nullptr;
   // Cross-node UCX data path (not owned); null = off. Set before serving.
-  UcxServer* ucx = nullptr;
+  dataplane::UcxServer* ucx = nullptr;
   // Who may call, and which tenant's namespaces they may use. Set before serving.
   Authenticator auth;
 };

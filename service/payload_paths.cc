@@ -166,7 +166,7 @@ class ShmGetSink final : public dataplane::GetSink {
   std::shared_ptr<dataplane::ShmRegion> region_;
 };
 
-// UCX, Get: the payloads go as active messages (service/ucx_server.h), and the header
+// UCX, Get: the payloads go as active messages (dataplane/ucx_server.h), and the header
 // follows once the client has them all.
 class UcxGetSink final : public dataplane::GetSink {
  public:
@@ -192,7 +192,7 @@ class UcxGetSink final : public dataplane::GetSink {
   ServiceContext* const ctx_;
   const Caller caller_;
   const v1::GetRequest& req_;
-  std::vector<UcxOutgoing> out_;
+  std::vector<dataplane::UcxOutgoing> out_;
 };
 
 }  // namespace

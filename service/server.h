@@ -30,7 +30,8 @@
 #include "service/metrics.h"
 #include "service/put_watchdog.h"
 #include "dataplane/shm_server.h"
-#include "service/ucx_server.h"
+#include "dataplane/ucx_server.h"
+#include "service/ucx_put.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::service {
@@ -85,7 +86,7 @@ class KvtierServer {
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
   std::unique_ptr<dataplane::ShmServer> shm_;  // null when shm_socket is "off" (or unusable)
-  std::unique_ptr<UcxServer> ucx_;  // null unless ucx.enabled
+  std::unique_ptr<dataplane::UcxServer> ucx_;  // null unless ucx.enabled
   // Cluster mode (static_peers or peer_dns); destroyed before the members above, after
   // Shutdown() has stopped the server.
   std::unique_ptr<Membership> membership_;

@@ -8,8 +8,8 @@
 //   refusal        a request the server refuses gets the same status on every path,
 //                  nothing is stored, and the path stays in use;
 //   deadline       against a frozen server the call ends DEADLINE_EXCEEDED, and the
-//                  next call succeeds once the server runs again (on the same path,
-//                  but for UCX, whose endpoint the client closes);
+//                  next call succeeds once the server runs again (on the same path;
+//                  UCX may have closed its endpoint and take the stream);
 //   oversize       a block over the layout's bound is refused naming its size; a block
 //                  that does not fit its Get buffer is OUT_OF_RANGE and nothing past the
 //                  buffer is written;
@@ -239,10 +239,13 @@ TEST_P(PathConformanceTest, AgainstAFrozenServerTheCallEndsAtItsDeadline) {
   stopped_ = false;
   ASSERT_FALSE(put.ok());
   EXPECT_EQ(put.status().code(), absl::StatusCode::kDeadlineExceeded) << put.status();
-  // The path is still in use, except UCX: payload sends the server no longer wants are
-  // not completed, and 5 s past the deadline the client closes the endpoint
-  // (UcxChannel::PutSends::Wait) and goes on over the stream.
-  EXPECT_EQ(OnPath(), GetParam() != Path::kUcx);
+  // The path is still in use. UCX may have lost its endpoint: payload sends the server has
+  // not taken 5 s past the deadline make the client close it (UcxChannel::PutSends::Wait),
+  // and whether the resumed server takes them in time varies; the call then goes on over
+  // the stream.
+  if (GetParam() != Path::kUcx) {
+    EXPECT_TRUE(OnPath());
+  }
   RoundTrip(seq);
 }
 
