@@ -10,13 +10,13 @@
 //
 // Transport: the client opens `num_channels` separate HTTP/2 connections and spreads calls
 // over them round-robin. When the server is on the same host and offers its shared-memory
-// socket (service/shm_server.h), Connect also opens a shared region and Put / GetBlocksInto
+// socket (dataplane/shm_server.h), Connect also opens a shared region and Put / GetBlocksInto
 // payloads then travel through it: the gRPC stream carries only the header, the server
 // copies once between the region and its hot tier, and payloads that already live in a
 // SharedBuffer (AllocateSharedBuffer) are not copied on the client at all; other payloads
 // are staged through the region with one memcpy. Otherwise (another host, option off,
 // region full) payloads travel over UCX when the server offers its UCX data path
-// (service/ucx_server.h: rendezvous active messages, RDMA where the fabric has it, TCP
+// (dataplane/ucx_server.h: rendezvous active messages, RDMA where the fabric has it, TCP
 // otherwise; the gRPC stream carries only the headers), else over TCP as below. Put and
 // Get payloads never pass through protobuf `bytes` fields:
 // Put chunk messages are gRPC slices pointing at the caller's memory, and Get chunk
@@ -133,7 +133,7 @@ struct ClientOptions {
   // cudaHostRegister, so SharedBuffers copy to and from the GPU at pinned-memory speed
   // (about 7x pageable memory for 2 MiB blocks on an H200). Default: true.
   bool shared_memory_cuda_register = true;
-  // Use the server's cross-node UCX data path (UcxOffer, service/ucx_server.h) for
+  // Use the server's cross-node UCX data path (UcxOffer, dataplane/ucx_server.h) for
   // Put / Get payloads when it offers one and the shared-memory path is not in use.
   // Default: true.
   bool ucx = true;

@@ -1,6 +1,7 @@
-// Client::Impl: the state behind client/client.h's Client and the helpers its two source
-// files share (client.cc: connect and the unary calls; client_streams.cc: the Put and Get
-// streams over gRPC or the shared region). Private to the client library: not an API.
+// Client::Impl: the state behind client/client.h's Client and the helpers its source files
+// share (client.cc: connect and the unary calls; client_streams.cc: the Put and Get loops
+// and streams; client_paths.cc: the payload paths; client_ucx.cc: the UCX channel).
+// Private to the client library: not an API.
 // Thread-safe, as Client is.
 #ifndef KVTIER_CLIENT_CLIENT_IMPL_H_
 #define KVTIER_CLIENT_CLIENT_IMPL_H_
@@ -23,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/client_paths.h"
 #include "client/coalescer.h"
 #include "client/prefix_keys.h"
 #include "client/shared_region.h"
@@ -273,9 +275,13 @@ struct Client::Impl {
 
   using SliceRefs = protocol::SliceRefs;
 
-  // Puts `blocks` through the shared region when there is one and it has room for the
-  // payloads that are not in it already; else (or if the server lost the session) over
-  // the stream.
+  // The payload paths in fallback order (client/client_paths.h, docs/dataplane.md).
+  internal::PutPaths MakePutPaths();
+  internal::GetPaths MakeGetPaths();
+  const internal::PutPaths put_paths = MakePutPaths();
+  const internal::GetPaths get_paths = MakeGetPaths();
+
+  // Puts `blocks` over the first payload path that takes them (put_paths).
   absl::Status PutRun(std::string_view ns, std::span<const PutBlock> blocks,
                       v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
                       PutResult* result);
@@ -308,10 +314,11 @@ struct Client::Impl {
                          std::span<const uint64_t> shm_offsets = {},
                          std::string_view ucx_session = {}, uint64_t ucx_transfer = 0);
 
-  // One Get stream for keys[0, n) into buffers / allocated strings. With `buffers` (one
-  // per key) and a shared region with room, the server writes the payloads into the
-  // region (straight into buffers that are SharedBuffers, else into staging copied out
-  // here); otherwise they arrive in the stream.
+  // One Get of keys[0, n) into buffers / allocated strings, over the first payload path
+  // that takes it (get_paths). With `buffers` (one per key) and a shared region with
+  // room, the server writes the payloads into the region (straight into buffers that are
+  // SharedBuffers, else into staging copied out here); otherwise they arrive over UCX or
+  // in the stream.
   absl::Status GetRun(std::string_view ns, std::span<const std::string> keys,
                       const GetOptions& opts, std::chrono::system_clock::time_point deadline,
                       const protocol::GetStreamParser::DestinationFn& destination,

@@ -1,6 +1,8 @@
-// Client::Impl's Put and Get streams: over gRPC (chunk frames whose slices point into the
-// caller's buffers; Get streams parsed straight into destination buffers) or, on the
-// server's host, over the shared region (offsets instead of payload bytes).
+// Client::Impl's Put and Get: one loop each over the payload paths (client/client_paths.h),
+// and the primitives the paths use: Put streams (chunk frames whose slices point into the
+// caller's buffers, or the header alone naming the shared region's offsets or a UCX
+// transfer), Get streams (parsed straight into destination buffers, or the header
+// alone), and calls as frames on the shared region's socket.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "client/client_impl.h"
-#include "common/bulk_copy.h"
 #include "common/status_macros.h"
 
 namespace kvtier::client {
@@ -19,69 +20,18 @@ namespace v1 = ::kvtier::v1;
 using internal::Channel;
 using internal::DeadlineAfter;
 using internal::FromGrpc;
-using internal::kGetMethod;
-using internal::kPutMethod;
 using internal::RunParallel;
 using internal::SplitRanges;
 using protocol::GetStreamParser;
-
-// Adds one Put call's response to the result of the whole Put.
-void AddPutResponse(const v1::PutResponse& response, PutResult* result) {
-  result->blocks_stored += response.blocks_stored();
-  result->bytes_stored += response.bytes_stored();
-  result->block_bytes_stored.insert(result->block_bytes_stored.end(),
-                                    response.block_bytes_stored().begin(),
-                                    response.block_bytes_stored().end());
-}
+using internal::AddPutResponse;
 }  // namespace
 
 absl::Status Client::Impl::PutRun(std::string_view ns, std::span<const PutBlock> blocks,
                                   v1::PayloadFormat format,
                                   std::chrono::system_clock::time_point deadline,
                                   PutResult* result) {
-  if (std::shared_ptr<SharedRegion> r = PreferUcx() ? nullptr : Region()) {
-    std::vector<uint64_t> offsets, staged;
-    bool staged_all = true;
-    for (const PutBlock& b : blocks) {
-      if (auto at = r->OffsetOf(b.payload.data(), b.payload.size())) {
-        offsets.push_back(*at);  // a SharedBuffer: no copy
-        continue;
-      }
-      auto at = b.payload.empty() ? std::optional<uint64_t>(0) : r->Allocate(b.payload.size());
-      if (!at) {
-        staged_all = false;
-        break;
-      }
-      if (!b.payload.empty()) {
-        staged.push_back(*at);
-        common::BulkCopy(r->base() + *at, b.payload.data(), b.payload.size());
-      }
-      offsets.push_back(*at);
-    }
-    absl::Status status;
-    v1::PutResponse response;
-    if (staged_all && options.shared_memory_socket_calls &&
-        SocketCall(*r, protocol::shm::FrameOp::kPut,
-                   PutHeaderMessage(ns, blocks, format, r->session(), offsets).SerializeAsString(),
-                   deadline, "Put", &response, &status)) {
-      if (status.ok()) AddPutResponse(response, result);
-    } else if (staged_all) {
-      SliceRefs unused;
-      status = PutStream(ns, blocks, format, deadline, &unused, result, r->session(), offsets);
-    }
-    for (uint64_t at : staged) r->Free(at);
-    if (staged_all && !IsLostSession(status)) return status;
-    if (staged_all) DropRegion(r);
-  }
-  if (std::shared_ptr<UcxChannel> u = Ucx()) {
-    absl::Status status = PutUcx(u, ns, blocks, format, deadline, result);
-    if (!IsUcxFallback(status)) return status;
-    if (!u->healthy() || protocol::HasErrorReason(status, v1::UCX_SESSION_UNKNOWN)) DropUcx(u);
-  }
-  SliceRefs refs;
-  absl::Status status = PutStream(ns, blocks, format, deadline, &refs, result);
-  refs.WaitForNone();
-  return status;
+  internal::PutCall call{ns, blocks, format, deadline, result, std::nullopt};
+  return dataplane::RunPaths<internal::PutCall>(put_paths, call);
 }
 
 absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlock> blocks,
@@ -192,76 +142,12 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
                                   const GetStreamParser::DestinationFn& destination,
                                   std::span<const std::span<uint8_t>> buffers,
                                   std::vector<v1::GetBlockInfo>* infos) {
-  v1::GetRequest request;
-  request.set_namespace_(std::string(ns));
-  for (const auto& k : keys) request.add_keys(k);
-  request.set_format(opts.format);
-  request.set_lease_id(opts.lease_id);
-  if (std::shared_ptr<SharedRegion> r = buffers.empty() || PreferUcx() ? nullptr : Region()) {
-    std::vector<std::pair<size_t, uint64_t>> staged;  // key index, region offset
-    bool staged_all = true;
-    for (size_t i = 0; i < buffers.size() && staged_all; ++i) {
-      std::optional<uint64_t> at = r->OffsetOf(buffers[i].data(), buffers[i].size());
-      if (!at && !buffers[i].empty()) {
-        at = r->Allocate(buffers[i].size());
-        if (at) staged.emplace_back(i, *at);
-      }
-      if (!at && !buffers[i].empty()) staged_all = false;
-      v1::ShmRange* d = request.add_shm_destinations();
-      d->set_offset(at.value_or(0));
-      d->set_capacity(at ? buffers[i].size() : 0);
-    }
-    absl::Status status;
-    if (staged_all) {
-      request.set_shm_session(r->session());
-      v1::GetResponse response;
-      if (SocketCall(*r, protocol::shm::FrameOp::kGet, request.SerializeAsString(), deadline, "Get",
-                     &response, &status)) {
-        if (status.ok()) {
-          infos->assign(response.header().blocks().begin(), response.header().blocks().end());
-        }
-      } else {
-        status = Call(
-            "Get", 0, true,
-            [&](grpc::ClientContext* ctx, Channel& ch) {
-              return GetShmAttempt(ctx, ch, request, infos);
-            },
-            false, deadline);
-      }
-      if (status.ok() && infos->size() != keys.size()) {
-        status = absl::InternalError(absl::StrCat("Get: header lists ", infos->size(),
-                                                  " blocks for ", keys.size(), " keys"));
-      }
-      for (size_t i = 0; status.ok() && i < infos->size(); ++i) {
-        if ((*infos)[i].found() && (*infos)[i].size() > buffers[i].size()) {
-          status = absl::InternalError(absl::StrCat("Get: the server wrote ", (*infos)[i].size(),
-                                                    " bytes into buffers[", i, "] of ",
-                                                    buffers[i].size()));
-        }
-      }
-      for (const auto& [i, at] : staged) {
-        if (status.ok() && (*infos)[i].found()) {
-          common::BulkCopy(buffers[i].data(), r->base() + at, (*infos)[i].size());
-        }
-      }
-    }
-    for (const auto& [i, at] : staged) r->Free(at);
-    if (staged_all && !IsLostSession(status)) return status;
-    if (staged_all) DropRegion(r);
-    request.clear_shm_session();
-    request.clear_shm_destinations();
-  }
-  if (std::shared_ptr<UcxChannel> u = Ucx()) {
-    absl::Status status = GetUcx(u, request, destination, keys.size(), deadline, infos);
-    if (!IsUcxFallback(status)) return status;
-    if (!u->healthy() || protocol::HasErrorReason(status, v1::UCX_SESSION_UNKNOWN)) DropUcx(u);
-  }
-  return Call(
-      "Get", 0, true,
-      [&](grpc::ClientContext* ctx, Channel& ch) {
-        return GetStreamAttempt(ctx, ch, request, destination, keys.size(), infos);
-      },
-      false, deadline);
+  internal::GetCall call{keys, deadline, &destination, buffers, infos, {}, std::nullopt};
+  call.request.set_namespace_(std::string(ns));
+  for (const auto& k : keys) call.request.add_keys(k);
+  call.request.set_format(opts.format);
+  call.request.set_lease_id(opts.lease_id);
+  return dataplane::RunPaths<internal::GetCall>(get_paths, call);
 }
 
 grpc::Status Client::Impl::GetStreamAttempt(grpc::ClientContext* ctx, Channel& ch,

@@ -1,7 +1,7 @@
 // Client::Impl's UCX data path (client/ucx_channel.h): opening the channel at Connect,
 // and Put / Get whose payloads move as UCX active messages while the gRPC stream carries
 // the headers. Any UCX failure before the server stored anything makes the call redo
-// itself over the gRPC stream (client_streams.cc).
+// itself on the next payload path, the gRPC stream (client/client_paths.cc).
 #include <chrono>
 #include <string>
 #include <vector>

@@ -18,6 +18,7 @@
 #include "common/strings.h"
 #include "protocol/lookup_form.h"
 #include "protocol/lookup_merge.h"
+#include "protocol/peer_liveness.h"
 
 namespace kvtier::client {
 namespace {
@@ -42,13 +43,6 @@ int64_t NowMs() {
 
 absl::Status NodeError(const absl::Status& s, std::string_view node_id) {
   return absl::Status(s.code(), absl::StrCat("node ", Sv(node_id), ": ", s.message()));
-}
-
-// Errors after which the key moves on to its next owner (the node, not the request, is
-// the problem).
-bool IsUnreachable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
 // Runs fn(i) for every i in `work` at once: the last on the calling thread, the others
@@ -155,7 +149,7 @@ struct ClusterClient::Impl {
       CallOptions call;
       call.deadline_ms = std::max<int64_t>(1, options.down_retry_ms);
       const absl::Status s = p.client->ListNamespaces(call).status();
-      if (IsUnreachable(s)) {
+      if (protocol::IsPeerUnreachable(s)) {
         MarkDown(*p.health);
       } else {
         MarkUp(*p.health);
@@ -243,7 +237,9 @@ struct ClusterClient::Impl {
     for (size_t i = 0; i < errors.size(); ++i) {
       // An unreachable member is not an error (it may come back); a member that rejects
       // the namespace or hash scheme is.
-      if (!errors[i].ok() && !IsUnreachable(errors[i])) return NodeError(errors[i], v->nodes[i].id);
+      if (!errors[i].ok() && !protocol::IsPeerUnreachable(errors[i])) {
+        return NodeError(errors[i], v->nodes[i].id);
+      }
       if (!errors[i].ok()) MarkDown(v->nodes[i]);
     }
     return std::shared_ptr<const View>(std::move(v));
@@ -265,7 +261,7 @@ struct ClusterClient::Impl {
         return s;
       }
       last = NodeError(s.status(), n.id);
-      if (!IsUnreachable(s.status())) return last;
+      if (!protocol::IsPeerUnreachable(s.status())) return last;
       MarkDown(n);
     }
     return last;
@@ -300,7 +296,7 @@ struct ClusterClient::Impl {
         return r;
       }
       last = NodeError(r.status(), n->id);
-      if (!IsUnreachable(r.status())) return last;
+      if (!protocol::IsPeerUnreachable(r.status())) return last;
       MarkDown(*n);
     }
     return last;
@@ -370,7 +366,7 @@ struct ClusterClient::Impl {
         const Node& node = v->nodes[n];
         if (!results[n].ok()) {
           const absl::Status err = NodeError(results[n].status(), node.id);
-          if (!IsUnreachable(results[n].status())) return err;
+          if (!protocol::IsPeerUnreachable(results[n].status())) return err;
           if (node.client != nullptr) MarkDown(node);
           last_unreachable = err;
           next.insert(next.end(), groups[n].begin(), groups[n].end());
@@ -480,7 +476,9 @@ absl::StatusOr<PutResult> ClusterClient::PutBlocks(std::string_view ns,
   for (size_t n : work) {
     const Impl::Node& node = v->nodes[n];
     if (!results[n].ok()) {
-      if (!IsUnreachable(results[n].status())) return NodeError(results[n].status(), node.id);
+      if (!protocol::IsPeerUnreachable(results[n].status())) {
+        return NodeError(results[n].status(), node.id);
+      }
       if (node.client != nullptr) impl_->MarkDown(node);
       if (unreachable.ok()) unreachable = NodeError(results[n].status(), node.id);
       total.replicas_skipped += static_cast<uint32_t>(groups[n].size());
@@ -637,7 +635,7 @@ absl::StatusOr<v1::LookupResponse> ClusterClient::Lookup(std::string_view ns,
       continue;
     }
     if (!refused) error = NodeError(a.status(), v->nodes[n].id);  // a refusal first
-    if (IsUnreachable(a.status())) {
+    if (protocol::IsPeerUnreachable(a.status())) {
       impl_->MarkDown(v->nodes[n]);  // its keys are misses
     } else {
       refused = true;

@@ -25,8 +25,8 @@
 //   GetBlocks  each key is asked of its primary owner first, one call per owner in
 //              parallel; keys that miss, or whose owner is unreachable, are asked of their
 //              next owner, up to R owners, all within the call's one deadline. Owners that
-//              failed recently (UNAVAILABLE / DEADLINE_EXCEEDED in the last
-//              `down_retry_ms`) are tried last.
+//              failed recently (UNAVAILABLE / DEADLINE_EXCEEDED, the liveness rule of
+//              protocol/peer_liveness.h, in the last `down_retry_ms`) are tried last.
 //   Lookup     one hop: each key is asked of its top-R owners, one local-only Lookup per
 //              owner with its share of the keys, all owners at once; the answers merge as
 //              kvtierd's own fan-out merges them (protocol/lookup_merge.h). An owner whose

@@ -1,5 +1,5 @@
 // SharedRegion: the client's end of the same-node shared-memory data path (handshake in
-// protocol/shm_wire.h, server in service/shm_server.h). Open() connects to kvtierd's Unix
+// protocol/shm_wire.h, server in dataplane/shm_server.h). Open() connects to kvtierd's Unix
 // socket, receives a sealed memfd region and maps it populated (allocated up front, in
 // this process's memory accounting); Put and Get then pass offsets into it instead of
 // payload bytes. The region also serves as an allocator: Client uses it for

@@ -1,5 +1,5 @@
 // UcxChannel: the client's end of kvtierd's cross-node UCX data path
-// (service/ucx_server.h; transport/am_protocol.h). One per Client: one UCX worker with its
+// (dataplane/ucx_server.h; transport/am_protocol.h). One per Client: one UCX worker with its
 // progress thread and one endpoint to the server, plus the session id the server issued
 // to that endpoint in the handshake.
 //

@@ -1,5 +1,5 @@
 // The same-node shared-memory handshake between a client (client/shared_region.h) and
-// kvtierd (service/shm_server.h), over a Unix SOCK_SEQPACKET socket.
+// kvtierd (dataplane/shm_server.h), over a Unix SOCK_SEQPACKET socket.
 //
 //   client -> server  ShmRequest  {magic, region_bytes, instance}
 //   server -> client  ShmReply    {magic, ok, region_bytes, session, instance, error}

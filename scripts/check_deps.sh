@@ -13,6 +13,10 @@
 #   5. every lock is a common::Mutex / MutexLock / CondVar / Notification (common/mutex.h),
 #      never the absl type directly, so the TSAN build (scripts/tsan.sh) sees it.
 #   6. transport/ (the bare UCX layer) includes nothing of kvtier but common/.
+#   7. dataplane/ (the payload paths) includes nothing of kvtier but common/, protocol/,
+#      transport/ and the generated kvtier/v1 messages; the Put and Get reactors (service/*reactor*) name
+#      no payload path (no shm_session / ucx_session, no ShmRegion / UcxServer / UcxPut):
+#      they see a dataplane::PutSource / GetSink only (docs/dataplane.md).
 # Every broken rule is reported (file:line or binary: symbol) and the exit status is 1;
 # 0 when all hold. Usage: scripts/check_deps.sh [SOURCE_DIR [BUILD_DIR]] (defaults: the
 # repository root and SOURCE_DIR/build). Rule 4 needs kvtierd and the libraries built
@@ -57,14 +61,24 @@ include_rule 'storage/ includes gRPC or protobuf headers' \
   'grpcpp/|grpc/|grpc\+\+/|kvtier/v1/|google/protobuf/|[^">]*\.pb\.h' storage
 include_rule 'transport/ includes more than common/ (it is the bare UCX layer)' \
   'client/|service/|storage/|protocol/|events/|tools/|grpcpp/|grpc/|kvtier/v1/|[^">]*\.pb\.h' transport
+include_rule 'dataplane/ includes client/, service/, storage/, events/ or tools/ (it sits below both ends)' \
+  'client/|service/|storage/|events/|tools/' dataplane
 include_rule 'production code includes the offline tools (tools/)' 'tools/' \
   storage client protocol service -- client/cli/
+
+# The reactors take a transport-neutral source and sink (dataplane/path.h).
+reactor_paths=$(grep -nE 'shm_session|ucx_session|ShmRegion|UcxServer|UcxPut|ShmServer' \
+                  "$src"/service/*reactor* 2>/dev/null | sed "s#^$src/##")
+if [[ -n "$reactor_paths" ]]; then
+  fail 'the Put / Get reactors name a payload path (use dataplane::PutSource / GetSink):'
+  echo "$reactor_paths" | sed 's/^/    /' >&2
+fi
 
 # Every lock is common::Mutex (common/mutex.h), so scripts/tsan.sh sees it; absl::Mutex
 # directly is invisible to TSAN (Debian's Abseil is not instrumented).
 direct_locks=$(grep -rnE --include='*.h' --include='*.cc' \
                  'absl::(Mutex|MutexLock|ReaderMutexLock|WriterMutexLock|CondVar|Notification)\b' \
-                 "$src"/{common,storage,protocol,transport,client,service,events,tools,tests} 2>/dev/null |
+                 "$src"/{common,storage,protocol,transport,dataplane,client,service,events,tools,tests} 2>/dev/null |
                sed "s#^$src/##" | grep -v '^common/mutex.h:')
 if [[ -n "$direct_locks" ]]; then
   fail 'locks must be common::Mutex & co. (common/mutex.h), not absl:: directly:'

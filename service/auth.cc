@@ -31,6 +31,18 @@ bool ValidSha256Hex(const std::string& hex) {
 
 }  // namespace
 
+std::string CallerIdentity(const Caller& caller) {
+  return absl::StrCat(caller.is_operator ? "1" : "0", caller.tenant);
+}
+
+Caller CallerFromIdentity(std::string_view identity) {
+  Caller caller;
+  caller.is_operator = !identity.empty() && identity[0] == '1';
+  if (!identity.empty()) identity.remove_prefix(1);
+  caller.tenant = std::string(identity);
+  return caller;
+}
+
 std::string Sha256Hex(std::string_view text) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);

@@ -30,6 +30,11 @@ struct Caller {
   bool MayUse(std::string_view tenant) const { return is_operator || tenant == this->tenant; }
 };
 
+// `caller` as one opaque string (what dataplane::ShmServer keeps per session) and back:
+// CallerFromIdentity(CallerIdentity(c)) equals c.
+std::string CallerIdentity(const Caller& caller);
+Caller CallerFromIdentity(std::string_view identity);
+
 // Lowercase hex SHA-256 of `text`.
 std::string Sha256Hex(std::string_view text);
 

@@ -19,7 +19,7 @@
 #include "service/limits.h"
 #include "service/membership.h"
 #include "service/tenant_quotas.h"
-#include "service/ucx_server.h"
+#include "service/ucx_put.h"
 #include "storage/write_back.h"
 #include "storage/kv/prefix_key.h"
 

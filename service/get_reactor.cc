@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/bulk_copy.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "protocol/convert.h"
@@ -19,7 +18,7 @@
 #include "service/compact.h"
 #include "service/config.h"
 #include "service/request_checks.h"
-#include "service/ucx_put.h"
+#include "service/payload_paths.h"
 #include "storage/kv/codec.h"
 
 namespace kvtier::service {
@@ -38,8 +37,8 @@ bool IsRawCodec(kv::CodecId codec) {
 }
 
 // The checks and the loads of one Get, whatever carried it (a gRPC stream, or a frame on
-// the shared-memory socket): the request checked, every key read, and each payload either
-// copied into the client's region or kept in items_ for the stream.
+// a socket): the request checked, every key read, and each payload handed to the call's
+// payload path (sink_, dataplane/path.h) or kept in items_ for the stream.
 class GetCore {
  protected:
   explicit GetCore(ServiceContext* ctx) : ctx_(ctx) {}
@@ -59,15 +58,8 @@ class GetCore {
           absl::StrCat("format ", static_cast<int>(req_.format()), " is unknown"));
     }
     ASSIGN_OR_RETURN(std::vector<std::string> keys, CheckKeys(req_.keys(), ctx_->limits, false));
-    if (!req_.shm_session().empty()) RETURN_IF_ERROR(OpenDestinations(keys.size()));
-    if (!req_.ucx_session().empty()) {
-      if (region_ != nullptr) {
-        return absl::InvalidArgumentError(
-            "shm_session and ucx_session are exclusive (one data path per Get)");
-      }
-      RETURN_IF_ERROR(CheckUcxSession(*ctx_, caller_, req_.ucx_session(), "ucx_session"));
-      ucx_ = true;
-    }
+    if (sink_ == nullptr) sink_ = GetSinkFor(ctx_, caller_, req_);
+    RETURN_IF_ERROR(sink_->Resolve(keys.size()));
     v1::GetHeader* header = header_msg->mutable_header();
     items_.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -80,28 +72,8 @@ class GetCore {
     return absl::OkStatus();
   }
 
-  // Finds the request's shm session (region_) and checks one destination per key, each
-  // inside the region.
-  absl::Status OpenDestinations(size_t num_keys) {
-    ASSIGN_OR_RETURN(region_, FindShmSession(*ctx_, req_.shm_session(), "shm_session", caller_));
-    if (req_.shm_destinations_size() != static_cast<int>(num_keys)) {
-      return absl::InvalidArgumentError(absl::StrCat("shm_destinations: ",
-                                                     req_.shm_destinations_size(), " ranges for ",
-                                                     num_keys, " keys"));
-    }
-    for (int i = 0; i < req_.shm_destinations_size(); ++i) {
-      const v1::ShmRange& d = req_.shm_destinations(i);
-      if (!region_->Contains(d.offset(), d.capacity())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "shm_destinations[", i, "] (offset ", d.offset(), ", capacity ", d.capacity(),
-            ") lies outside the shared-memory region of ", region_->size(), " bytes"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Loads key i into `info` and items_ (or the client's region). A missing or unreadable
-  // block leaves info.found false.
+  // Loads key i into `info` and hands its payload to sink_ (or items_, for the stream). A
+  // missing or unreadable block leaves info.found false.
   absl::Status LoadOne(const std::string& ns, const std::string& key, int i,
                        v1::GetBlockInfo* info) {
     auto ref = store_->Get(ns, key);
@@ -129,31 +101,15 @@ class GetCore {
     info->set_tier(TierToProto(ref->tier()));
     info->set_block_index(ref->block_index());
     info->set_codec(protocol::CodecToProto(parsed->codec));
-    if (region_ != nullptr) {
-      // Same-node client: one copy into its region, nothing in the stream.
-      const v1::ShmRange& d = req_.shm_destinations(i);
-      if (item.bytes.size() > d.capacity()) {
-        return absl::OutOfRangeError(absl::StrCat("shm_destinations[", i, "] holds ",
-                                                  d.capacity(), " bytes, block ",
-                                                  KeyForMessage(key), " needs ",
-                                                  item.bytes.size()));
-      }
-      uint8_t* to = region_->base() + d.offset();
-      if (item.bytes.data() != to) common::BulkCopy(to, item.bytes.data(), item.bytes.size());
-      return absl::OkStatus();
-    }
-    item.index = static_cast<uint32_t>(i);
-    if (ucx_) {
-      info->set_ucx(true);
-    } else {
-      remaining_ += item.bytes.size();
-    }
+    ASSIGN_OR_RETURN(const bool in_stream, sink_->Accept(i, {item.owner, item.bytes}, info));
+    if (!in_stream) return absl::OkStatus();
+    remaining_ += item.bytes.size();
     items_.push_back(std::move(item));
     return absl::OkStatus();
   }
 
   // Picks the bytes to answer key i with: the stored blob, the raw tail of an fp16/bf16
-  // blob, or the blob decoded (into the client's region when it fits there).
+  // blob, or the blob decoded (into the sink's destination when it has one that fits).
   absl::Status SelectPayload(const storage::BlockRef& ref, std::span<const uint8_t> blob,
                              const kv::EncodedInfo& parsed, int i, Item* item) {
     if (req_.format() != v1::PAYLOAD_FORMAT_RAW) {
@@ -168,12 +124,9 @@ class GetCore {
       item->bytes = blob.subspan(parsed.encoded_bytes - parsed.raw_bytes);
       return absl::OkStatus();
     }
-    const v1::ShmRange* dest = region_ != nullptr ? &req_.shm_destinations(i) : nullptr;
     std::shared_ptr<std::string> decoded;
-    std::span<uint8_t> out;
-    if (dest != nullptr && parsed.raw_bytes <= dest->capacity()) {
-      out = std::span<uint8_t>(region_->base() + dest->offset(), parsed.raw_bytes);
-    } else {
+    std::span<uint8_t> out = sink_->DecodeTarget(i, parsed.raw_bytes);
+    if (out.data() == nullptr) {
       decoded = std::make_shared<std::string>(parsed.raw_bytes, '\0');
       out = std::span<uint8_t>(reinterpret_cast<uint8_t*>(decoded->data()), decoded->size());
     }
@@ -187,14 +140,13 @@ class GetCore {
   storage::TieredStore* store_ = nullptr;
   Caller caller_;
   v1::GetRequest req_;
-  std::shared_ptr<ShmRegion> region_;  // req_.shm_session's region, or null
-  bool ucx_ = false;                   // payloads go over UCX (req_.ucx_session)
-  std::vector<Item> items_;            // payloads for the stream (or UCX)
-  uint64_t remaining_ = 0;             // their bytes still to send in the stream
+  std::unique_ptr<dataplane::GetSink> sink_;  // the payload path (dataplane/path.h)
+  std::vector<Item> items_;                    // payloads for the stream
+  uint64_t remaining_ = 0;                     // their bytes still to send in the stream
 
-  friend absl::Status service::GetFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
-                                                   const Caller& caller, v1::GetRequest request,
-                                                   v1::GetResponse* response);
+  friend absl::Status service::GetInline(ServiceContext* ctx, storage::TieredStore* store,
+                                         const Caller& caller, v1::GetRequest request,
+                                         v1::GetResponse* response);
 };
 
 class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, private GetCore {
@@ -217,8 +169,11 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, priv
           absl::Status s = Load(&header_msg);
           if (s.ok()) s = SerializeResponse(header_msg, &frame_);
           if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
-          if (ucx_) return SendOverUcx();
-          WriteFrame();
+          // The path's payloads first (UCX: the header follows once the client has them).
+          sink_->Deliver([this](absl::Status s) {
+            if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
+            WriteFrame();
+          });
         })) {
       FinishAndRecord(BusyStatus());
     }
@@ -239,20 +194,6 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, priv
   }
 
  private:
-  // UCX client (req_.ucx_session): the payloads go as active messages, and the header
-  // follows once the client has them all (service/ucx_server.h).
-  void SendOverUcx() {
-    std::vector<UcxOutgoing> out;
-    out.reserve(items_.size());
-    for (Item& item : items_) out.push_back({item.index, item.bytes, std::move(item.owner)});
-    items_.clear();
-    ctx_->ucx->SendGet(req_.ucx_session(), req_.ucx_transfer(), std::move(out),
-                       [this](absl::Status s) {
-                         if (!s.ok()) return FinishAndRecord(protocol::ToGrpcStatus(s));
-                         WriteFrame();
-                       });
-  }
-
   // Writes frame_; the last frame goes out together with the status (one reaction less,
   // and no OnWriteDone for it).
   void WriteFrame() {
@@ -296,7 +237,7 @@ class GetReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, priv
   void FinishAndRecord(const grpc::Status& s) {
     ctx_->metrics.Record(Op::kGet, NowMicros() - start_, s.ok());
     items_.clear();
-    region_.reset();
+    if (sink_ != nullptr) sink_->Close();
     Finish(s);
   }
 
@@ -315,19 +256,26 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartGet(ServiceContext* ctx,
   return new GetReactor(ctx, context, request);
 }
 
-absl::Status GetFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
-                                 const Caller& caller, v1::GetRequest request,
-                                 v1::GetResponse* response) {
-  if (request.shm_session().empty()) {
-    return absl::InvalidArgumentError(
-        "shm_session is empty: a Get over the shared-memory socket returns its payloads in "
-        "the session's region");
-  }
+absl::Status GetInline(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
+                       v1::GetRequest request, v1::GetResponse* response) {
   GetCore core(ctx);
   core.store_ = store;
   core.caller_ = caller;
   core.req_ = std::move(request);
-  return core.Load(response);
+  absl::Status status = core.Load(response);
+  if (status.ok() && !core.items_.empty()) {
+    status = absl::InternalError("an inline Get's payload path left payloads for a stream");
+  }
+  if (status.ok()) {
+    bool delivered = false;
+    core.sink_->Deliver([&](absl::Status s) {
+      status = std::move(s);
+      delivered = true;
+    });
+    if (!delivered) status = absl::InternalError("an inline Get's payload path delivers later");
+  }
+  if (core.sink_ != nullptr) core.sink_->Close();
+  return status;
 }
 
 }  // namespace kvtier::service

@@ -18,7 +18,7 @@
 //   - Get hand-serializes GetResponse frames whose payload slices point into the store's
 //     memory, kept alive by storage::BlockRef::owner() (zero payload copies in the server).
 //   - Same-node clients (PutHeader.shm_session / GetRequest.shm_session, see
-//     service/shm_server.h): Put's blocks view the client's region and the store copies
+//     dataplane/shm_server.h): Put's blocks view the client's region and the store copies
 //     them into the hot tier; Get copies each found payload into the region at its
 //     destination and sends the header alone. Region ranges are checked against the
 //     region's size before any byte is touched.
@@ -44,12 +44,15 @@
 #include "service/put_budget.h"
 #include "service/peer_fanout.h"
 #include "service/put_watchdog.h"
-#include "service/shm_server.h"
+#include "dataplane/shm_server.h"
 #include "storage/tiered_store.h"
+
+namespace kvtier::dataplane {
+class UcxServer;  // dataplane/ucx_server.h
+}  // namespace kvtier::dataplane
 
 namespace kvtier::service {
 
-class UcxServer;  // service/ucx_server.h
 
 // Namespaces seen by the service, so hot paths (Put headers) can check them inside a
 // reaction without calling the store. A registered spec never changes; DropNamespace
@@ -105,9 +108,9 @@ struct ServiceContext {
   // Cancels stalled Put streams (not owned); null = no progress timeout.
   PutWatchdog* put_watchdog = nullptr;
   // Same-node shared-memory data path (not owned); null = off. Set before `store`.
-  ShmServer* shm = nullptr;
+  dataplane::ShmServer* shm = nullptr;
   // Cross-node UCX data path (not owned); null = off. Set before serving.
-  UcxServer* ucx = nullptr;
+  dataplane::UcxServer* ucx = nullptr;
   // Who may call, and which tenant's namespaces they may use. Set before serving.
   Authenticator auth;
 };

@@ -14,25 +14,10 @@
 #include "common/mutex.h"
 #include "protocol/lookup_form.h"
 #include "protocol/lookup_merge.h"
+#include "protocol/peer_liveness.h"
 
 namespace kvtier::service {
 namespace {
-
-// True when a status means the peer did not answer (as opposed to answering with an
-// error, e.g. NOT_FOUND for a namespace it does not have).
-bool IsPeerDown(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-    case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::INTERNAL:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return true;
-    default:
-      return false;
-  }
-}
 
 bool IsNumericAddress(const std::string& host) {
   unsigned char buf[16];
@@ -199,8 +184,8 @@ void PeerFanout::Probe(const Peer& peer) {
       [this, call](grpc::Status status) {
         std::unique_ptr<ProbeCall> owned(call);
         // A peer without the health service (UNIMPLEMENTED) still answered.
-        const bool answered =
-            status.ok() ? IsServing(call->response) : !IsPeerDown(status.error_code());
+        const bool answered = status.ok() ? IsServing(call->response)
+                                          : !protocol::IsPeerUnreachable(status.error_code());
         health_.FinishProbe(call->peer_id, answered);
         owned.reset();  // before CallFinished: ~PeerFanout may run right after it
         CallFinished();
@@ -310,7 +295,7 @@ class PeerFanout::LookupCall : public std::enable_shared_from_this<LookupCall> {
   void OnAnswer(std::unique_ptr<Batch> batch, const grpc::Status& status) {
     PeerFanout* const fanout = fanout_;
     const std::string& peer_id = ring_->nodes()[batch->node];
-    if (!status.ok() && IsPeerDown(status.error_code())) {
+    if (!status.ok() && protocol::IsPeerUnreachable(status.error_code())) {
       fanout->health_.RecordFailure(peer_id);
     } else {
       fanout->health_.RecordSuccess(peer_id);  // an error answer: its keys are misses
@@ -457,7 +442,7 @@ class PeerFanout::StatusCall : public std::enable_shared_from_this<StatusCall> {
   void OnAnswer(std::unique_ptr<Stats> call, const grpc::Status& status) {
     PeerFanout* const fanout = fanout_;
     PeerHealth& health = fanout->health_;
-    if (status.ok() || !IsPeerDown(status.error_code())) {
+    if (status.ok() || !protocol::IsPeerUnreachable(status.error_code())) {
       health.RecordSuccess(call->peer_id);
     } else {
       health.RecordFailure(call->peer_id);

@@ -20,7 +20,7 @@
 #include "service/put_watchdog.h"
 #include "service/request_checks.h"
 #include "service/tenant_quotas.h"
-#include "service/ucx_put.h"
+#include "service/payload_paths.h"
 #include "storage/kv/codec.h"
 
 namespace kvtier::service {
@@ -32,8 +32,9 @@ constexpr int kMaxExtraKeys = 64;
 constexpr size_t kMaxExtraKeyBytes = 256;
 
 // The checks and the store step of one Put, whatever carried it (a gRPC stream, or a frame
-// on the shared-memory socket): the header checked against its namespace, then every
-// block validated, transcoded when needed, and stored.
+// on a socket) and whatever path its payloads took (source_, dataplane/path.h): the
+// header checked against its namespace, then every block validated, transcoded when
+// needed, and stored.
 class PutCore {
  protected:
   explicit PutCore(ServiceContext* ctx) : ctx_(ctx) {}
@@ -53,8 +54,8 @@ class PutCore {
     return ValidateHeader();
   }
 
-  // Checks header.blocks[i]: key, parent key, size for the format, and its range in the
-  // shared-memory region (when there is one).
+  // Checks header.blocks[i]: key, parent key, size for the format, and what the payload
+  // path checks of it (PutSource::CheckBlock).
   absl::Status ValidateBlock(int i) const {
     const v1::PutBlock& b = header_.blocks(i);
     const uint64_t raw_size = ns_.layout.BytesPerBlock();
@@ -97,12 +98,7 @@ class PutCore {
                          kMaxExtraKeyBytes, " bytes"));
       }
     }
-    if (region_ != nullptr && !region_->Contains(b.shm_offset(), b.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "header.blocks[", i, "].shm_offset ", b.shm_offset(), " + size ", b.size(),
-          " lies outside the shared-memory region of ", region_->size(), " bytes"));
-    }
-    return absl::OkStatus();
+    return source_->CheckBlock(i, b);
   }
 
   // Checks the header against ns_.
@@ -124,19 +120,8 @@ class PutCore {
                                                      " blocks exceed max_keys_per_request (",
                                                      ctx_->limits.max_keys_per_request, ")"));
     }
-    if (!header_.shm_session().empty()) {
-      ASSIGN_OR_RETURN(region_,
-                       FindShmSession(*ctx_, header_.shm_session(), "header.shm_session",
-                                      caller_));
-    }
-    if (!header_.ucx_session().empty()) {
-      if (region_ != nullptr) {
-        return absl::InvalidArgumentError(
-            "header: shm_session and ucx_session are exclusive (one data path per Put)");
-      }
-      RETURN_IF_ERROR(CheckUcxSession(*ctx_, caller_, header_.ucx_session(),
-                                      "header.ucx_session"));
-    }
+    if (source_ == nullptr) source_ = PutSourceFor(ctx_, caller_, header_);
+    RETURN_IF_ERROR(source_->Resolve());
     total_ = 0;
     for (int i = 0; i < n; ++i) {
       RETURN_IF_ERROR(ValidateBlock(i));
@@ -148,15 +133,28 @@ class PutCore {
                                                        ctx_->limits.max_put_bytes, ")"));
     }
     blocks_.resize(n);
-    if (region_ != nullptr) {
-      // The payloads are in the client's region already: the blocks view it, and the
-      // server buffers nothing (no Put budget to reserve).
-      for (int i = 0; i < n; ++i) {
-        const v1::PutBlock& b = header_.blocks(i);
-        blocks_[i].pieces.emplace_back(
-            reinterpret_cast<const char*>(region_->base() + b.shm_offset()), b.size());
-        blocks_[i].size = b.size();
-      }
+    return absl::OkStatus();
+  }
+
+  // After a valid header, a source whose payloads do not come in the stream: opens it
+  // (the caller charged the Put budget when it HoldsServerMemory) and lets the blocks
+  // view its bytes. `arrived` as dataplane::PutSource::Open's.
+  absl::Status OpenSource(std::function<void(absl::Status)> arrived) {
+    dataplane::PutOpen open;
+    open.store = store_;
+    open.ns = ns_.name;
+    open.header = &header_;
+    const bool raw = header_.format() == v1::PAYLOAD_FORMAT_RAW;
+    // Blocks stored as they arrive (encoded ones; raw ones for an fp16/bf16 namespace,
+    // behind the codec header PrepareBlock writes) may land where they are stored; raw
+    // ones to transcode are staged.
+    open.in_place = !raw || RawCodec();
+    open.prefix = raw ? kv::kEncodedHeaderBytes : 0;
+    std::vector<std::string_view> views;
+    RETURN_IF_ERROR(source_->Open(open, &views, std::move(arrived)));
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      blocks_[i].pieces.push_back(views[i]);
+      blocks_[i].size = header_.blocks(static_cast<int>(i)).size();
     }
     return absl::OkStatus();
   }
@@ -267,9 +265,8 @@ class PutCore {
     return ns_.codec == kv::CodecId::kFp16 || ns_.codec == kv::CodecId::kBf16;
   }
 
-  // Block i's hot slot reserved in the store when its payload landed there (UCX), else
-  // null.
-  virtual storage::PutReservation* Reservation(int) const { return nullptr; }
+  // Block i's hot slot reserved in the store when its payload landed there, else null.
+  storage::PutReservation* Reservation(int i) const { return source_->Reservation(i); }
 
   // Encodes raw bytes of block i in the namespace codec into blk.encoded (freeing
   // blk.data) and returns it.
@@ -294,12 +291,12 @@ class PutCore {
   v1::PutHeader header_;
   storage::NamespaceOptions ns_;
   std::vector<Block> blocks_;
-  std::shared_ptr<ShmRegion> region_;  // header.shm_session's region: the blocks view it
-  uint64_t total_ = 0;                 // payload bytes declared by the header
+  std::unique_ptr<dataplane::PutSource> source_;  // the payload path (dataplane/path.h)
+  uint64_t total_ = 0;                            // payload bytes declared by the header
 
-  friend absl::Status service::PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
-                                                   const Caller& caller, v1::PutHeader header,
-                                                   v1::PutResponse* response);
+  friend absl::Status service::PutInline(ServiceContext* ctx, storage::TieredStore* store,
+                                         const Caller& caller, v1::PutHeader header,
+                                         v1::PutResponse* response);
 };
 
 // Client-streaming Put: header, then payload chunks. One read in flight; header
@@ -340,8 +337,9 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
       if (!header.ok()) return Fail(header.status());
       have_header_ = true;
       header_ = *std::move(header);
-      // A UCX Put reserves hot slots (which may demote): on the executor.
-      if (header_.ucx_session().empty() && ctx_->namespaces.Find(header_.namespace_())) {
+      source_ = PutSourceFor(ctx_, caller_, header_);
+      // A source that reserves store room (which may demote) opens on the executor.
+      if (!source_->OpensOnExecutor() && ctx_->namespaces.Find(header_.namespace_())) {
         // Known namespace: validation is pure CPU on the header, no store call.
         absl::Status s = Resolve();
         if (s.ok()) s = StartPayloads();
@@ -394,49 +392,29 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
                      ctx_->put_watchdog->timeout_ms(), " ms); the stream is cancelled")));
   }
 
-  // After a valid header: the payloads are in the region already, or come over UCX, or
-  // come in the stream's chunk messages.
+  // After a valid header: the payloads come in the stream's chunk messages, or by the
+  // source's own path; then the Put goes on once both the path's bytes and the stream's
+  // end are in (PathStepDone).
   absl::Status StartPayloads() {
-    if (region_ != nullptr) {
-      received_ = total_;
-      return absl::OkStatus();
-    }
-    if (!header_.ucx_session().empty()) return StartUcx();
-    return absl::OkStatus();
-  }
-
-  // The payloads come over UCX (service/ucx_put.h): charge their bytes like a stream's,
-  // take their landing room, let the blocks view it, and expect the transfer. Blocks
-  // stored as they arrive (encoded ones; raw ones for an fp16/bf16 namespace, behind the
-  // codec header PrepareBlock writes) land in hot slots reserved in the store; raw ones
-  // to transcode in staging buffers. The Put goes on once both the transfer and the
-  // stream's end are in (UcxStepDone).
-  absl::Status StartUcx() {
-    RETURN_IF_ERROR(Charge(total_));
-    const bool raw = header_.format() == v1::PAYLOAD_FORMAT_RAW;
-    auto put = UcxPut::Create(ctx_, store_, ns_.name, header_, /*in_place=*/!raw || RawCodec(),
-                              raw ? kv::kEncodedHeaderBytes : 0);
-    if (!put.ok()) return WithTenantQuotaDetail(put.status());
-    ucx_ = *std::move(put);
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      blocks_[i].pieces.push_back(ucx_->block(i));
-      blocks_[i].size = header_.blocks(static_cast<int>(i)).size();
-    }
+    if (source_->InStream()) return absl::OkStatus();
+    if (source_->HoldsServerMemory()) RETURN_IF_ERROR(Charge(total_));
     received_ = total_;
-    ucx_pending_.store(2);
+    path_pending_.store(2);
     refs_.fetch_add(1);
-    ucx_->Start([this](absl::Status s) {
-      ucx_status_ = std::move(s);
-      UcxStepDone();
+    absl::Status s = OpenSource([this](absl::Status s) {
+      path_status_ = std::move(s);
+      PathStepDone();
       Unref();
     });
-    return absl::OkStatus();
+    if (!s.ok()) refs_.fetch_sub(1);  // `arrived` never runs
+    return s;
   }
 
-  // One of the two things a UCX Put waits for (its transfer, its stream's end) is done.
-  void UcxStepDone() {
-    if (ucx_pending_.fetch_sub(1) != 1) return;
-    if (!ucx_status_.ok()) return Fail(ucx_status_);
+  // One of the two things a Put whose payloads take another path waits for (the path's
+  // bytes, its stream's end) is done.
+  void PathStepDone() {
+    if (path_pending_.fetch_sub(1) != 1) return;
+    if (!path_status_.ok()) return Fail(path_status_);
     ScheduleStore();
   }
 
@@ -477,16 +455,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
   }
 
   absl::Status ConsumeChunkMessage() {
-    if (ucx_ != nullptr) {
-      return absl::InvalidArgumentError(
-          "chunk: a Put with header.ucx_session carries its payloads over UCX, not in chunk "
-          "messages");
-    }
-    if (region_ != nullptr) {
-      return absl::InvalidArgumentError(
-          "chunk: a Put with header.shm_session carries its payloads in shared memory, not "
-          "in chunk messages");
-    }
+    if (!source_->InStream()) return source_->ChunkError();
     std::vector<grpc::Slice> slices;
     if (!in_.Dump(&slices).ok()) return absl::InternalError("chunk: cannot read message");
     // Keep the slices (a reference each, no copy) for the blocks' pieces. A deque never
@@ -532,7 +501,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
     if (!have_header_) {
       return Fail(absl::InvalidArgumentError("header: the stream ended before the header"));
     }
-    if (ucx_ != nullptr) return UcxStepDone();
+    if (!source_->InStream()) return PathStepDone();
     if (received_ != total_) {
       const int i = static_cast<int>(std::min<size_t>(cur_, blocks_.size() - 1));
       return Fail(absl::InvalidArgumentError(
@@ -561,7 +530,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
     blocks_.clear();
     held_.clear();
     owned_.clear();
-    region_.reset();
+    if (source_ != nullptr) source_->Close();
   }
 
   void Fail(const absl::Status& s) { FinishAndRecord(protocol::ToGrpcStatus(s)); }
@@ -569,11 +538,7 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
   void FinishAndRecord(const grpc::Status& s) {
     if (state_.exchange(kFinished) == kFinished) return;
     ctx_->metrics.Record(Op::kPut, NowMicros() - start_, s.ok());
-    // A UCX transfer still in flight ends (its buffers go with it); its payload messages
-    // that come later are dropped.
-    if (!header_.ucx_session().empty()) {
-      EndUcxPut(*ctx_, header_.ucx_session(), header_.ucx_transfer());
-    }
+    // A transfer still in flight ends (dataplane::PutSource::Close).
     ReleaseBuffers();
     // Release the connection's slot and the stream's budget before the status goes out,
     // so a client that saw this stream end may open another at once (OnDone runs later).
@@ -599,16 +564,11 @@ class PutReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, priva
   std::shared_ptr<PutWatch> watch_;  // null without a watchdog
   std::string peer_;                 // counted in ctx_->connection_puts (empty: not counted)
   uint64_t reserved_ = 0;          // bytes charged to ServiceContext::put_budget
-  // UCX data path (header.ucx_session): the transfer, its result, and how many of
-  // {transfer, end of stream} are still awaited.
-  std::unique_ptr<UcxPut> ucx_;
-
-  storage::PutReservation* Reservation(int i) const override {
-    return ucx_ != nullptr ? ucx_->reservation(static_cast<size_t>(i)) : nullptr;
-  }
-  absl::Status ucx_status_;
-  std::atomic<int> ucx_pending_{0};
-  // gRPC's reference (dropped in OnDone) plus one while a UCX transfer may call back.
+  // A source with its own path: its result, and how many of {the path's bytes, end of
+  // stream} are still awaited.
+  absl::Status path_status_;
+  std::atomic<int> path_pending_{0};
+  // gRPC's reference (dropped in OnDone) plus one while the source may call back.
   std::atomic<int> refs_{1};
 };
 }  // namespace
@@ -627,20 +587,32 @@ absl::StatusOr<v1::PutHeader> PutHeaderOf(bool parsed, v1::PutRequest* first) {
   return std::move(*first->mutable_header());
 }
 
-absl::Status PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
-                                 const Caller& caller, v1::PutHeader header,
-                                 v1::PutResponse* response) {
-  if (header.shm_session().empty()) {
-    return absl::InvalidArgumentError(
-        "header.shm_session is empty: a Put over the shared-memory socket carries its "
-        "payloads in the session's region");
-  }
+absl::Status PutInline(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
+                       v1::PutHeader header, v1::PutResponse* response) {
   PutCore core(ctx);
   core.store_ = store;
   core.caller_ = caller;
   core.header_ = std::move(header);
-  RETURN_IF_ERROR(core.Resolve());
-  return core.StoreAll(response);
+  core.source_ = PutSourceFor(ctx, caller, core.header_);
+  absl::Status status = core.Resolve();
+  if (status.ok() && (core.source_->InStream() || core.source_->HoldsServerMemory())) {
+    status = absl::InternalError("an inline Put's payload path must hold its bytes in place");
+  }
+  bool arrived = false;
+  absl::Status arrival;
+  if (status.ok()) {
+    status = core.OpenSource([&](absl::Status s) {
+      arrival = std::move(s);
+      arrived = true;
+    });
+  }
+  if (status.ok() && !arrived) {
+    status = absl::InternalError("an inline Put's payloads arrive later");
+  }
+  if (status.ok()) status = arrival;
+  if (status.ok()) status = core.StoreAll(response);
+  core.source_->Close();
+  return status;
 }
 
 }  // namespace kvtier::service

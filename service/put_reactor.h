@@ -1,8 +1,8 @@
 // The client-streaming kvtier.v1.KvCache/Put reactor (raw grpc::ByteBuffer messages):
 // a header message, then chunk messages whose slices the blocks view without copying,
-// or, with header.shm_session, the header alone naming each payload's range in the
-// client's shared region (docs/design.md §3 Put / Get / Lookup data flow, §7 Same-node
-// shared memory). The whole Put is validated (and transcoded) before anything is stored.
+// unless the header names another payload path (service/payload_paths.h: shared memory,
+// UCX), whose dataplane::PutSource then brings the payloads and the stream carries the
+// header alone (docs/design.md §3 Put / Get / Lookup data flow, docs/dataplane.md). The whole Put is validated (and transcoded) before anything is stored.
 // One read in flight; header validation and the final transcode + store run on the
 // executor.
 #ifndef KVTIER_SERVICE_PUT_REACTOR_H_
@@ -18,7 +18,8 @@ namespace kvtier::service {
 // Starts a Put call; the reactor deletes itself when the call is done. Errors (as the
 // call's status): INVALID_ARGUMENT naming the header field or chunk at fault,
 // NOT_FOUND / PERMISSION_DENIED for the namespace, FAILED_PRECONDITION for a layout or
-// codec mismatch or an unknown shm session (with ErrorDetail SHM_SESSION_UNKNOWN),
+// codec mismatch, the source's errors (dataplane::PutSource: FAILED_PRECONDITION with an
+// ErrorDetail for an unknown session),
 // RESOURCE_EXHAUSTED over max_put_bytes, the Put budget, max_puts_per_connection or a
 // full executor, DEADLINE_EXCEEDED naming put_progress_timeout_ms for a stalled stream.
 // REQUIRES: ctx outlives the call.
@@ -30,13 +31,12 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StartPut(ServiceContext* ctx,
 // moved out of *first. INVALID_ARGUMENT naming what is wrong otherwise.
 absl::StatusOr<v1::PutHeader> PutHeaderOf(bool parsed, v1::PutRequest* first);
 
-// The same Put arriving as a frame on the shared-memory socket (service/shm_calls.h): the
-// header alone, its payloads in header.shm_session's region. Runs inline on the calling
-// thread with the same checks, errors and store step as StartPut's; INVALID_ARGUMENT if
-// header.shm_session is empty. Fills *response on success.
-absl::Status PutFromSharedMemory(ServiceContext* ctx, storage::TieredStore* store,
-                                 const Caller& caller, v1::PutHeader header,
-                                 v1::PutResponse* response);
+// The same Put arriving as a frame on a socket (service/shm_calls.h), run inline on the
+// calling thread with the same checks, errors and store step as StartPut's. Its payload
+// path must hold every payload in place at once (shared memory); INTERNAL otherwise.
+// Fills *response on success.
+absl::Status PutInline(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
+                       v1::PutHeader header, v1::PutResponse* response);
 
 }  // namespace kvtier::service
 

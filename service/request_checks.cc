@@ -78,13 +78,13 @@ absl::StatusOr<storage::NamespaceOptions> FindNamespace(ServiceContext& ctx,
   return ns;
 }
 
-absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
+absl::StatusOr<std::shared_ptr<dataplane::ShmRegion>> FindShmSession(const ServiceContext& ctx,
                                                           const std::string& session,
                                                           std::string_view field,
                                                           const Caller& caller) {
-  std::shared_ptr<ShmRegion> region = ctx.shm == nullptr ? nullptr : ctx.shm->Find(session);
+  std::shared_ptr<dataplane::ShmRegion> region = ctx.shm == nullptr ? nullptr : ctx.shm->Find(session);
   if (region == nullptr) return ShmSessionUnknown(field);
-  ctx.shm->Bind(session, caller);
+  ctx.shm->Bind(session, CallerIdentity(caller));
   return region;
 }
 

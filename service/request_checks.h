@@ -15,7 +15,7 @@
 #include "service/auth.h"
 #include "service/kv_cache_service.h"
 #include "service/limits.h"
-#include "service/shm_server.h"
+#include "dataplane/shm_server.h"
 #include "storage/kv/layout.h"
 #include "storage/tiered_store.h"
 
@@ -54,7 +54,7 @@ absl::Status ShmSessionUnknown(std::string_view field);
 // call (as `caller`) binds to its identity when it has none yet (ShmServer::Bind: its
 // socket calls then run as that caller). So only a caller that authenticated may call
 // it. ShmSessionUnknown when the server has no such session.
-absl::StatusOr<std::shared_ptr<ShmRegion>> FindShmSession(const ServiceContext& ctx,
+absl::StatusOr<std::shared_ptr<dataplane::ShmRegion>> FindShmSession(const ServiceContext& ctx,
                                                           const std::string& session,
                                                           std::string_view field,
                                                           const Caller& caller);

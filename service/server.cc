@@ -217,7 +217,7 @@ absl::Status KvtierServer::OpenStore() {
 
 absl::Status KvtierServer::StartShm() {
   if (config_.shm_socket() == "off") return absl::OkStatus();
-  ShmServerOptions options;
+  dataplane::ShmServerOptions options;
   options.max_region_bytes = config_.shm_max_region_bytes();
   options.max_sessions = config_.shm_max_sessions();
   options.socket_path = config_.shm_socket();
@@ -235,7 +235,7 @@ absl::Status KvtierServer::StartShm() {
       return absl::OkStatus();
     }
   }
-  ASSIGN_OR_RETURN(shm_, ShmServer::Start(options));
+  ASSIGN_OR_RETURN(shm_, dataplane::ShmServer::Start(options));
   ctx_.shm = shm_.get();
   KVTIER_LOG(INFO) << "same-node shared memory on " << options.socket_path;
   return absl::OkStatus();

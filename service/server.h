@@ -5,7 +5,7 @@
 //
 // Lifecycle: Start() binds and serves with health NOT_SERVING (data RPCs answer
 // UNAVAILABLE); OpenStore() opens the store, registers the config's namespaces, starts the
-// same-node shared-memory socket (service/shm_server.h) and flips health to SERVING
+// same-node shared-memory socket (dataplane/shm_server.h) and flips health to SERVING
 // (with ServerConfig.events, a ZmqEventPublisher is created first and the store reports
 // every tier change into it); Shutdown() stops accepting, lets in-flight calls finish for
 // the part of shutdown_grace_ms the store's write-back debt does not need (at least half;
@@ -29,8 +29,9 @@
 #include "service/peer_fanout.h"
 #include "service/metrics.h"
 #include "service/put_watchdog.h"
-#include "service/shm_server.h"
-#include "service/ucx_server.h"
+#include "dataplane/shm_server.h"
+#include "dataplane/ucx_server.h"
+#include "service/ucx_put.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::service {
@@ -84,8 +85,8 @@ class KvtierServer {
   std::unique_ptr<events::EventLog> event_log_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<MetricsExporter> exporter_;
-  std::unique_ptr<ShmServer> shm_;  // null when shm_socket is "off" (or unusable)
-  std::unique_ptr<UcxServer> ucx_;  // null unless ucx.enabled
+  std::unique_ptr<dataplane::ShmServer> shm_;  // null when shm_socket is "off" (or unusable)
+  std::unique_ptr<dataplane::UcxServer> ucx_;  // null unless ucx.enabled
   // Cluster mode (static_peers or peer_dns); destroyed before the members above, after
   // Shutdown() has stopped the server.
   std::unique_ptr<Membership> membership_;

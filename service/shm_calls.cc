@@ -10,6 +10,7 @@
 #include "protocol/shm_wire.h"
 #include "service/admission.h"
 #include "service/get_reactor.h"
+#include "service/payload_paths.h"
 #include "service/put_reactor.h"
 #include "service/request_checks.h"
 
@@ -22,8 +23,8 @@ namespace shm = ::kvtier::protocol::shm;
 absl::StatusOr<Caller> SessionCaller(const ServiceContext& ctx, const std::string& session,
                                      std::string_view field) {
   if (!ctx.auth.enabled()) return Caller{};
-  std::optional<Caller> bound = ctx.shm->BoundCaller(session);
-  if (bound.has_value()) return *std::move(bound);
+  std::optional<std::string> bound = ctx.shm->BoundIdentity(session);
+  if (bound.has_value()) return CallerFromIdentity(*bound);
   // An unknown session says so (the client then falls back as over gRPC). A frame has no
   // identity of its own, so it binds nothing (not FindShmSession, which binds).
   if (ctx.shm->Find(session) == nullptr) return ShmSessionUnknown(field);
@@ -44,7 +45,12 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
     ASSIGN_OR_RETURN(v1::PutHeader header, PutHeaderOf(parsed, &req));
     ASSIGN_OR_RETURN(Caller caller, SessionCaller(*ctx, header.shm_session(), "header.shm_session"));
     v1::PutResponse resp;
-    RETURN_IF_ERROR(PutFromSharedMemory(ctx, store, caller, std::move(header), &resp));
+    if (!NamesSharedRegion(header)) {
+      return absl::InvalidArgumentError(
+          "header.shm_session is empty: a Put over the shared-memory socket carries its "
+          "payloads in the session's region");
+    }
+    RETURN_IF_ERROR(PutInline(ctx, store, caller, std::move(header), &resp));
     resp.AppendToString(response);
     return absl::OkStatus();
   }
@@ -55,7 +61,12 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
     }
     ASSIGN_OR_RETURN(Caller caller, SessionCaller(*ctx, req.shm_session(), "shm_session"));
     v1::GetResponse resp;
-    RETURN_IF_ERROR(GetFromSharedMemory(ctx, store, caller, std::move(req), &resp));
+    if (!NamesSharedRegion(req)) {
+      return absl::InvalidArgumentError(
+          "shm_session is empty: a Get over the shared-memory socket returns its payloads in "
+          "the session's region");
+    }
+    RETURN_IF_ERROR(GetInline(ctx, store, caller, std::move(req), &resp));
     resp.AppendToString(response);
     return absl::OkStatus();
   }

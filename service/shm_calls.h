@@ -1,5 +1,5 @@
 // The Put, Get and Lookup calls that arrive as frames on the shared-memory socket (the same-node
-// control path: frames in protocol/shm_wire.h, connections in service/shm_server.h,
+// control path: frames in protocol/shm_wire.h, connections in dataplane/shm_server.h,
 // docs/design.md §7). Each frame carries the same request message as the gRPC call and
 // is answered with the same status, message, ErrorDetail and response, by the same code
 // (PutFromSharedMemory, GetFromSharedMemory, LookupFromSharedMemory), run inline on the

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "kvtier/v1/kvtier.pb.h"
@@ -36,7 +37,7 @@ struct UcxPut::Room {
 
 UcxPut::UcxPut(ServiceContext* ctx, const v1::PutHeader& header)
     : server_(ctx->ucx), session_(header.ucx_session()), transfer_(header.ucx_transfer()),
-      buffers_(std::make_shared<UcxPutBuffers>()) {}
+      buffers_(std::make_shared<dataplane::UcxPutBuffers>()) {}
 
 absl::StatusOr<std::unique_ptr<UcxPut>> UcxPut::Create(ServiceContext* ctx,
                                                        storage::TieredStore* store,
@@ -95,6 +96,37 @@ void FillUcxStats(const ServiceContext& ctx, v1::StatsResponse* response) {
   response->set_ucx_sessions(static_cast<uint32_t>(ctx.ucx->session_count()));
   response->set_ucx_put_bytes(ctx.ucx->put_bytes());
   response->set_ucx_get_bytes(ctx.ucx->get_bytes());
+}
+
+absl::Status ValidateUcxConfig(const v1::ServerConfig& config) {
+  if (!config.has_ucx()) return absl::OkStatus();
+  const v1::UcxConfig& u = config.ucx();
+  if (u.port() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx.port ", u.port(), " is out of range"));
+  }
+  if (u.enabled() && config.has_tls() && !u.allow_plaintext_with_tls()) {
+    return absl::InvalidArgumentError(
+        "ucx.enabled with tls: the UCX data path carries payloads unencrypted; set "
+        "ucx.allow_plaintext_with_tls to accept that (e.g. on a private RDMA fabric), or "
+        "turn UCX off");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(const v1::ServerConfig& config) {
+  if (!config.ucx().enabled()) return std::unique_ptr<dataplane::UcxServer>();
+  const v1::UcxConfig& u = config.ucx();
+  dataplane::UcxServerOptions options;
+  options.listen_address =
+      u.listen_address().empty() ? config.listen_address() : u.listen_address();
+  options.port = static_cast<uint16_t>(u.port());
+  options.transports = u.transports();
+  if (u.transfer_timeout_ms() > 0) options.transfer_timeout_ms = u.transfer_timeout_ms();
+  ASSIGN_OR_RETURN(std::unique_ptr<dataplane::UcxServer> server, dataplane::UcxServer::Start(options));
+  KVTIER_LOG(INFO) << "ucx data path on " << options.listen_address << ":" << server->port()
+                   << (options.transports.empty() ? "" : " (transports ")
+                   << options.transports << (options.transports.empty() ? "" : ")");
+  return server;
 }
 
 }  // namespace kvtier::service

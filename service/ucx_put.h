@@ -1,6 +1,6 @@
-// The service's side of a Put or Get whose payloads move over UCX (service/ucx_server.h):
-// the session check both reactors share and UcxPut, the landing room (reserved hot slots)
-// and transfer of one Put (service/put_reactor.cc keeps only its hooks).
+// The service's side of a Put or Get whose payloads move over UCX (dataplane/ucx_server.h):
+// the session check and UcxPut, the landing room (reserved hot slots) and transfer of one
+// Put, used by the UCX PutSource / GetSink (service/payload_paths.cc).
 #ifndef KVTIER_SERVICE_UCX_PUT_H_
 #define KVTIER_SERVICE_UCX_PUT_H_
 
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "service/auth.h"
 #include "service/kv_cache_service.h"
-#include "service/ucx_server.h"
+#include "dataplane/ucx_server.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::service {
@@ -61,16 +61,25 @@ class UcxPut {
   struct Room;
   UcxPut(ServiceContext* ctx, const v1::PutHeader& header);
 
-  UcxServer* const server_;
+  dataplane::UcxServer* const server_;
   const std::string session_;
   const uint64_t transfer_;
-  std::shared_ptr<UcxPutBuffers> buffers_;
+  std::shared_ptr<dataplane::UcxPutBuffers> buffers_;
   Room* room_ = nullptr;  // buffers_->owner
 };
 
 // Ends the Put transfer (session, transfer) whatever its state: an expected one fails
 // with CANCELLED, its payload messages (early or late) are dropped. No-op without UCX.
 void EndUcxPut(const ServiceContext& ctx, const std::string& session, uint64_t transfer);
+
+// The ucx block of a ServerConfig: port in range, and with tls set, refused unless
+// allow_plaintext_with_tls (UCX carries payloads unencrypted). INVALID_ARGUMENT naming
+// the field.
+absl::Status ValidateUcxConfig(const v1::ServerConfig& config);
+
+// Starts the UCX server config.ucx asks for (listen_address defaults to the gRPC one), or
+// returns null when ucx.enabled is off. UcxServer::Start's errors.
+absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(const v1::ServerConfig& config);
 
 }  // namespace kvtier::service
 

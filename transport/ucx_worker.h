@@ -1,6 +1,6 @@
 // kvtier::transport::Worker: one UCX (UCP) context and worker with its own progress
 // thread, the base of kvtier's cross-node data plane (docs/design.md §7; the service's
-// end is service/ucx_server.h, the client's client/ucx_channel.h).
+// end is dataplane/ucx_server.h, the client's client/ucx_channel.h).
 //
 // What it offers: a listener (ucp_listener on address:port; port 0 = ephemeral, reported
 // by port()), outgoing endpoints (client-server sockaddr connections), and active

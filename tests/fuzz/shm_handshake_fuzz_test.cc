@@ -1,5 +1,5 @@
 // Mutation fuzzing of the shared-memory handshake (protocol/shm_wire.h) at both ends:
-// mutated ShmRequest bytes against a real ShmServer (service/shm_server.h), and mutated
+// mutated ShmRequest bytes against a real ShmServer (dataplane/shm_server.h), and mutated
 // ShmReply bytes from a fake server against the real client (client/shared_region.h).
 // Every message of the right size gets an answer (a granted region or a NUL-terminated
 // reason), every other message a closed connection; nothing crashes or hangs, and the
@@ -19,11 +19,11 @@
 #include "client/shared_region.h"
 #include "gtest/gtest.h"
 #include "protocol/shm_wire.h"
-#include "service/shm_server.h"
+#include "dataplane/shm_server.h"
 #include "tests/testing/mutator.h"
 #include "tests/testing/temp_dir.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 namespace shm = protocol::shm;
@@ -200,4 +200,4 @@ TEST(ShmHandshakeFuzzTest, ClientRejectsEveryMutatedReplyWithAMessage) {
 }
 
 }  // namespace
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane

@@ -79,3 +79,19 @@ def test_prefix_keys_contract():
     with pytest.raises(ValueError):
         kvtier.prefix_keys([-1] * 16, "n")
     assert kvtier.key_from_hex(kvtier.key_to_hex(keys[0])) == keys[0]
+
+
+def test_cluster_liveness_rule_equals_the_cpp_rule():
+    # tests/data/peer_liveness.txt is checked against protocol/peer_liveness.h by
+    # tests/protocol/peer_liveness_test.cc; the Python ClusterClient counts the same codes.
+    import os
+    import grpc
+    from kvtier import cluster
+    path = os.path.join(conftest.REPO, "tests", "data", "peer_liveness.txt")
+    with open(path) as f:
+        rows = [l.split() for l in f if l.strip() and not l.startswith("#")]
+    assert len(rows) == 17
+    for code, name, unreachable in rows:
+        status = grpc.StatusCode[name]
+        assert status.value[0] == int(code), name
+        assert (status in cluster.UNREACHABLE_CODES) == (unreachable == "1"), name

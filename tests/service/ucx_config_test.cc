@@ -4,7 +4,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/config.h"
-#include "service/ucx_server.h"
+#include "service/ucx_put.h"
 
 namespace kvtier::service {
 namespace {

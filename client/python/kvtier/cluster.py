@@ -32,7 +32,11 @@ from kvtier import errors, lookup_form
 from kvtier.client import Client, FetchedBlock, PutResult
 from kvtier.rendezvous import RendezvousRing
 
-_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# The liveness rule of protocol/peer_liveness.h: a call that ended with one of these codes
+# got no answer from the node (it counts down, the key moves on to its next owner); any
+# other status is a live node's answer. Pinned to the C++ rule by tests/data/peer_liveness.txt
+# (tests/python/test_golden.py).
+UNREACHABLE_CODES = frozenset((grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE))
 
 
 @dataclasses.dataclass
@@ -161,7 +165,7 @@ class ClusterClient:
         for i, err in sorted(results.items()):
             if err is None:
                 continue
-            if err.code not in _UNREACHABLE:
+            if err.code not in UNREACHABLE_CODES:
                 raise _node_error(err, nodes[i].id)
             self._mark_down(nodes[i])
         return nodes, ring, replication
@@ -205,7 +209,7 @@ class ClusterClient:
                 return r
             except errors.KvtierError as e:
                 last = _node_error(e, n.id)
-                if e.code not in _UNREACHABLE:
+                if e.code not in UNREACHABLE_CODES:
                     raise last from None
                 self._mark_down(n)
         raise last
@@ -247,7 +251,7 @@ class ClusterClient:
         for n in work:
             node, res = nodes[n], results[n]
             if isinstance(res, errors.KvtierError):
-                if res.code not in _UNREACHABLE:
+                if res.code not in UNREACHABLE_CODES:
                     raise _node_error(res, node.id)
                 if node.client is not None:
                     self._mark_down(node)
@@ -307,7 +311,7 @@ class ClusterClient:
                 node, res = nodes[n], results[n]
                 if isinstance(res, errors.KvtierError):
                     err = _node_error(res, node.id)
-                    if res.code not in _UNREACHABLE:
+                    if res.code not in UNREACHABLE_CODES:
                         raise err
                     if node.client is not None:
                         self._mark_down(node)

@@ -1,6 +1,6 @@
 // ShmServer (kvtierd's shared-memory socket) against the real client end, SharedRegion:
 // real Unix sockets and memfds in a temp dir.
-#include "service/shm_server.h"
+#include "dataplane/shm_server.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 using ::testing::HasSubstr;
@@ -180,4 +180,4 @@ TEST(ShmServerStartTest, TooLongPathIsRejectedByName) {
 }
 
 }  // namespace
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane

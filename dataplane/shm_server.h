@@ -1,10 +1,10 @@
 // ShmServer: kvtierd's end of the same-node shared-memory data path (the handshake is in
 // protocol/shm_wire.h). It listens on a Unix socket; each connection may ask once for a
 // region, gets a sealed memfd of that size (mapped here too) and a random 16-byte session
-// id, and keeps the session for as long as the connection stays open. Put and Get
-// (service/put_reactor.cc, service/get_reactor.cc) resolve PutHeader.shm_session /
-// GetRequest.shm_session with Find() and copy between the region and the store: one server-side
-// copy per block, no socket copies.
+// id, and keeps the session for as long as the connection stays open. The shared-memory
+// PutSource / GetSink (service/payload_paths.cc) resolve PutHeader.shm_session /
+// GetRequest.shm_session with Find() and copy between the region and the store: one
+// server-side copy per block, no socket copies.
 //
 // Safety: the client can write the region at any time, so the server treats region
 // bytes as untrusted input (a Put copies them into the hot tier before the store
@@ -19,8 +19,8 @@
 // number of such connections (a client keeps a few). A session carries the identity of
 // the first authenticated gRPC call that named it (Bind), which is what its socket calls
 // run as: the socket itself authenticates nobody.
-#ifndef KVTIER_SERVICE_SHM_SERVER_H_
-#define KVTIER_SERVICE_SHM_SERVER_H_
+#ifndef KVTIER_DATAPLANE_SHM_SERVER_H_
+#define KVTIER_DATAPLANE_SHM_SERVER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -35,9 +35,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
-#include "service/auth.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 
 // A client's region mapped into the server. Unmapped when the last reference goes.
 class ShmRegion {
@@ -80,11 +79,11 @@ class ShmServer {
 
   // The region of a live session, or null (unknown or closed session).
   std::shared_ptr<ShmRegion> Find(std::string_view session) const;
-  // Records `caller` as the identity of `session` unless it has one already (a no-op for
-  // an unknown session).
-  void Bind(std::string_view session, const Caller& caller);
+  // Records `identity` (the service's encoding of its caller; opaque here) as the
+  // identity of `session` unless it has one already (a no-op for an unknown session).
+  void Bind(std::string_view session, std::string identity);
   // The identity Bind recorded for `session`, or nullopt (unbound or unknown).
-  std::optional<Caller> BoundCaller(std::string_view session) const;
+  std::optional<std::string> BoundIdentity(std::string_view session) const;
 
   const std::string& socket_path() const { return options_.socket_path; }
   // 16 random bytes, fixed for this server's lifetime.
@@ -104,7 +103,7 @@ class ShmServer {
 
   struct Session {
     std::shared_ptr<ShmRegion> region;
-    std::optional<Caller> caller;  // set by Bind
+    std::optional<std::string> identity;  // set by Bind
   };
   struct CallConnection {
     int fd;
@@ -122,6 +121,6 @@ class ShmServer {
   std::vector<CallConnection> calls_;  // used by the accept thread only
 };
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
 
-#endif  // KVTIER_SERVICE_SHM_SERVER_H_
+#endif  // KVTIER_DATAPLANE_SHM_SERVER_H_

@@ -1,4 +1,4 @@
-#include "service/shm_server.h"
+#include "dataplane/shm_server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -20,7 +20,7 @@
 #include "common/logging.h"
 #include "common/strings.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 namespace shm = ::kvtier::protocol::shm;
@@ -113,16 +113,18 @@ std::shared_ptr<ShmRegion> ShmServer::Find(std::string_view session) const {
   return it == sessions_.end() ? nullptr : it->second.region;
 }
 
-void ShmServer::Bind(std::string_view session, const Caller& caller) {
+void ShmServer::Bind(std::string_view session, std::string identity) {
   common::MutexLock lock(&mu_);
   auto it = sessions_.find(Sv(session));
-  if (it != sessions_.end() && !it->second.caller.has_value()) it->second.caller = caller;
+  if (it != sessions_.end() && !it->second.identity.has_value()) {
+    it->second.identity = std::move(identity);
+  }
 }
 
-std::optional<Caller> ShmServer::BoundCaller(std::string_view session) const {
+std::optional<std::string> ShmServer::BoundIdentity(std::string_view session) const {
   common::MutexLock lock(&mu_);
   auto it = sessions_.find(Sv(session));
-  return it == sessions_.end() ? std::nullopt : it->second.caller;
+  return it == sessions_.end() ? std::nullopt : it->second.identity;
 }
 
 bool ShmServer::StartsWithFrame(int conn) {
@@ -286,4 +288,4 @@ void ShmServer::Loop() {
   sessions_.clear();
 }
 
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane

@@ -18,8 +18,8 @@
 //
 // Thread-safe. Callbacks given to ExpectPut / SendGet run on the UCX progress thread and
 // must not block.
-#ifndef KVTIER_SERVICE_UCX_SERVER_H_
-#define KVTIER_SERVICE_UCX_SERVER_H_
+#ifndef KVTIER_DATAPLANE_UCX_SERVER_H_
+#define KVTIER_DATAPLANE_UCX_SERVER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -37,7 +37,7 @@
 #include "kvtier/v1/kvtier.pb.h"
 #include "transport/ucx_worker.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 
 struct UcxServerOptions {
   std::string listen_address = "127.0.0.1";
@@ -144,15 +144,6 @@ class UcxServer {
   size_t early_count_ = 0;
 };
 
-// The ucx block of a ServerConfig: port in range, and with tls set, refused unless
-// allow_plaintext_with_tls (UCX carries payloads unencrypted). INVALID_ARGUMENT naming
-// the field.
-absl::Status ValidateUcxConfig(const v1::ServerConfig& config);
+}  // namespace kvtier::dataplane
 
-// Starts the UCX server config.ucx asks for (listen_address defaults to the gRPC one), or
-// returns null when ucx.enabled is off. UcxServer::Start's errors.
-absl::StatusOr<std::unique_ptr<UcxServer>> StartUcxFromConfig(const v1::ServerConfig& config);
-
-}  // namespace kvtier::service
-
-#endif  // KVTIER_SERVICE_UCX_SERVER_H_
+#endif  // KVTIER_DATAPLANE_UCX_SERVER_H_

@@ -1,4 +1,4 @@
-#include "service/ucx_server.h"
+#include "dataplane/ucx_server.h"
 
 #include <chrono>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include "protocol/error_detail.h"
 #include "transport/am_protocol.h"
 
-namespace kvtier::service {
+namespace kvtier::dataplane {
 namespace {
 
 namespace tp = ::kvtier::transport;
@@ -331,35 +331,4 @@ void UcxServer::OnTick() {
   }
 }
 
-absl::Status ValidateUcxConfig(const v1::ServerConfig& config) {
-  if (!config.has_ucx()) return absl::OkStatus();
-  const v1::UcxConfig& u = config.ucx();
-  if (u.port() > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("ucx.port ", u.port(), " is out of range"));
-  }
-  if (u.enabled() && config.has_tls() && !u.allow_plaintext_with_tls()) {
-    return absl::InvalidArgumentError(
-        "ucx.enabled with tls: the UCX data path carries payloads unencrypted; set "
-        "ucx.allow_plaintext_with_tls to accept that (e.g. on a private RDMA fabric), or "
-        "turn UCX off");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<UcxServer>> StartUcxFromConfig(const v1::ServerConfig& config) {
-  if (!config.ucx().enabled()) return std::unique_ptr<UcxServer>();
-  const v1::UcxConfig& u = config.ucx();
-  UcxServerOptions options;
-  options.listen_address =
-      u.listen_address().empty() ? config.listen_address() : u.listen_address();
-  options.port = static_cast<uint16_t>(u.port());
-  options.transports = u.transports();
-  if (u.transfer_timeout_ms() > 0) options.transfer_timeout_ms = u.transfer_timeout_ms();
-  ASSIGN_OR_RETURN(std::unique_ptr<UcxServer> server, UcxServer::Start(options));
-  KVTIER_LOG(INFO) << "ucx data path on " << options.listen_address << ":" << server->port()
-                   << (options.transports.empty() ? "" : " (transports ")
-                   << options.transports << (options.transports.empty() ? "" : ")");
-  return server;
-}
-
-}  // namespace kvtier::service
+}  // namespace kvtier::dataplane
