@@ -13,7 +13,8 @@
 // on data and functions keep working. The TSAN variant implements only what the tree
 // uses: Lock / Unlock / TryLock / AssertHeld, Await / AwaitWithTimeout /
 // AwaitWithDeadline on a Condition (a bool*, a function of one pointer, or an object and
-// a member function), CondVar Wait / WaitWithTimeout / Signal / SignalAll, and
+// a member function), CondVar Wait / WaitWithTimeout / WaitWithDeadline / Signal /
+// SignalAll, and
 // Notification. Conditions are re-evaluated whenever the mutex is released.
 //
 // Thread-safe (they are the synchronization).
@@ -139,6 +140,11 @@ class CondVar {
     const bool timed_out = cv_.wait_for(lock, Mutex::Clamp(timeout)) == std::cv_status::timeout;
     lock.release();
     return timed_out;
+  }
+  // As Wait; true if `deadline` passed first. absl::InfiniteFuture() waits for a Signal
+  // (a year, as Mutex::Clamp bounds every wait; no caller waits that long).
+  bool WaitWithDeadline(Mutex* mu, absl::Time deadline) {
+    return WaitWithTimeout(mu, deadline - absl::Now());
   }
   void Signal() { cv_.notify_one(); }
   void SignalAll() { cv_.notify_all(); }

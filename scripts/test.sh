@@ -20,3 +20,6 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVTIER_SANITIZE=ON 
   -DKVTIER_BUILD_BENCHMARKS=OFF >/dev/null
 ninja -C build-asan -j "$(nproc)" kvtier_sanitized_tests
 (cd build-asan && ctest --output-on-failure -j "$(nproc)" -L sanitized)
+# ThreadSanitizer over the store, shared-memory server, events and put-watchdog tests
+# (scripts/tsan.sh ci; docs/recovery.md "ThreadSanitizer in CI" has its cost).
+scripts/tsan.sh ci

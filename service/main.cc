@@ -4,6 +4,9 @@
 // the store is open and health is SERVING exactly one line `kvtierd listening on
 // HOST:PORT` to stdout; every log line goes to stderr. SIGTERM / SIGINT: graceful
 // shutdown, store flushed, exit 0.
+// --recover (anywhere among the flags): before serving, rebuild the cold tier's index and
+// namespaces from its slab (storage/rocksdb_cold_tier.h, docs/recovery.md); the rebuild's
+// figures are logged. Open does the same by itself whenever it detects a loss.
 #include <malloc.h>
 #include <signal.h>
 
@@ -15,10 +18,12 @@
 #include "common/logging.h"
 #include "service/config.h"
 #include "service/server.h"
+#include "storage/rocksdb_cold_tier.h"
 
 int main(int argc, char** argv) {
   using kvtier::service::CommandLine;
   std::vector<std::string> args(argv + 1, argv + argc);
+  const bool recover = std::erase(args, std::string("--recover")) > 0;
   auto cl = kvtier::service::ParseCommandLine(args);
   const bool check =
       !args.empty() && (args[0] == "--check-config" || args[0].rfind("--check-config=", 0) == 0);
@@ -34,6 +39,17 @@ int main(int argc, char** argv) {
   if (cl->mode == CommandLine::Mode::kCheckConfig) {
     std::puts("ok");
     return 0;
+  }
+
+  if (recover) {
+    kvtier::storage::ColdTierOptions cold;
+    cold.dir = kvtier::service::ToStoreOptions(cl->config).data_dir;
+    cold.recover = true;
+    auto tier = kvtier::storage::RocksDbColdTier::Open(cold);
+    if (!tier.ok()) {
+      KVTIER_LOG(ERROR) << "--recover: " << tier.status().message();
+      return 1;
+    }
   }
 
   // Payload-sized buffers (gRPC's TCP read slices, Put block buffers) would otherwise be

@@ -42,11 +42,25 @@ struct ColdIndexRecord {
   bool standalone = false;
 };
 
-// What opening a cold tier had to drop to start: damaged write-ahead-log ranges skipped
-// and their bytes (their blocks are absent, never served). Zero when nothing was lost.
+// What opening a cold tier had to drop or rebuild to start: damaged write-ahead-log
+// ranges skipped and their bytes, and, when the index was rebuilt from the slab
+// (docs/recovery.md), what that scan found. Zero when nothing was lost or rebuilt.
 struct ColdTierRecovery {
   uint64_t wal_dropped_ranges = 0;
   uint64_t wal_dropped_bytes = 0;
+  // The slab scan (0 / empty when none ran).
+  bool slab_scanned = false;
+  std::string scan_reason;           // why the scan ran (a log line's words)
+  std::string damaged_db_dir;        // where a damaged database was moved aside, or ""
+  uint64_t scan_bytes = 0;           // bytes of slab read
+  double scan_seconds = 0;           // the scan and the index rewrite
+  uint64_t blocks_indexed = 0;       // blocks in the rebuilt index
+  uint64_t records_recreated = 0;    // index records the database had lost (or differed)
+  uint64_t records_dropped = 0;      // index records naming no verified extent
+  uint64_t damaged_extents = 0;      // header or body failed its checksum: freed
+  uint64_t stale_copies = 0;         // older copies of a key (lower seq): freed
+  uint64_t orphan_blocks = 0;        // blocks of a namespace with no spec: freed
+  uint64_t namespaces_recreated = 0; // namespace specs the database had lost
 };
 
 class ColdTier {

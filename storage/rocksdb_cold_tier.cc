@@ -13,16 +13,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "storage/cold_record.h"
 #include "storage/slab_file.h"
+#include "storage/slab_scan.h"
 
 namespace kvtier::storage {
 namespace {
@@ -30,6 +36,7 @@ namespace {
 constexpr char kBlockIndexPrefix = 'i';
 constexpr char kNamespacePrefix = 'n';
 constexpr char kSlabFileName[] = "cold.slab";
+constexpr char kMetaFileName[] = "cold.meta";
 constexpr size_t kOffsetBytes = 8;
 
 // Big-endian namespace id so a namespace's keys are contiguous.
@@ -112,16 +119,19 @@ absl::Status ParseIndex(std::string_view value, ColdIndexRecord* record, uint64_
   return ParseColdIndexValue(value.substr(0, value.size() - kOffsetBytes), record);
 }
 
-// Whether the extent holds the block value `record` names: its header (cold_record.h:
-// checksum at byte 8, payload_bytes at byte 16) matches. A cheap test used at open only.
-bool ExtentHolds(const SlabFile& slab, uint64_t offset, const ColdIndexRecord& record) {
-  std::string header;
-  if (!slab.Read(offset, kColdRecordHeaderBytes, &header).ok()) return false;
-  uint64_t checksum;
-  uint32_t payload_bytes;
-  std::memcpy(&checksum, header.data() + 8, 8);
-  std::memcpy(&payload_bytes, header.data() + 16, 4);
-  return checksum == record.checksum && payload_bytes == record.payload_bytes;
+// Whether the extent at `offset` holds the block value of (ns_id, key) that `record`
+// names: its header parses and matches. A cheap test used at open only.
+bool ExtentHolds(const SlabFile& slab, uint64_t offset, uint32_t ns_id, std::string_view key,
+                 const ColdIndexRecord& record) {
+  std::string prefix;
+  const uint64_t n = std::min<uint64_t>(record.stored_bytes, SlabFile::kUnitBytes);
+  if (!slab.Read(offset, n, &prefix).ok()) return false;
+  absl::StatusOr<ColdRecordHeader> h = ParseColdRecordHeader(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
+  return h.ok() && h->record.ns_id == ns_id && h->record.key == key &&
+         h->record.checksum == record.checksum &&
+         h->record.payload_bytes == record.payload_bytes &&
+         h->record.stored_bytes == record.stored_bytes;
 }
 
 // Returns the table files under `dir` that cannot be opened or fail their checksums, as
@@ -142,6 +152,31 @@ std::string DamagedTableFiles(const std::string& dir) {
   return out;
 }
 
+// Where each file of the tier lives.
+std::string SlabPath(const std::string& dir) {
+  return (std::filesystem::path(dir) / kSlabFileName).string();
+}
+std::string MetaPath(const std::string& dir) {
+  return (std::filesystem::path(dir) / kMetaFileName).string();
+}
+
+// Seqs are reserved in cold.meta this many at a time (one atomic file replace per chunk).
+constexpr uint64_t kSeqChunk = 1ull << 20;
+
+rocksdb::DBOptions DbOptions() {
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  // Index records are ~60 bytes: 64 MiB of WAL is ~1M puts, and flushing bounds it.
+  db_options.max_total_wal_size = 64ull << 20;
+  // Recover the intact WAL records after a damaged one (kPointInTimeRecovery would stop
+  // there). Whatever is skipped is counted (WalDropCounter) and makes Open rebuild the
+  // index from the slab, so a damaged record costs nothing while its extent is intact.
+  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+  return db_options;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
@@ -154,23 +189,10 @@ absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
         absl::StrCat("cannot create data_dir '", options.dir, "': ", ec.message()));
   }
   std::unique_ptr<RocksDbColdTier> tier(new RocksDbColdTier(options));
-  std::shared_ptr<WalDropCounter> wal_log;
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
-  // Index records are ~60 bytes: 64 MiB of WAL is ~1M puts, and flushing bounds it.
-  db_options.max_total_wal_size = 64ull << 20;
-  // Recover the intact WAL records after a damaged one (kPointInTimeRecovery would stop
-  // there and lose everything after it). Payloads are verified by our checksum anyway;
-  // the price is that a dropped delete can bring an older record back, whose extent is
-  // then checked at open (see Open's overlap rule) and on every read.
-  db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
-
   // A directory of the earlier layout (payloads in a "blocks" column family) is refused,
   // not converted: see the header.
   std::vector<std::string> existing;
-  if (rocksdb::DB::ListColumnFamilies(db_options, options.dir, &existing).ok() &&
+  if (rocksdb::DB::ListColumnFamilies(DbOptions(), options.dir, &existing).ok() &&
       std::find(existing.begin(), existing.end(), "blocks") != existing.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data_dir '", options.dir,
@@ -180,49 +202,359 @@ absl::StatusOr<std::unique_ptr<RocksDbColdTier>> RocksDbColdTier::Open(
         " and cannot read it: empty the directory (the cache refills) or run the earlier "
         "kvtierd"));
   }
-  std::shared_ptr<rocksdb::Logger> base_log;
-  if (rocksdb::CreateLoggerFromOptions(options.dir, db_options, &base_log).ok()) {
-    wal_log = std::make_shared<WalDropCounter>(std::move(base_log));
-    db_options.info_log = wal_log;
+  ASSIGN_OR_RETURN(tier->slab_, SlabFile::Open(SlabPath(options.dir), options.slab_bytes));
+  ASSIGN_OR_RETURN(const uint64_t slab_file_bytes, tier->slab_->FileBytes());
+
+  std::vector<std::string> reasons;
+  std::optional<ColdMeta> meta;
+  absl::StatusOr<std::optional<ColdMeta>> read_meta = ReadColdMetaFile(MetaPath(options.dir));
+  if (read_meta.ok()) {
+    meta = *std::move(read_meta);
+  } else if (absl::IsDataLoss(read_meta.status())) {
+    reasons.push_back(std::string(read_meta.status().message()));
+  } else {
+    return read_meta.status();
   }
+  if (meta && meta->slab_format != kColdRecordVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data_dir '", options.dir, "' holds a cold slab of format ", meta->slab_format,
+        "; this kvtierd reads format ", kColdRecordVersion,
+        ": empty the directory (the cache refills) or run the kvtierd that wrote it"));
+  }
+  if (!meta && read_meta.ok() && slab_file_bytes > 0) {
+    std::string first;
+    if (tier->slab_->Read(0, std::min<uint64_t>(slab_file_bytes, 5), &first).ok() &&
+        first.size() == 5 && first.compare(0, 4, "KVTB") == 0 && first[4] == 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data_dir '", options.dir,
+          "' holds a cold slab of format 1 (block values without their keys, no ",
+          kMetaFileName, "); this kvtierd reads format ", kColdRecordVersion,
+          " only and does not convert it: empty the directory (the cache refills) or run the "
+          "earlier kvtierd"));
+    }
+    reasons.push_back(absl::StrCat(kMetaFileName, " is missing and ", kSlabFileName,
+                                   " is not empty"));
+  }
+  const bool had_db = std::filesystem::exists(std::filesystem::path(options.dir) / "CURRENT");
+  if (!had_db && slab_file_bytes > 0) reasons.push_back("the database is missing");
+  RETURN_IF_ERROR(tier->OpenDb(had_db));
+  if (!tier->recovery_.damaged_db_dir.empty()) {
+    reasons.push_back(absl::StrCat("the database was damaged (moved to ",
+                                   tier->recovery_.damaged_db_dir, ")"));
+  }
+  if (tier->recovery_.wal_dropped_ranges > 0) {
+    reasons.push_back(absl::StrCat("WAL recovery skipped ", tier->recovery_.wal_dropped_ranges,
+                                   " corrupted range(s), ", tier->recovery_.wal_dropped_bytes,
+                                   " bytes"));
+  }
+  if (options.recover) reasons.push_back("asked (recover)");
+  if (meta) tier->next_seq_.store(std::max<uint64_t>(meta->seq_ceiling, 1));
+  if (reasons.empty()) {
+    RETURN_IF_ERROR(tier->RebuildSlab());
+    if (meta && meta->clean && static_cast<uint64_t>(tier->blocks_.load()) != meta->blocks) {
+      reasons.push_back(absl::StrCat("the database holds ", tier->blocks_.load(),
+                                     " block records, ", meta->blocks,
+                                     " at the last clean close"));
+    }
+  }
+  if (reasons.empty()) {
+    if (!meta) {  // a new directory (or one without blocks): adopt the database's specs
+      meta.emplace();
+      RETURN_IF_ERROR(tier->ForEachNamespace([&](uint32_t id, std::string_view spec) {
+        meta->namespaces.emplace(id, spec);
+      }));
+    }
+    RETURN_IF_ERROR(tier->SyncNamespaces(*meta));
+  } else {
+    tier->recovery_.scan_reason = absl::StrJoin(reasons, "; ");
+    RETURN_IF_ERROR(tier->Recover(meta));
+  }
+  {
+    // Reserve the first chunk of seqs (and write cold.meta of a new directory).
+    common::MutexLock lock(&tier->meta_mu_);
+    tier->meta_.slab_format = kColdRecordVersion;
+    tier->meta_.seq_ceiling = tier->next_seq_.load() + kSeqChunk;
+    tier->meta_.clean = false;  // until the destructor says otherwise
+    RETURN_IF_ERROR(tier->WriteMetaLocked());
+  }
+  tier->opened_ = true;
+  return tier;
+}
 
-  rocksdb::ColumnFamilyOptions meta;
-  meta.compression = rocksdb::kNoCompression;
-  meta.write_buffer_size = 16ull << 20;
-
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()}, {"meta", meta}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, cfs, &handles, &tier->db_);
-  if (!s.ok()) {
-    absl::Status st = FromRocks(s, "open");
-    if (absl::IsDataLoss(st)) {
-      // Name the damaged file so the operator knows what to move aside.
-      const std::string damaged = DamagedTableFiles(options.dir);
-      if (!damaged.empty()) {
-        return absl::DataLossError(
-            absl::StrCat(st.message(), "; damaged table file(s) in ", options.dir, ": ", damaged));
+absl::Status RocksDbColdTier::OpenDb(bool had_db) {
+  for (int attempt = 0;; ++attempt) {
+    rocksdb::DBOptions db_options = DbOptions();
+    std::shared_ptr<rocksdb::Logger> base_log;
+    std::shared_ptr<WalDropCounter> wal_log;
+    if (rocksdb::CreateLoggerFromOptions(options_.dir, db_options, &base_log).ok()) {
+      wal_log = std::make_shared<WalDropCounter>(std::move(base_log));
+      db_options.info_log = wal_log;
+      info_log_ = wal_log;
+    }
+    rocksdb::ColumnFamilyOptions meta;
+    meta.compression = rocksdb::kNoCompression;
+    meta.write_buffer_size = 16ull << 20;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+        {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()}, {"meta", meta}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.dir, cfs, &handles, &db_);
+    std::string damage;
+    if (s.ok()) {
+      default_cf_ = handles[0];
+      meta_cf_ = handles[1];
+      // Table files hold index records RocksDB would otherwise read unverified (GetBlock
+      // skips its block checksums): a damaged one means the index cannot be trusted.
+      if (had_db && attempt == 0) {
+        const rocksdb::Status v = db_->VerifyChecksum();
+        if (v.IsCorruption()) damage = v.ToString();
+        else if (!v.ok()) return FromRocks(v, "verify table checksums");
       }
+      if (damage.empty()) {
+        if (wal_log != nullptr && wal_log->dropped_ranges() > 0) {
+          recovery_.wal_dropped_ranges = wal_log->dropped_ranges();
+          recovery_.wal_dropped_bytes = wal_log->dropped_bytes();
+          KVTIER_LOG(WARNING) << "cold tier " << options_.dir << ": WAL recovery skipped "
+                              << recovery_.wal_dropped_ranges << " corrupted range(s), "
+                              << recovery_.wal_dropped_bytes << " bytes (see its RocksDB LOG)";
+        }
+        return absl::OkStatus();
+      }
+      CloseDb();
+    } else if (s.IsCorruption() ||
+               (s.IsIOError() && !s.IsIOFenced() && s.ToString().find("lock") == std::string::npos &&
+                (s.IsPathNotFound() || s.ToString().find("MANIFEST") != std::string::npos ||
+                 s.ToString().find("CURRENT") != std::string::npos))) {
+      // A damaged MANIFEST or CURRENT (a damaged name in CURRENT reads as a missing
+      // MANIFEST). Other I/O errors (the lock held by another process, a full disk) are
+      // not damage: the database is left alone.
+      damage = s.ToString();
+      const std::string tables = DamagedTableFiles(options_.dir);
+      if (!tables.empty()) absl::StrAppend(&damage, "; damaged table file(s): ", tables);
+    } else {
+      absl::Status st = FromRocks(s, "open");
+      return absl::Status(
+          st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable : st.code(),
+          st.message());
+    }
+    info_log_.reset();
+    if (attempt > 0) {
+      return absl::DataLossError(
+          absl::StrCat("cold tier ", options_.dir, ": a fresh database is damaged: ", damage));
+    }
+    ASSIGN_OR_RETURN(recovery_.damaged_db_dir, MoveDbAside());
+    KVTIER_LOG(ERROR) << "cold tier " << options_.dir << ": the RocksDB index is damaged ("
+                      << damage << "); moved it to " << recovery_.damaged_db_dir
+                      << " for the operator; rebuilding the index from " << kSlabFileName;
+  }
+}
+
+void RocksDbColdTier::CloseDb() {
+  if (db_ == nullptr) return;
+  for (auto* cf : {default_cf_, meta_cf_}) {
+    if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
+  }
+  default_cf_ = meta_cf_ = nullptr;
+  db_->Close();
+  delete db_;
+  db_ = nullptr;
+}
+
+absl::StatusOr<std::string> RocksDbColdTier::MoveDbAside() {
+  namespace fs = std::filesystem;
+  const fs::path dir(options_.dir);
+  const std::string stamp = absl::StrCat("damaged-db-", absl::ToUnixSeconds(absl::Now()));
+  fs::path dest = dir / stamp;
+  for (int n = 1; fs::exists(dest); ++n) dest = dir / absl::StrCat(stamp, "-", n);
+  std::error_code ec;
+  fs::create_directory(dest, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", dest.string(), ": ", ec.message()));
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == kSlabFileName || name == kMetaFileName ||
+        name == absl::StrCat(kMetaFileName, ".tmp") || name.rfind("damaged-db-", 0) == 0) {
+      continue;
+    }
+    fs::rename(entry.path(), dest / name, ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("cannot move ", entry.path().string(), " to ",
+                                                 dest.string(), ": ", ec.message()));
+    }
+  }
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
+  return dest.string();
+}
+
+absl::Status RocksDbColdTier::WriteMetaLocked() {
+  RETURN_IF_ERROR(WriteColdMetaFile(MetaPath(options_.dir), meta_));
+  seq_ceiling_.store(meta_.seq_ceiling, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RocksDbColdTier::NextSeq() {
+  const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
+  if (seq < seq_ceiling_.load(std::memory_order_acquire)) return seq;
+  common::MutexLock lock(&meta_mu_);
+  if (seq >= meta_.seq_ceiling) {
+    const uint64_t old = meta_.seq_ceiling;
+    meta_.seq_ceiling = seq + kSeqChunk;
+    if (absl::Status st = WriteMetaLocked(); !st.ok()) {
+      meta_.seq_ceiling = old;
       return st;
     }
-    return absl::Status(
-        st.code() == absl::StatusCode::kInternal ? absl::StatusCode::kUnavailable : st.code(),
-        st.message());
   }
-  if (wal_log != nullptr && wal_log->dropped_ranges() > 0) {
-    tier->wal_dropped_ranges_ = wal_log->dropped_ranges();
-    tier->wal_dropped_bytes_ = wal_log->dropped_bytes();
-    KVTIER_LOG(WARNING) << "cold tier " << options.dir << ": WAL recovery skipped "
-                        << tier->wal_dropped_ranges_ << " corrupted range(s), "
-                        << tier->wal_dropped_bytes_ << " bytes (see its RocksDB LOG)";
+  return seq;
+}
+
+absl::Status RocksDbColdTier::Kill(uint64_t offset) {
+  return slab_->Write(offset, kColdRecordKilled, options_.sync_writes);
+}
+
+absl::Status RocksDbColdTier::SyncNamespaces(const ColdMeta& meta) {
+  // cold.meta is written before the database (PutNamespace, DeleteNamespace), so it is
+  // the newer of the two: the database follows it.
+  std::map<uint32_t, std::string> in_db;
+  RETURN_IF_ERROR(ForEachNamespace(
+      [&](uint32_t id, std::string_view spec) { in_db.emplace(id, std::string(spec)); }));
+  rocksdb::WriteBatch batch;
+  for (const auto& [id, spec] : meta.namespaces) {
+    auto it = in_db.find(id);
+    if (it != in_db.end() && it->second == spec) continue;
+    RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, BlockKey(id, "", kNamespacePrefix), spec),
+                              "put namespace"));
+    ++recovery_.namespaces_recreated;
   }
-  tier->default_cf_ = handles[0];
-  tier->meta_cf_ = handles[1];
-  ASSIGN_OR_RETURN(tier->slab_,
-                   SlabFile::Open((std::filesystem::path(options.dir) / kSlabFileName).string(),
-                                  options.slab_bytes));
-  RETURN_IF_ERROR(tier->RebuildSlab());
-  return tier;
+  for (const auto& [id, spec] : in_db) {
+    if (meta.namespaces.contains(id)) continue;
+    RETURN_IF_ERROR(
+        FromRocks(batch.Delete(meta_cf_, BlockKey(id, "", kNamespacePrefix)), "drop namespace"));
+  }
+  {
+    common::MutexLock lock(&meta_mu_);
+    meta_.namespaces = meta.namespaces;
+  }
+  if (batch.Count() == 0) return absl::OkStatus();
+  KVTIER_LOG(WARNING) << "cold tier " << options_.dir << ": " << batch.Count()
+                      << " namespace record(s) of the database differed from " << kMetaFileName
+                      << "; rewritten from it";
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &batch), "rewrite namespaces");
+}
+
+absl::Status RocksDbColdTier::Recover(const std::optional<ColdMeta>& meta) {
+  const absl::Time start = absl::Now();
+  KVTIER_LOG(WARNING) << "cold tier " << options_.dir << ": rebuilding the index from "
+                      << kSlabFileName << " (" << recovery_.scan_reason << ")";
+  ASSIGN_OR_RETURN(SlabScan scan, ScanSlab(*slab_));
+  // Namespaces: cold.meta when it is intact, else what the database still has.
+  ColdMeta specs;
+  if (meta) {
+    specs = *meta;
+  } else {
+    RETURN_IF_ERROR(ForEachNamespace(
+        [&](uint32_t id, std::string_view spec) { specs.namespaces.emplace(id, spec); }));
+  }
+  RETURN_IF_ERROR(SyncNamespaces(specs));
+  // The block of each key: its highest-seq verified copy in a known namespace.
+  std::vector<uint64_t> kills;
+  absl::flat_hash_map<std::string, size_t> best;
+  for (size_t i = 0; i < scan.extents.size(); ++i) {
+    const ColdIndexRecord& r = scan.extents[i].header.record;
+    if (!specs.namespaces.contains(r.ns_id)) {
+      ++recovery_.orphan_blocks;
+      kills.push_back(scan.extents[i].offset);
+      continue;
+    }
+    if (r.key.empty() || r.parent_key.size() > 255) {
+      ++recovery_.damaged_extents;
+      kills.push_back(scan.extents[i].offset);
+      continue;
+    }
+    auto [it, inserted] = best.try_emplace(IndexKey(r.ns_id, r.key), i);
+    if (inserted) continue;
+    ++recovery_.stale_copies;
+    if (scan.extents[it->second].header.seq < scan.extents[i].header.seq) {
+      kills.push_back(scan.extents[it->second].offset);
+      it->second = i;
+    } else {
+      kills.push_back(scan.extents[i].offset);
+    }
+  }
+  recovery_.damaged_extents += scan.damaged.size() + scan.damaged_headers;
+  for (const SlabFile::Extent& e : scan.damaged) kills.push_back(e.offset);
+  // Kill the losers first: a later scan must not find them whatever happens next.
+  for (uint64_t offset : kills) {
+    RETURN_IF_ERROR(slab_->Write(offset, kColdRecordKilled, false));
+  }
+  if (!kills.empty()) RETURN_IF_ERROR(slab_->Sync());
+  // The index records: exactly the chosen extents.
+  absl::flat_hash_map<std::string, std::string> in_db;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
+    const std::string prefix(1, kBlockIndexPrefix);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      in_db.emplace(it->key().ToString(), it->value().ToString());
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "scan block index"));
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::WriteBatch batch;
+  auto flush_batch = [&](size_t at_least) -> absl::Status {
+    if (batch.Count() < at_least || batch.Count() == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "rewrite block index"));
+    batch.Clear();
+    return absl::OkStatus();
+  };
+  std::vector<SlabFile::Extent> used;
+  used.reserve(best.size());
+  for (const auto& [key, i] : best) {
+    const ScannedExtent& e = scan.extents[i];
+    const std::string value = EncodeIndex(e.header.record, e.offset);
+    used.push_back({e.offset, e.header.record.stored_bytes});
+    auto it = in_db.find(key);
+    if (it != in_db.end()) {
+      const bool same = it->second == value;
+      in_db.erase(it);
+      if (same) continue;
+    }
+    RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, key, value), "put block index"));
+    ++recovery_.records_recreated;
+    RETURN_IF_ERROR(flush_batch(1 << 14));
+  }
+  for (const auto& [key, value] : in_db) {  // naming no verified extent
+    RETURN_IF_ERROR(FromRocks(batch.Delete(meta_cf_, key), "drop block index"));
+    ++recovery_.records_dropped;
+    RETURN_IF_ERROR(flush_batch(1 << 14));
+  }
+  RETURN_IF_ERROR(flush_batch(0));
+  std::sort(used.begin(), used.end(),
+            [](const SlabFile::Extent& a, const SlabFile::Extent& b) { return a.offset < b.offset; });
+  RETURN_IF_ERROR(slab_->Reset(used));
+  blocks_.store(static_cast<int64_t>(used.size()));
+  next_seq_.store(std::max(next_seq_.load(), scan.max_seq + 1));
+  recovery_.slab_scanned = true;
+  recovery_.scan_bytes = scan.bytes;
+  recovery_.blocks_indexed = used.size();
+  recovery_.scan_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double secs = std::max(recovery_.scan_seconds, 1e-9);
+  KVTIER_LOG(WARNING) << "cold tier " << options_.dir << ": index rebuilt from "
+                      << kSlabFileName << ": " << scan.bytes << " bytes in "
+                      << recovery_.scan_seconds << " s ("
+                      << static_cast<double>(scan.bytes) / secs / 1e9 << " GB/s, "
+                      << static_cast<double>(scan.extents.size()) / secs << " blocks/s); "
+                      << recovery_.blocks_indexed << " blocks indexed, "
+                      << recovery_.records_recreated << " records re-created, "
+                      << recovery_.records_dropped << " dropped; "
+                      << recovery_.damaged_extents << " damaged extent(s), "
+                      << recovery_.stale_copies << " stale copies, " << recovery_.orphan_blocks
+                      << " orphan block(s) freed; " << scan.killed_headers
+                      << " deleted extent(s) skipped; " << recovery_.namespaces_recreated
+                      << " namespace(s) re-created";
+  return absl::OkStatus();
 }
 
 absl::Status RocksDbColdTier::RebuildSlab() {
@@ -259,14 +591,18 @@ absl::Status RocksDbColdTier::RebuildSlab() {
   std::vector<const Used*> kept_by;
   rocksdb::WriteBatch drops;
   for (const Used& u : used) {
-    if (u.extent.offset % SlabFile::kUnitBytes != 0 || u.extent.bytes < kColdRecordHeaderBytes) {
+    if (u.extent.offset % SlabFile::kUnitBytes != 0 || u.extent.bytes < kColdRecordHeaderBytes ||
+        u.db_key.size() < 6) {
       RETURN_IF_ERROR(FromRocks(drops.Delete(meta_cf_, u.db_key), "drop malformed record"));
       continue;
     }
     if (!kept.empty() && u.extent.offset < kept.back().offset + kept.back().bytes) {
       const Used* prev = kept_by.back();
-      if (!ExtentHolds(*slab_, prev->extent.offset, prev->record) &&
-          ExtentHolds(*slab_, u.extent.offset, u.record)) {
+      auto holds = [&](const Used& x) {
+        return ExtentHolds(*slab_, x.extent.offset, DecodeNsId(x.db_key.data() + 1),
+                           std::string_view(x.db_key).substr(5), x.record);
+      };
+      if (!holds(*prev) && holds(u)) {
         RETURN_IF_ERROR(FromRocks(drops.Delete(meta_cf_, prev->db_key), "drop stale record"));
         kept.pop_back();
         kept_by.pop_back();
@@ -289,16 +625,20 @@ absl::Status RocksDbColdTier::RebuildSlab() {
     wo.sync = true;
     RETURN_IF_ERROR(FromRocks(db_->Write(wo, &drops), "drop stale records"));
   }
+  blocks_.store(static_cast<int64_t>(kept.size()));
   return slab_->Reset(kept);
 }
 
 RocksDbColdTier::~RocksDbColdTier() {
-  if (db_ == nullptr) return;
-  for (auto* cf : {default_cf_, meta_cf_}) {
-    if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
+  CloseDb();
+  if (!opened_) return;
+  common::MutexLock lock(&meta_mu_);
+  meta_.clean = true;
+  meta_.blocks = static_cast<uint64_t>(std::max<int64_t>(blocks_.load(), 0));
+  if (absl::Status st = WriteMetaLocked(); !st.ok()) {
+    KVTIER_LOG(WARNING) << "cold tier " << options_.dir << ": cannot record the clean close: "
+                        << st;
   }
-  db_->Close();
-  delete db_;
 }
 
 absl::StatusOr<std::optional<SlabFile::Extent>> RocksDbColdTier::ExtentOf(
@@ -318,7 +658,8 @@ absl::StatusOr<std::optional<SlabFile::Extent>> RocksDbColdTier::ExtentOf(
 absl::StatusOr<uint32_t> RocksDbColdTier::PutBlock(ColdIndexRecord record,
                                                    std::span<const uint8_t> payload,
                                                    uint64_t checksum, bool compress) {
-  const std::string value = EncodeColdRecord(payload, checksum, compress);
+  ASSIGN_OR_RETURN(const uint64_t seq, NextSeq());
+  const std::string value = EncodeColdRecord(record, seq, payload, checksum, compress);
   record.payload_bytes = static_cast<uint32_t>(payload.size());
   record.stored_bytes = static_cast<uint32_t>(value.size());
   record.checksum = checksum;
@@ -339,7 +680,17 @@ absl::StatusOr<uint32_t> RocksDbColdTier::PutBlock(ColdIndexRecord record,
     slab_->Free(*offset, value.size());
     return st;
   }
-  if (old) slab_->Free(old->offset, old->bytes);  // the record naming it is overwritten
+  if (!old) blocks_.fetch_add(1, std::memory_order_relaxed);
+  if (old) {
+    // The record naming it is overwritten: kill the old copy, then free it. If the kill
+    // fails the extent stays allocated (free again at the next open; a scan would prefer
+    // the new copy's higher seq anyway).
+    if (absl::Status killed = Kill(old->offset); killed.ok()) {
+      slab_->Free(old->offset, old->bytes);
+    } else {
+      KVTIER_LOG(WARNING) << "cold tier: cannot kill a replaced extent: " << killed;
+    }
+  }
   return record.stored_bytes;
 }
 
@@ -362,14 +713,16 @@ absl::Status RocksDbColdTier::GetBlock(uint32_t ns_id, std::string_view key,
     uint64_t offset = 0;
     RETURN_IF_ERROR(ParseIndex(index, &rec, &offset));
     uint64_t checksum = 0;
+    ColdRecordHeader header;
     const absl::Status read = slab_->Read(offset, rec.stored_bytes, &value);
     absl::StatusOr<std::span<const uint8_t>> body =
         read.ok() ? ParseColdRecord(std::span<const uint8_t>(
                                         reinterpret_cast<const uint8_t*>(value.data()),
                                         value.size()),
-                                    &unpacked, &checksum)
+                                    &unpacked, &checksum, &header)
                   : absl::StatusOr<std::span<const uint8_t>>(read);
-    if (body.ok() && (checksum != rec.checksum || body->size() != rec.payload_bytes)) {
+    if (body.ok() && (checksum != rec.checksum || body->size() != rec.payload_bytes ||
+                      header.record.ns_id != ns_id || header.record.key != key)) {
       body = absl::DataLossError("cold extent holds another block than its index record names");
     }
     if (body.ok()) {
@@ -387,14 +740,29 @@ absl::Status RocksDbColdTier::GetBlock(uint32_t ns_id, std::string_view key,
 absl::Status RocksDbColdTier::DeleteBlock(uint32_t ns_id, std::string_view key) {
   const std::string index_key = IndexKey(ns_id, key);
   ASSIGN_OR_RETURN(const std::optional<SlabFile::Extent> old, ExtentOf(index_key));
+  // Kill first: from here no scan brings the block back, whatever is lost later.
+  if (old) RETURN_IF_ERROR(Kill(old->offset));
   RETURN_IF_ERROR(
       FromRocks(db_->Delete(rocksdb::WriteOptions(), meta_cf_, index_key), "delete block"));
-  // Only now may the extent be reused: its record is gone (see the header).
-  if (old) slab_->Free(old->offset, old->bytes);
+  // Only now may the extent be reused: it is killed and its record is gone (header).
+  if (old) {
+    slab_->Free(old->offset, old->bytes);
+    blocks_.fetch_sub(1, std::memory_order_relaxed);
+  }
   return absl::OkStatus();
 }
 
 absl::Status RocksDbColdTier::PutNamespace(uint32_t ns_id, std::string_view spec) {
+  {
+    // cold.meta first: at open the database follows it (SyncNamespaces).
+    common::MutexLock lock(&meta_mu_);
+    const std::map<uint32_t, std::string> before = meta_.namespaces;
+    meta_.namespaces[ns_id] = std::string(spec);
+    if (absl::Status st = WriteMetaLocked(); !st.ok()) {
+      meta_.namespaces = before;
+      return st;
+    }
+  }
   rocksdb::WriteOptions wo;
   wo.sync = true;  // rare, and a lost namespace would orphan its blocks
   std::string key = BlockKey(ns_id, "", kNamespacePrefix);
@@ -403,6 +771,15 @@ absl::Status RocksDbColdTier::PutNamespace(uint32_t ns_id, std::string_view spec
 }
 
 absl::Status RocksDbColdTier::DeleteNamespace(uint32_t ns_id) {
+  {
+    common::MutexLock lock(&meta_mu_);
+    const std::map<uint32_t, std::string> before = meta_.namespaces;
+    meta_.namespaces.erase(ns_id);
+    if (absl::Status st = WriteMetaLocked(); !st.ok()) {
+      meta_.namespaces = before;
+      return st;
+    }
+  }
   rocksdb::WriteOptions wo;
   wo.sync = true;
   return FromRocks(db_->Delete(wo, meta_cf_, BlockKey(ns_id, "", kNamespacePrefix)),

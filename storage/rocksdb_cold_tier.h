@@ -1,36 +1,53 @@
 // RocksDbColdTier: the production ColdTier (cold_tier.h). One directory holding
-//  - cold.slab (slab_file.h): every block's value (cold_record.h: header + payload, zstd
-//    when it pays) in an extent of its own, written once with pwrite and never moved;
+//  - cold.slab (slab_file.h): every block's value (cold_record.h format 2: a header that
+//    names the block — namespace, key, parent, index, sizes, checksums, seq — then the
+//    payload, zstd when it pays) in an extent of its own, written once with pwrite and
+//    never moved. The slab is the source of truth: a scan of it alone rebuilds the index;
+//  - cold.meta (cold_meta_file.h): the slab format, the seq ceiling and a copy of every
+//    namespace spec, replaced atomically;
 //  - a RocksDB database with column family "meta": namespace specs and one index record
 //    per block (the cold_record.h index value, then the u64 LE slab offset of its extent;
 //    stored_bytes is the extent's length). Values are ~60 bytes: no RocksDB compression,
-//    no read-side RocksDB checksums (our XXH3 covers every payload).
+//    no read-side RocksDB checksums (our XXH3 covers every payload). The database is an
+//    index of the slab, rebuilt from it whenever it is damaged (docs/recovery.md).
 // Disk use is therefore the slab's high-water mark (at most ColdTierOptions.slab_bytes)
 // plus a small database; no compaction ever rewrites a payload (issue 16: with payloads
 // in RocksDB, leveled compaction of 2 MiB values on 2 cores left the directory at
 // 2.35-3.91x the cold capacity under churn, put p99 328 ms; docs/durability.md, "Cold tier disk
 // under churn", has the before/after).
 //
-// Write order and why a crash never serves wrong bytes:
-//  - PutBlock: allocate a free extent, pwrite the value (fdatasync when sync_writes),
-//    then write the index record naming (offset, stored_bytes, checksum) in one RocksDB
-//    write (synced when sync_writes); only then is the key's previous extent freed.
-//  - DeleteBlock: delete the record, then free its extent. So an extent is reused only
-//    after the deletion (or overwrite) of the record naming it is written.
+// Write order and why a crash never serves wrong bytes, nor brings a deleted block back:
+//  - PutBlock: allocate a free extent, pwrite the value with the next seq (fdatasync when
+//    sync_writes), then write the index record naming (offset, stored_bytes, checksum) in
+//    one RocksDB write (synced when sync_writes); then the key's previous extent is killed
+//    (its magic overwritten with "KVTD") and only then freed.
+//  - DeleteBlock: kill the extent, delete the record, then free the extent. So an extent
+//    is reused only after it is killed and the record naming it is gone, and a slab scan
+//    never finds a deleted block (a killed header is not a block).
+//  - A crash between a Put's pwrite and its record write leaves a live extent no record
+//    names: free again at the next open, or indexed by a scan (it holds a verified copy
+//    of a block that was being put). A crash between the record write and the kill of
+//    the old copy leaves two live copies: a scan keeps the higher seq.
 //  - Without sync_writes, or after a WAL record is dropped at recovery, a crash may lose
-//    that deletion while the extent's new bytes survive: the old record then names
-//    another block's bytes. Every read checks the value's XXH3 against the record's
-//    checksum (and the value header's checksum and size against the record), so such a
-//    record is DATA_LOSS, never served. A crash between pwrite and the record write
-//    leaves an extent no record names: it is free again at the next open.
+//    a deletion while the extent's new bytes survive: the old record then names another
+//    block's bytes. Every read checks the value's header (namespace, key, checksums)
+//    against the record, so such a record is DATA_LOSS, never served.
 //  - Open rebuilds the allocator from the index records (one scan of the small meta
 //    column family, before the first Put can allocate). Records whose extents overlap
 //    (a lost deletion whose extent was reused) are resolved by the value header in the
 //    slab: the record whose extent holds its block stays, the other record is deleted.
 //    Records past the end of a truncated slab read as DATA_LOSS.
-// Layout change: a directory of the earlier layout (payloads inside RocksDB, column
-// family "blocks") is refused with FAILED_PRECONDITION at Open, not converted: it is a
-// cache, and a converter would be code run once per deployment; the message says what to do.
+//  - Open rebuilds the whole index from the slab instead (Recover; docs/recovery.md)
+//    when the database lost anything or cannot be trusted: WAL recovery skipped a range,
+//    a table file fails its checksum, the database does not open for corruption (it is
+//    moved aside to damaged-db-<time>/ first), the database is missing while the slab
+//    is not empty, cold.meta is missing or damaged, the database holds another number
+//    of block records than at the last clean close (a MANIFEST or WAL tail RocksDB
+//    dropped as torn, silently), or ColdTierOptions.recover asks.
+// Layout changes: a directory of the first layout (payloads inside RocksDB, column family
+// "blocks") and a slab of format 1 (block values without the key, no cold.meta) are
+// refused with FAILED_PRECONDITION at Open, not converted: it is a cache, and a converter
+// would be code run once per deployment; the message says what to do.
 //
 // This is the only place rocksdb::Status is translated to absl::Status (cold_tier.h
 // lists the codes).
@@ -39,6 +56,7 @@
 #ifndef KVTIER_STORAGE_ROCKSDB_COLD_TIER_H_
 #define KVTIER_STORAGE_ROCKSDB_COLD_TIER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,14 +65,18 @@
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "storage/cold_meta_file.h"
 #include "storage/cold_tier.h"
 #include "storage/slab_file.h"
 
 namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
+class Logger;
 }  // namespace rocksdb
 
 namespace kvtier::storage {
@@ -68,22 +90,27 @@ struct ColdTierOptions {
   // below it fails with UNAVAILABLE. 0: unbounded. TieredStore sets the cold capacity
   // plus slack. Default: 0.
   uint64_t slab_bytes = 0;
+  // Rebuild the index from the slab at Open even when nothing looks lost (kvtierd
+  // --recover). Default: false.
+  bool recover = false;
 };
 
 class RocksDbColdTier final : public ColdTier {
  public:
-  // Opens or creates the database. INVALID_ARGUMENT for an empty dir; UNAVAILABLE when
-  // the directory cannot be created or RocksDB cannot open it; DATA_LOSS when RocksDB
-  // reports corruption it cannot skip. Damage is handled so:
-  //  - WAL: a damaged record is skipped with whatever else starts in the rest of its
-  //    32 KiB log block (RocksDB cannot trust the lengths there); every later record is
-  //    recovered (wal_dropped_ranges()). A lost record's block is absent, never served.
-  //  - SST (footer, index or any table file RocksDB opens at start): Open refuses with
-  //    DATA_LOSS whose message names the file; the operator moves that file aside (its
-  //    blocks are then lost) or wipes the directory. No automatic repair: a silently
-  //    shrunken cold tier is worse than a clear failure at start.
-  //  - Slab: see the header comment (overlapping extents, truncated file).
-  // FAILED_PRECONDITION for a directory of the earlier layout (header comment).
+  // Opens or creates the tier. INVALID_ARGUMENT for an empty dir; UNAVAILABLE when the
+  // directory cannot be created, RocksDB cannot open it for a reason other than
+  // corruption (e.g. another process holds its lock), or the slab cannot be read;
+  // FAILED_PRECONDITION for a directory of an earlier layout (header comment). Damage:
+  //  - WAL: RocksDB skips the damaged records (with whatever else starts in the rest of
+  //    their 32 KiB log block; wal_dropped_ranges()); then the index is rebuilt from the
+  //    slab, so every block whose extent is intact comes back.
+  //  - SST / MANIFEST / CURRENT: a table file that fails VerifyChecksum, or a database
+  //    that does not open with Corruption, is moved aside whole (with its LOG) into
+  //    <dir>/damaged-db-<unix time>/ for the operator; a fresh database is created and
+  //    the index rebuilt from the slab. Logged at ERROR with the reason and the path.
+  //  - Slab: a block whose extent fails its checksum is lost (DATA_LOSS on read, or
+  //    dropped and counted by a rebuild); nothing else is.
+  // recovery() reports what was dropped and what the rebuild found.
   static absl::StatusOr<std::unique_ptr<RocksDbColdTier>> Open(const ColdTierOptions& options);
   ~RocksDbColdTier() override;
   RocksDbColdTier(const RocksDbColdTier&) = delete;
@@ -109,26 +136,49 @@ class RocksDbColdTier final : public ColdTier {
 
   // What WAL recovery at Open skipped (kSkipAnyCorruptedRecords): corrupted ranges and
   // their bytes, as RocksDB reports them in its info LOG. Open logs a warning when any.
-  uint64_t wal_dropped_ranges() const { return wal_dropped_ranges_; }
-  uint64_t wal_dropped_bytes() const { return wal_dropped_bytes_; }
-  ColdTierRecovery recovery() const override {
-    return {wal_dropped_ranges_, wal_dropped_bytes_};
-  }
+  uint64_t wal_dropped_ranges() const { return recovery_.wal_dropped_ranges; }
+  uint64_t wal_dropped_bytes() const { return recovery_.wal_dropped_bytes; }
+  ColdTierRecovery recovery() const override { return recovery_; }
 
  private:
   explicit RocksDbColdTier(const ColdTierOptions& options) : options_(options) {}
+  // Opens (creating) the RocksDB database; on Corruption moves it aside and creates a
+  // fresh one, noting the reason in recovery_.
+  absl::Status OpenDb(bool had_db);
+  void CloseDb();
+  // Moves every RocksDB file of the directory (all but cold.slab, cold.meta and earlier
+  // damaged-db-* folders) into a new damaged-db-<time> folder; returns its path.
+  absl::StatusOr<std::string> MoveDbAside();
   // Rebuilds slab_'s allocator from the index records (Open).
   absl::Status RebuildSlab();
+  // Rebuilds the index records and namespaces from a scan of the slab and resets the
+  // allocator (Open, when recovery_.scan_reason is set).
+  absl::Status Recover(const std::optional<ColdMeta>& meta);
   // The extent the index record under `index_key` names; nullopt when absent or malformed.
   absl::StatusOr<std::optional<SlabFile::Extent>> ExtentOf(const std::string& index_key);
+  // Overwrites the magic of the extent at `offset` ("KVTD"): no scan finds it again.
+  absl::Status Kill(uint64_t offset);
+  // Returns the next block seq, raising the ceiling in cold.meta when it is reached.
+  absl::StatusOr<uint64_t> NextSeq();
+  absl::Status WriteMetaLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(meta_mu_);
+  // Makes the database's namespace records those of `meta` (cold.meta is written first,
+  // so it is the newer copy) and adopts them as meta_.namespaces.
+  absl::Status SyncNamespaces(const ColdMeta& meta);
 
   const ColdTierOptions options_;
   rocksdb::DB* db_ = nullptr;
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
+  std::shared_ptr<rocksdb::Logger> info_log_;
   std::unique_ptr<SlabFile> slab_;
-  uint64_t wal_dropped_ranges_ = 0;
-  uint64_t wal_dropped_bytes_ = 0;
+  ColdTierRecovery recovery_;
+  std::atomic<uint64_t> next_seq_{1};
+  common::Mutex meta_mu_;
+  ColdMeta meta_ ABSL_GUARDED_BY(meta_mu_);
+  std::atomic<uint64_t> seq_ceiling_{0};  // meta_.seq_ceiling, readable without the lock
+  // Block index records in the database (cold.meta's count at a clean close).
+  std::atomic<int64_t> blocks_{0};
+  bool opened_ = false;  // Open succeeded: the destructor records a clean close
 };
 
 }  // namespace kvtier::storage

@@ -1,6 +1,7 @@
 #include "storage/slab_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -132,6 +133,12 @@ absl::Status SlabFile::Read(uint64_t offset, uint64_t bytes, std::string* out) c
 absl::Status SlabFile::Sync() {
   if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_);
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SlabFile::FileBytes() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return Errno("fstat", path_);
+  return static_cast<uint64_t>(st.st_size);
 }
 
 uint64_t SlabFile::used_bytes() const {

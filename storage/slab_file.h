@@ -68,6 +68,9 @@ class SlabFile {
   absl::Status Read(uint64_t offset, uint64_t bytes, std::string* out) const;
   // fdatasync. UNAVAILABLE on I/O errors.
   absl::Status Sync();
+  // The file's size (fstat): the end of the highest extent ever written, which may lie
+  // past end_bytes() (freed extents are not truncated). UNAVAILABLE on I/O errors.
+  absl::StatusOr<uint64_t> FileBytes() const;
 
   // Allocated bytes (in units) and the end of the highest allocation.
   uint64_t used_bytes() const;

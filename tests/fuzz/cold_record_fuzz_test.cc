@@ -37,7 +37,11 @@ std::vector<Seed> ValueSeeds() {
       }
       for (bool compress : {false, true}) {
         const uint64_t checksum = PayloadChecksum(AsSpan(s.payload));
-        s.record = EncodeColdRecord(AsSpan(s.payload), checksum, compress);
+        ColdIndexRecord r;
+        r.ns_id = 3;
+        r.key = "key";
+        r.parent_key = n % 2 == 0 ? "parent" : "";
+        s.record = EncodeColdRecord(r, /*seq=*/n + 1, AsSpan(s.payload), checksum, compress);
         seeds.push_back(s);
       }
     }
