@@ -2,7 +2,7 @@
 # Installs kvtier's build and test dependencies from Debian bookworm packages (only what
 # is missing). Safe to re-run.
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build ccache pkg-config
+pkgs=(build-essential cmake ninja-build ccache pkg-config clang-14
       libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
       librocksdb-dev libzstd-dev libxxhash-dev libssl-dev libhiredis-dev prometheus-cpp-dev
       libgtest-dev libgmock-dev libbenchmark-dev redis-server kubectl

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# README command 2: install dependencies, build, and run the whole test suite (CTest, then
-# the Python client's pytest suite); then build the storage/kv unit tests with ASAN+UBSAN
-# and run them too.
+# README command 2: install dependencies, build, and run the whole test suite: clang's
+# thread-safety analysis, CTest, the Python client's pytest suite, the real-model tests
+# (SmolLM2 through transformers), llm-d's indexer against kvtierd; then the sanitized
+# tests under ASAN+UBSAN and the concurrency tests under TSAN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
+# Clang's -Wthread-safety over the production sources (the lock annotations, checked).
+scripts/thread_safety.sh build
 (cd build && ctest --output-on-failure -j "$(nproc)")
 # The Python client (client/python) against real kvtierd processes; pytest's exit code 5
 # ("no tests collected") means the suite went missing, so it fails the run with a message.

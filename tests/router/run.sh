@@ -9,6 +9,7 @@ set -euo pipefail
 BUILD="$(cd "${1:-$(dirname "$0")/../../build}" && pwd)"
 cd "$(dirname "$0")"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+command -v go >/dev/null || PATH="/usr/local/go/bin:$PATH"  # where this kind of machine has it
 command -v go >/dev/null || { echo "tests/router: needs Go >= 1.25 on PATH" >&2; exit 1; }
 for mod in go.mod go.v0.9.0.mod; do
   [ -f "$mod" ] || continue
