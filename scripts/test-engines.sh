@@ -29,6 +29,7 @@ VLLM_TORCH=2.13.0             # the wheel pins torch==2.13.0+cpu, which is not o
 LMCACHE_VERSION=0.5.6
 SGLANG_VERSION=0.5.23
 GRPCIO=1.76.0
+PYTEST=8.3.4
 CONVERT_PINS=(gguf==0.19.0 accelerate==1.16.0)
 
 log() { echo "[test-engines $(date -u +%H:%M:%S)] $*" >&2; }
@@ -46,7 +47,8 @@ finish_venv() {  # ENGINE STAMP: kvtier client's pins, then a lock file of what 
   local np pb
   np="$("$py" -c 'import numpy; print(numpy.__version__)' 2>/dev/null || echo 2.3.5)"
   pb="$("$py" -c 'import google.protobuf as p; print(p.__version__)' 2>/dev/null || echo 6.33.1)"
-  "$engines_dir/$1/bin/pip" install -q --disable-pip-version-check "grpcio==$GRPCIO" "numpy==$np" "protobuf==$pb"
+  "$engines_dir/$1/bin/pip" install -q --disable-pip-version-check "grpcio==$GRPCIO" "numpy==$np" \
+    "protobuf==$pb" "pytest==$PYTEST"
   "$engines_dir/$1/bin/pip" freeze --all > "$engines_dir/$1/lock.txt"
   echo "$2" > "$engines_dir/$1/.kvtier-stamp"
 }
@@ -131,3 +133,42 @@ if [ "$mode" = install ] || [ "$mode" = all ]; then
   done
 fi
 [ "$mode" = install ] && exit 0
+
+# The checks: kvtierd and the kvtier package from the build tree (built here unless
+# KVTIER_BINARY_DIR names one), each engine's tests/engines/test_<engine>.py in its venv.
+start=$(date +%s)
+if [ -z "${KVTIER_BINARY_DIR:-}" ]; then
+  export CCACHE_BASEDIR="$root"
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  ninja -C build -j2 kvtierd kvtier kvtier_python >/dev/null
+fi
+export KVTIER_BINARY_DIR="${KVTIER_BINARY_DIR:-$root/build}"
+export KVTIER_ENGINE_MODEL="$hf_dir"
+export KVTIER_ENGINE_RESULTS="${KVTIER_ENGINE_RESULTS:-$KVTIER_BINARY_DIR/engines}"
+mkdir -p "$KVTIER_ENGINE_RESULTS"
+for e in "${engines[@]}"; do
+  py="$engines_dir/$e/bin/python"
+  if [ ! -f "tests/engines/test_$e.py" ]; then log "$e: no checks (tests/engines/test_$e.py)"; continue; fi
+  if [ ! -x "$py" ]; then log "$e: not installed (scripts/test-engines.sh install $e)"; continue; fi
+  "$py" -c "import pytest" 2>/dev/null || "$engines_dir/$e/bin/pip" install -q "pytest==$PYTEST"
+  log "$e: checks"; rm -f "$KVTIER_ENGINE_RESULTS/$e.xml"
+  "$py" -m pytest -p no:cacheprovider -q -rA "tests/engines/test_$e.py" \
+    --junitxml="$KVTIER_ENGINE_RESULTS/$e.xml" || true
+done
+log "checks took $(( $(date +%s) - start )) s; cache $(du -sh "$cache" | cut -f1) in $cache"
+/usr/bin/python3 - "$KVTIER_ENGINE_RESULTS" "${engines[@]}" <<'PY'
+import os, sys, xml.etree.ElementTree as ET
+d, engines = sys.argv[1], sys.argv[2:]
+passed = failed = 0
+for e in engines:
+    path = os.path.join(d, e + ".xml")
+    if not os.path.exists(path):
+        continue
+    for s in ET.parse(path).getroot().iter("testsuite"):
+        t, f, err, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+        failed += f + err
+        passed += t - f - err - sk
+        print("%s: %d passed, %d failed, %d skipped" % (e, t - f - err - sk, f + err, sk))
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed or not passed else 0)
+PY

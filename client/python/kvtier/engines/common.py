@@ -99,13 +99,16 @@ def _factor(n):
 
 
 class Link:
-    """A lazily connected kvtier.Client for one namespace spec (see the module docstring).
-    `address` host:port; `spec` a NamespaceSpec (registered or checked at connect)."""
+    """A lazily connected kvtier.Client for one namespace (see the module docstring).
+    `address` host:port; `spec` a NamespaceSpec (registered or checked at connect), or None
+    with `name`: a namespace another client registered (lookups and gets only, until
+    register(spec))."""
 
-    def __init__(self, address, spec, timeout_s=2.0, connect_timeout_s=2.0, retry_s=5.0,
-                 shared_memory=True):
+    def __init__(self, address, spec=None, timeout_s=2.0, connect_timeout_s=2.0, retry_s=5.0,
+                 shared_memory=True, name=""):
         self.address = address
         self.spec = spec
+        self.name = spec.name if spec is not None else name
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry_s = retry_s
@@ -118,7 +121,16 @@ class Link:
 
     @property
     def ns(self):
-        return self.spec.name
+        return self.name
+
+    def register(self, spec):
+        """Registers (or checks) `spec` once; False while that fails."""
+        if self.spec is not None:
+            return True
+        if self.call("register", lambda c: c.register_namespace(spec), None) is None:
+            return False
+        self.spec = spec
+        return True
 
     def client(self):
         """The connected client, or None while kvtierd is unreachable (retried after
