@@ -44,10 +44,13 @@ new_venv() {
 }
 finish_venv() {  # ENGINE STAMP: kvtier client's pins, then a lock file of what was resolved
   local py="$engines_dir/$1/bin/python"
-  local np pb
+  # The versions the engine's resolve chose win (LMCache needs grpcio>=1.78); the pins only
+  # fill in what the engine did not bring.
+  local np pb gr
   np="$("$py" -c 'import numpy; print(numpy.__version__)' 2>/dev/null || echo 2.3.5)"
   pb="$("$py" -c 'import google.protobuf as p; print(p.__version__)' 2>/dev/null || echo 6.33.1)"
-  "$engines_dir/$1/bin/pip" install -q --disable-pip-version-check "grpcio==$GRPCIO" "numpy==$np" \
+  gr="$("$py" -c 'import grpc; print(grpc.__version__)' 2>/dev/null || echo "$GRPCIO")"
+  "$engines_dir/$1/bin/pip" install -q --disable-pip-version-check "grpcio==$gr" "numpy==$np" \
     "protobuf==$pb" "pytest==$PYTEST"
   "$engines_dir/$1/bin/pip" freeze --all > "$engines_dir/$1/lock.txt"
   echo "$2" > "$engines_dir/$1/.kvtier-stamp"

@@ -78,18 +78,13 @@ def block_layout(num_layers, num_kv_heads, head_dim, tokens_per_block, dtype):
 
 
 def opaque_layout(nbytes):
-    """A Layout whose RAW block is exactly `nbytes` (a multiple of 4), for engine objects
-    that are bytes with no kvtier geometry (LMCache's L2 objects)."""
-    if nbytes <= 0 or nbytes % 4:
-        raise ValueError("object size %d is not a positive multiple of 4" % nbytes)
-    return block_layout(1, 1, 2, 1, "fp16") if nbytes == 4 else _factor(nbytes // 4)
-
-
-def _factor(n):
-    # 4 * L * H * T * D == 4n with D even: D = 2, T = n / 2 split so no field is huge.
-    if n % 2:
-        raise ValueError("object size %d is not a multiple of 8" % (4 * n))
-    m = n // 2
+    """A Layout whose RAW block is exactly `nbytes` (a positive multiple of 8: head_dim is
+    even), for engine objects that are bytes with no kvtier geometry (LMCache's L2 objects,
+    SGLang's host-pool regions). ValueError otherwise."""
+    if nbytes <= 0 or nbytes % 8:
+        raise ValueError("object size %d is not a positive multiple of 8" % nbytes)
+    # 4 * L * H * T * D == nbytes with H = 1, D = 2: L * T = nbytes / 8, T a power of two.
+    m = nbytes // 8
     t = 1
     for cand in (4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2):
         if m % cand == 0:
@@ -148,7 +143,7 @@ class Link:
             except Exception as e:  # noqa: BLE001 - any failure to connect is a miss
                 self._failed_locked("connect", e)
                 return None
-            log.info("kvtier: connected to %s, namespace %s", self.address, self.spec.name)
+            log.info("kvtier: connected to %s, namespace %s", self.address, self.name)
             return self._client
 
     def call(self, what, fn, default):
