@@ -5,7 +5,8 @@ LMCACHE_CONFIG_FILE form). The serving engine's paged KV cache is a CPU tensor
 [layers, 2, slots, kv_heads, head_dim]; PagedCpuKv moves chunks between it and LMCache's
 memory objects ([2, layers, tokens, kv_heads*head_dim]) as LMCache's GPU connectors do.
 
-  lmcache_run.py store    --config F --tokens N --seed S --out J   store N tokens of seeded KV
+  lmcache_run.py store    --config F --tokens N --seed S --out J --kvtier A   store N tokens of
+                                                                   seeded KV
   lmcache_run.py retrieve --config F --tokens N --seed S --out J   lookup + retrieve into a
                                                                    zeroed cache, compare
   --salt X tags every request with lmcache.tag.cache_salt=X (kvtier tenant X).
@@ -72,9 +73,11 @@ def build_engine(config_file, kv):
                                local_worker_id=0, kv_dtype=torch.bfloat16,
                                kv_shape=(LAYERS, 2, config.chunk_size, HEADS, HEAD_DIM),
                                chunk_size=config.chunk_size, role="worker")
-    return LMCacheEngineBuilder.get_or_create(
+    engine = LMCacheEngineBuilder.get_or_create(
         "kvtier-test", config, metadata, make_connector_class()(kv),
         lambda t, src: None, lambda o, src: o)
+    engine.post_init()  # builds the StorageManager, as LMCache's integrations do
+    return engine
 
 
 def seeded(seed, n):
@@ -84,6 +87,23 @@ def seeded(seed, n):
     return tokens, kv
 
 
+def wait_for_puts(address, chunks, timeout=20.0):
+    """Blocks stored in kvtierd's lmcache namespaces once they reach `chunks` or the time
+    is up (a down kvtierd: 0 after the timeout)."""
+    import kvtier
+    end, got = time.monotonic() + timeout, 0
+    while time.monotonic() < end:
+        try:
+            with kvtier.Client(address, connect_timeout=1.0, timeout=2.0) as c:
+                got = sum(s.puts for s in c.stats().namespaces if s.name.startswith("lmcache/"))
+        except kvtier.KvtierError:
+            got = 0
+        if got >= chunks:
+            break
+        time.sleep(0.2)
+    return got
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["store", "retrieve"])
@@ -91,6 +111,7 @@ def main():
     p.add_argument("--tokens", type=int, default=53)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--salt", default="")
+    p.add_argument("--kvtier", required=True, help="the kvtierd of the config (to wait for puts)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     tokens, want = seeded(args.seed, args.tokens)
@@ -106,12 +127,11 @@ def main():
         kv[:, :, slots] = want
         engine.store(tokens, slot_mapping=slots, **extra)
         report["store_s"] = time.perf_counter() - t0
-        # Wait (bounded) until the remote backend's puts are done, then close.
+        # LMCache puts in the background: wait (bounded) until kvtierd holds the full
+        # chunks before closing the engine (its close frees the chunks' memory).
         remote = [b for name, b in engine.storage_manager.storage_backends.items()
                   if name.startswith("RemoteBackend")]
-        end = time.monotonic() + 30
-        while remote and time.monotonic() < end and remote[0].put_tasks:
-            time.sleep(0.1)
+        report["stored_chunks"] = wait_for_puts(args.kvtier, n // engine.config.chunk_size)
         report["backends"] = list(engine.storage_manager.storage_backends)
         report["put_failed"] = remote[0].put_failed_count if remote else None
     else:

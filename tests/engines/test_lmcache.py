@@ -39,8 +39,10 @@ def write_config(path, address):
 
 def run(tmp_path, mode, config, name, salt="", seed=1):
     out = str(tmp_path / (name + ".json"))
+    with open(config) as f:
+        address = f.read().split("address: \"")[1].split("\"")[0]
     cmd = [sys.executable, os.path.join(HERE, "lmcache_run.py"), mode, "--config", config,
-           "--tokens", str(TOKENS), "--seed", str(seed), "--out", out]
+           "--tokens", str(TOKENS), "--seed", str(seed), "--out", out, "--kvtier", address]
     if salt:
         cmd += ["--salt", salt]
     t0 = time.monotonic()
@@ -65,7 +67,7 @@ def test_engine_stores_and_a_fresh_engine_retrieves_byte_exact(start_server, tmp
     cfg = write_config(str(tmp_path / "lmcache.yaml"), server.address)
     s = run(tmp_path, "store", cfg, "store")
     assert any(b.startswith("RemoteBackend") for b in s["backends"]), s["backends"]
-    assert s["put_failed"] == 0
+    assert s["put_failed"] == 0 and s["stored_chunks"] == TOKENS // CHUNK
     ns = namespaces(server, "lmcache/")
     assert len(ns) == 1 and ns[0].puts == TOKENS // CHUNK, ns
     r = run(tmp_path, "retrieve", cfg, "retrieve")

@@ -170,6 +170,15 @@ class KvtierRemoteConnector(RemoteConnector):
         return objs
 
     def _put_many(self, keys, objs):
+        """Stores the full chunks; releases LMCache's reference to every object (its
+        serializer took one for the put)."""
+        try:
+            return self._put_chunks(keys, objs)
+        finally:
+            for obj in objs:
+                obj.ref_count_down()
+
+    def _put_chunks(self, keys, objs):
         by_link = {}
         for link, idx in self._groups(keys):
             blocks = []
