@@ -132,17 +132,98 @@ def l2_adapter_json(address):
                        "class_name": "KvtierL2Client", "adapter_params": {"address": address}})
 
 
+def lmcache_cli(*args, timeout=TIMEOUT):
+    lmcache = os.path.join(os.path.dirname(sys.executable), "lmcache")
+    proc = subprocess.run([lmcache] + list(args), env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def test_lmcache_bench_l2_verifies_through_kvtier(start_server, tmp_path):
     server = start_server()
-    lmcache = os.path.join(os.path.dirname(sys.executable), "lmcache")
-    proc = subprocess.run([lmcache, "bench", "l2", "--l2-adapter", l2_adapter_json(server.address),
-                           "--no-skip-verify"], env=env(), capture_output=True, text=True,
-                          timeout=TIMEOUT)
-    log = proc.stdout + proc.stderr
+    rc, log = lmcache_cli("bench", "l2", "--l2-adapter", l2_adapter_json(server.address),
+                          "--no-skip-verify")
     with open(str(tmp_path / "bench-l2.log"), "w") as f:
         f.write(log)
-    assert proc.returncode == 0, log[-5000:]
-    ns = namespaces(server, "lmcache-l2/")
-    assert ns and sum(n.puts for n in ns) > 0, log[-3000:]
-    assert "mismatch" not in log.lower() and "fail" not in log.lower().replace("failed: 0", ""), \
-        log[-3000:]
+    assert rc == 0, log[-5000:]
+    assert "success_keys=32/32" in log and "loaded=32/32" in log, log[-3000:]
+    assert "All 32 keys data verified OK" in log, log[-3000:]
+    assert sum(n.puts for n in namespaces(server, "lmcache-l2/")) >= 32
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LmcacheServer:
+    """`lmcache server` with kvtier as its only L2, on free local ports."""
+
+    def __init__(self, tmp_path, address, name):
+        self.port, self.http = free_port(), free_port()
+        self.log_path = str(tmp_path / (name + ".log"))
+        lmcache = os.path.join(os.path.dirname(sys.executable), "lmcache")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [lmcache, "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--http-host", "127.0.0.1", "--http-port", str(self.http),
+             "--prometheus-port", str(free_port()), "--l1-size-gb", "1",
+             "--eviction-policy", "LRU", "--supported-transfer-mode", "auto",
+             "--l2-adapter", l2_adapter_json(address)],
+            env=env(), stdout=self.log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 300
+        while time.monotonic() < end:
+            assert self.proc.poll() is None, self.text()[-4000:]
+            if "Uvicorn running" in self.text():
+                return
+            time.sleep(1)
+        raise AssertionError("lmcache server did not start:\n" + self.text()[-4000:])
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def bench(self):
+        """One `lmcache bench server` request (1024 tokens, 4 chunks): its output."""
+        rc, out = lmcache_cli("bench", "server", "--rpc-url", "tcp://127.0.0.1:%d" % self.port,
+                              "--url", "http://127.0.0.1:%d" % self.http, "--mode", "cpu",
+                              "--num-tokens", "1024", "--start", "0", "--end", "1")
+        assert rc == 0, out[-4000:]
+        return out
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def checksum(out):
+    lines = [l for l in out.splitlines() if "CHECKSUM:" in l]
+    assert lines, out[-3000:]
+    return lines[-1].split("CHECKSUM:")[1].split()[0]
+
+
+def test_restarted_lmcache_server_reads_from_kvtier(start_server, tmp_path):
+    server = start_server()
+    first = LmcacheServer(tmp_path, server.address, "server1")
+    try:
+        sum1 = checksum(first.bench())
+    finally:
+        first.stop()
+    stored = sum(n.puts for n in namespaces(server, "lmcache-l2/"))
+    assert stored >= 4, stored
+    second = LmcacheServer(tmp_path, server.address, "server2")  # empty L1
+    try:
+        out = second.bench()
+        assert "[seq 0/cold] LOOKUP: 4/4 chunks hit" in out, out[-3000:]
+        assert checksum(out) == sum1
+        assert "4/4 retained keys (0 L1, 4 L2)" in second.text(), second.text()[-3000:]
+    finally:
+        second.stop()
+    assert sum(n.gets for n in namespaces(server, "lmcache-l2/")) >= 4

@@ -93,17 +93,13 @@ def opaque_layout(nbytes):
     return block_layout(m // t, 1, 2, t, "fp16")
 
 
-class Link:
-    """A lazily connected kvtier.Client for one namespace (see the module docstring).
-    `address` host:port; `spec` a NamespaceSpec (registered or checked at connect), or None
-    with `name`: a namespace another client registered (lookups and gets only, until
-    register(spec))."""
+class Connection:
+    """One lazily connected kvtier.Client (no namespace) for `address`, shared by the Links
+    of one adapter; see the module docstring for the timeouts and the backoff."""
 
-    def __init__(self, address, spec=None, timeout_s=2.0, connect_timeout_s=2.0, retry_s=5.0,
-                 shared_memory=True, name=""):
+    def __init__(self, address, timeout_s=2.0, connect_timeout_s=2.0, retry_s=5.0,
+                 shared_memory=True):
         self.address = address
-        self.spec = spec
-        self.name = spec.name if spec is not None else name
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry_s = retry_s
@@ -113,19 +109,6 @@ class Link:
         self._last_log = 0.0
         self._lock = threading.Lock()
         self.failures = 0
-
-    @property
-    def ns(self):
-        return self.name
-
-    def register(self, spec):
-        """Registers (or checks) `spec` once; False while that fails."""
-        if self.spec is not None:
-            return True
-        if self.call("register", lambda c: c.register_namespace(spec), None) is None:
-            return False
-        self.spec = spec
-        return True
 
     def client(self):
         """The connected client, or None while kvtierd is unreachable (retried after
@@ -137,13 +120,13 @@ class Link:
                 return None
             try:
                 self._client = kvtier.Client(
-                    self.address, namespace=self.spec, timeout=self.timeout_s,
+                    self.address, timeout=self.timeout_s,
                     connect_timeout=self.connect_timeout_s, max_attempts=1,
-                    shared_memory=self.shared_memory)
+                    shared_memory=self.shared_memory, shared_memory_bytes=128 << 20)
             except Exception as e:  # noqa: BLE001 - any failure to connect is a miss
                 self._failed_locked("connect", e)
                 return None
-            log.info("kvtier: connected to %s, namespace %s", self.address, self.name)
+            log.info("kvtier: connected to %s", self.address)
             return self._client
 
     def call(self, what, fn, default):
@@ -161,6 +144,8 @@ class Link:
     def _failed_locked(self, what, err):
         self.failures += 1
         code = getattr(err, "code", None)
+        if isinstance(err, kvtier.NotFoundError):
+            return  # a namespace nobody stored into yet: a plain miss
         unreachable = isinstance(err, (kvtier.UnavailableError, kvtier.DeadlineExceededError))
         if self._client is None or unreachable:
             if self._client is not None:
@@ -181,3 +166,65 @@ class Link:
             if self._client is not None:
                 self._client.close()
             self._client = None
+
+
+class Link:
+    """One namespace on a Connection (see the module docstring). `conn` a Connection, or an
+    address (then the Link has its own, built with the keyword options); `spec` a
+    NamespaceSpec, registered (or checked against the stored one) before the first call, or
+    None with `name`: a namespace another client registered (lookups and gets only, until
+    register(spec)). A spec kvtierd refuses (another layout or codec under that name) makes
+    every call a miss, retried after retry_s."""
+
+    def __init__(self, conn, spec=None, name="", **options):
+        self.conn = conn if isinstance(conn, Connection) else Connection(conn, **options)
+        self.spec = spec
+        self.name = spec.name if spec is not None else name
+        self._registered = spec is None
+        self._refused_until = 0.0
+
+    @property
+    def ns(self):
+        return self.name
+
+    @property
+    def failures(self):
+        return self.conn.failures
+
+    @property
+    def timeout_s(self):
+        return self.conn.timeout_s
+
+    @property
+    def connect_timeout_s(self):
+        return self.conn.connect_timeout_s
+
+    def client(self):
+        """The connection's client once the namespace is registered, else None."""
+        c = self.conn.client()
+        if c is None or self._registered:
+            return c
+        if time.monotonic() < self._refused_until:
+            return None
+        if self.conn.call("register", lambda cl: cl.register_namespace(self.spec), None) is None:
+            self._refused_until = time.monotonic() + self.conn.retry_s
+            return None
+        self._registered = True
+        log.info("kvtier: namespace %s on %s", self.name, self.conn.address)
+        return self.conn.client()
+
+    def register(self, spec):
+        """Registers (or checks) `spec` for a Link built by name; False while that fails."""
+        if self.spec is None:
+            self.spec, self._registered = spec, False
+        return self.client() is not None
+
+    def call(self, what, fn, default):
+        """fn(client) or `default` when kvtierd is unreachable, refuses the namespace, or
+        the call fails."""
+        if self.client() is None:
+            return default
+        return self.conn.call(what, fn, default)
+
+    def close(self):
+        self.conn.close()

@@ -78,7 +78,7 @@ class KvtierRemoteConnector(RemoteConnector):
             return extra.get("remote_storage_plugin.%s.%s" % (name, k), default)
 
         self.address = get("address") or context.url.split("://", 1)[-1]
-        self._options = _link_options(get)
+        self._conn = common.Connection(self.address, **_link_options(get))
         self.default_tenant = get("tenant", "")
         import lmcache
         shapes = [list(s) for s in self.meta_shapes]
@@ -121,7 +121,7 @@ class KvtierRemoteConnector(RemoteConnector):
                 spec = kvtier.make_namespace(_tenant_ns(self.identity.namespace, tenant),
                                              self.layout, codec=self.codec, tenant=tenant,
                                              model_id=self.identity.label)
-                link = self._links[tenant] = common.Link(self.address, spec, **self._options)
+                link = self._links[tenant] = common.Link(self._conn, spec)
             return link
 
     def _kvkey(self, key):
@@ -256,8 +256,7 @@ class KvtierRemoteConnector(RemoteConnector):
 
     async def close(self):
         self._pool.shutdown(wait=True)
-        for link in self._links.values():
-            link.close()
+        self._conn.close()
 
     def remove_sync(self, key):
         link = self._link(self._tenant(key))
@@ -289,8 +288,9 @@ class KvtierL2Client:
     def __init__(self, address, timeout_s=2.0, connect_timeout_s=2.0, retry_s=5.0,
                  model_id=""):
         self.address = address
-        self._options = dict(timeout_s=float(timeout_s),
-                             connect_timeout_s=float(connect_timeout_s), retry_s=float(retry_s))
+        self._conn = common.Connection(address, timeout_s=float(timeout_s),
+                                       connect_timeout_s=float(connect_timeout_s),
+                                       retry_s=float(retry_s))
         self.model_id = model_id
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvtier-l2")
@@ -338,9 +338,8 @@ class KvtierL2Client:
             if link is None:
                 identity = common.Identity("lmcache-l2", ident[0], {
                     "kv_rank": ident[1], "group": ident[2], "model_id": self.model_id})
-                link = common.Link(self.address, None, name=_tenant_ns(identity.namespace,
-                                                                       ident[3]),
-                                   **self._options)
+                link = common.Link(self._conn, None,
+                                   name=_tenant_ns(identity.namespace, ident[3]))
                 link.identity, link.tenant = identity, ident[3]
                 self._links[ident] = link
             return link
@@ -421,6 +420,5 @@ class KvtierL2Client:
 
     def close(self):
         self._pool.shutdown(wait=True)
-        for link in self._links.values():
-            link.close()
+        self._conn.close()
         os.close(self._fd)

@@ -40,7 +40,6 @@ added to the identity, e.g. a weights revision), kvtier_max_pending_saves (64 bl
 import dataclasses
 import glob
 import hashlib
-import logging
 import os
 import queue
 import threading
@@ -54,8 +53,11 @@ from kvtier.engines import common
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                                KVConnectorMetadata,
                                                                KVConnectorRole)
+from vllm.logger import init_logger
 
-log = logging.getLogger("kvtier.engines.vllm")
+# Under vLLM's logger tree, so vLLM's logging configuration (level, format, process)
+# applies to the connector's messages.
+log = init_logger("vllm.kvtier")
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
