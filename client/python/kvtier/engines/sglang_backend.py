@@ -22,8 +22,8 @@ kvtier_timeout_s (SGLang then computes); nothing raises into SGLang's threads.
 
 extra_config keys (besides SGLang's own): kvtier_address (required), kvtier_timeout_s (2),
 kvtier_connect_timeout_s (2), kvtier_retry_s (5), kvtier_tenant (""), kvtier_model_id ("").
-Checked against sglang 0.5.23's factory, host pools and cache controller on CPU
-(tests/engines/test_sglang.py); serving needs a GPU.
+NOT YET CHECKED against SGLang's own code (written to sglang 0.5.23's interface; no
+tests/engines/test_sglang.py yet, see docs/engines.md). Serving SGLang needs a GPU here.
 """
 
 import ctypes
