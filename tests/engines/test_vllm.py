@@ -102,15 +102,19 @@ def test_kvtierd_down_costs_a_recompute_not_a_hang(state, tmp_path):
     c = run_engine(tmp_path, "down", address)
     assert c["first_cached_tokens"] == 0
     assert c["token_ids"] == a["token_ids"], (a["text"], c["text"])
-    # The connector waited at most its connect timeout (2 s) per retry period.
-    assert c["ttft_s"] < state["b"]["ttft_s"] + 30
+    assert "treated as a miss" in c["log"]
+    # No hang: the connector waits at most its connect timeout (2 s) per retry period (5 s),
+    # so the first token comes about as fast as in the storing run, which computed it too
+    # (a generous bound: this machine is noisy).
+    assert c["ttft_s"] < 2 * a["ttft_s"] + 20, (c["ttft_s"], a["ttft_s"])
 
 
 def _damage_one_block(server, ns, data_dir):
-    """Demotes the namespace to the cold tier and flips bytes inside the payload of one
-    stored block in the slab file (found by its bytes, read back from kvtierd first)."""
+    """Demotes the namespace to the cold tier and flips 64 bytes at 3/4 of the slab file
+    (inside the payload of the last of the prompt's 3 blocks)."""
     with kvtier.Client(server.address) as c:
-        assert c.evict(ns) >= 1
+        c.evict(ns)
+        assert [n for n in c.stats().namespaces if n.name == ns][0].cold.blocks >= 3
     files = [f for f in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True)
              if os.path.isfile(f)]
     slab = max(files, key=os.path.getsize)
