@@ -157,7 +157,7 @@ for e in "${engines[@]}"; do
   if [ ! -x "$py" ]; then log "$e: not installed (scripts/test-engines.sh install $e)"; continue; fi
   "$py" -c "import pytest" 2>/dev/null || "$engines_dir/$e/bin/pip" install -q "pytest==$PYTEST"
   log "$e: checks"; rm -f "$KVTIER_ENGINE_RESULTS/$e.xml"
-  "$py" -m pytest -p no:cacheprovider -q -rA "tests/engines/test_$e.py" \
+  PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -p no:cacheprovider -q -rA "tests/engines/test_$e.py" \
     --junitxml="$KVTIER_ENGINE_RESULTS/$e.xml" || true
 done
 log "checks took $(( $(date +%s) - start )) s; cache $(du -sh "$cache" | cut -f1) in $cache"
