@@ -177,8 +177,6 @@ class KvtierConnector(KVConnectorBase_V1):
         self._staging = None
         self._saves = queue.Queue(maxsize=max(1, self._max_pending))
         self._saver = None
-        self.stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "failed_blocks": 0,
-                      "saved_blocks": 0, "dropped_saves": 0}
 
     def _unsupported(self, vllm_config, kv_dtype, kv_cache_config):
         mc, cc = vllm_config.model_config, vllm_config.cache_config
@@ -220,7 +218,6 @@ class KvtierConnector(KVConnectorBase_V1):
         if limit * bs <= num_computed_tokens:
             return 0, False
         keys = self._keys_upto(st, limit)
-        self.stats["lookups"] += 1
         resp = self.link.call("lookup", lambda c: c.lookup(self.link.ns, keys,
                                                            lease_ms=self._lease_ms), None)
         if resp is None:
@@ -234,7 +231,6 @@ class KvtierConnector(KVConnectorBase_V1):
             self._release(st)
             return 0, False
         st.lease_id, st.first_block, st.last_block = lease_id, first, leased
-        self.stats["hit_blocks"] += leased - first
         return leased * bs - num_computed_tokens, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -369,8 +365,6 @@ class KvtierConnector(KVConnectorBase_V1):
                 off += page.numel()
         failed = load.block_ids[good:]
         self._load_errors.update(failed)
-        self.stats["loaded_blocks"] += good
-        self.stats["failed_blocks"] += len(failed)
         if failed:
             log.warning("kvtier: request %s: %d of %d blocks failed to load (recomputed)",
                         load.req_id, len(failed), n)
@@ -396,7 +390,8 @@ class KvtierConnector(KVConnectorBase_V1):
             try:
                 self._saves.put_nowait((s, payload))
             except queue.Full:
-                self.stats["dropped_saves"] += 1
+                log.warning("kvtier: save queue full, block %d of a request not stored",
+                            s.block_index)
                 continue
             if self._saver is None:
                 self._saver = threading.Thread(target=self._save_loop, daemon=True,
@@ -422,16 +417,10 @@ class KvtierConnector(KVConnectorBase_V1):
                 batch.append(nxt)
             blocks = [kvtier.PutBlock(s.key, p, s.parent, s.block_index, token_ids=s.token_ids)
                       for s, p in batch]
-            r = self.link.call("put", lambda c: c.put_blocks(self.link.ns, blocks,
-                                                             format=kvtier.RAW), None)
-            self.stats["saved_blocks"] += r.blocks_stored if r is not None else 0
+            self.link.call("put", lambda c: c.put_blocks(self.link.ns, blocks,
+                                                         format=kvtier.RAW), None)
             for _ in batch:
                 self._saves.task_done()
-
-    def flush_saves(self):
-        """Waits until every queued save was attempted (bounded by the Link's timeouts)."""
-        if self._saver is not None:
-            self._saves.join()
 
     def shutdown(self):
         if self._saver is not None:
