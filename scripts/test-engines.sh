@@ -160,7 +160,7 @@ for e in "${engines[@]}"; do
   PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -p no:cacheprovider -q -rA "tests/engines/test_$e.py" \
     --junitxml="$KVTIER_ENGINE_RESULTS/$e.xml" || true
 done
-log "checks took $(( $(date +%s) - start )) s; cache $(du -sh "$cache" | cut -f1) in $cache"
+log "checks took $(( $(date +%s) - start )) s; venvs and model: $(du -shc "$engines_dir" "$hf_dir" | tail -1 | cut -f1)"
 /usr/bin/python3 - "$KVTIER_ENGINE_RESULTS" "${engines[@]}" <<'PY'
 import os, sys, xml.etree.ElementTree as ET
 d, engines = sys.argv[1], sys.argv[2:]
