@@ -1,5 +1,7 @@
 """An example serving-engine connector on top of kvtier (numpy arrays stand in for the
-GPU KV cache). It shows where a Python engine's KV-connector hooks (vLLM's
+GPU KV cache). The real connectors, loaded by the engines themselves and checked against
+their code, are kvtier.engines.vllm_connector, .lmcache_adapter and .sglang_backend
+(docs/engines.md). This example shows where a Python engine's KV-connector hooks (vLLM's
 KVConnector, SGLang's HiCache storage, LMCache's remote backend) map onto the client:
 
   new request     keys = prefix_keys(token ids); lookup(keys, lease_ms) -> matched
