@@ -44,7 +44,7 @@ constexpr char kUsage[] =
     "  --layers L         layers generated (default 2; Llama-3-8B has 32)\n"
     "  --seq-len N        tokens (default 1024)\n"
     "  --queries Q        decode queries per query head (default 8)\n"
-    "  --outlier-ratio R  key outlier channel magnitude / typical (default 10)\n"
+    "  --outlier-ratio R  key outlier channel magnitude / typical (default 7)\n"
     "  --query-outlier-scale S  query magnitude in the key outlier channels (default 3)\n"
     "  --json             one JSON object on stdout instead of tables\n";
 
@@ -57,7 +57,7 @@ struct Options {
   uint32_t layers = 2;
   uint32_t seq_len = 1024;
   uint32_t queries = 8;
-  double outlier_ratio = 10.0;
+  double outlier_ratio = SyntheticParams().outlier_ratio;
   double query_outlier_scale = 3.0;
   bool json = false;
 };
@@ -569,10 +569,11 @@ int Run(const Options& opt) {
       static_cast<unsigned long long>(opt.seed),
       static_cast<unsigned long long>(opt.seed + opt.seeds - 1), opt.seeds);
   std::printf(
-      "Generator (fixed from notes 7.1: %u key outlier channels/head at %gx in the\n"
-      "lowest-frequency RoPE pairs, sink logit %g, zipf exponent %g, %u topics, %g local "
-      "heads):\n",
-      base.outlier_channels, base.outlier_ratio, base.sink_logit, base.zipf_exponent,
+      "Generator (notes 7.1, calibrated to SmolLM2-135M (docs/kivi2.md): %u key outlier\n"
+      "channels/head at %gx in the lowest-frequency RoPE pairs, sink logit %g in the last\n"
+      "%g of layers, %u value channels at %gx, zipf exponent %g, %u topics, %g local heads):\n",
+      base.outlier_channels, base.outlier_ratio, base.sink_logit, base.sink_layer_share,
+      base.value_outlier_channels, base.value_outlier_ratio, base.zipf_exponent,
       base.num_topics, base.local_head_share);
   PrintGenerator(section->generator, sinks_off->generator);
 
