@@ -422,7 +422,7 @@ void PrintGenerator(const Summary& g, const Summary& g_nosink) {
                    MeanPm(g_nosink.m.at("first_token_share"), 2)));
   row("  same, sink layers only", "first_token_share_sink_layers",
       "SmolLM2-135M 0.43 (0.25-0.58), layers 12-29");
-  row("share of weights < 1% of row max", "sparsity_1pct", "> 0.95 (H2O 3.1)");
+  row("share of weights < 1% of row max", "sparsity_1pct", "> 0.95 (H2O 3.1, OPT)");
   row("key channel max/median mean|k|", "key_channel_max_median",
       "SmolLM2-135M 9.5; >> value ratio (KIVI 3)");
   row("  same, pre-RoPE", "key_channel_max_median_pre_rope", "SmolLM2-135M 10.5");
@@ -653,7 +653,7 @@ int RunEvalCodecs(int argc, char** argv) {
   const std::optional<EvalSizes> sizes = ParseEvalSizes(flags, "codecs", 128, 1024, 1, 1 << 20);
   if (!sizes) return 2;
   auto queries = flags.GetInt("queries", 8);
-  auto ratio = flags.GetDouble("outlier-ratio", 10.0);
+  auto ratio = flags.GetDouble("outlier-ratio", SyntheticParams().outlier_ratio);
   auto q_scale = flags.GetDouble("query-outlier-scale", 3.0);
   if (!EvalFlagsParsed("codecs", {queries.status(), ratio.status(), q_scale.status()})) {
     return 2;
