@@ -142,7 +142,8 @@ const char* CodecName(CodecId codec);
 absl::StatusOr<CodecId> ParseCodecName(std::string_view name);
 
 // Writes the kEncodedHeaderBytes-byte header of the ENCODED FORMAT above into `out`:
-// `codec`, layout.dtype and dimensions, num_tokens, raw_tokens and body_bytes. What
+// the format version Encode writes for `codec` (2 for kivi2, else 1), `codec`,
+// layout.dtype and dimensions, num_tokens, raw_tokens and body_bytes. What
 // Encode writes; exported so a server can put the header in front of raw fp16/bf16 bytes
 // it stores unchanged (body = the raw bytes, raw_tokens = num_tokens) without copying
 // them. REQUIRES: out holds kEncodedHeaderBytes bytes.
