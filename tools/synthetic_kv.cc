@@ -135,6 +135,13 @@ absl::Status SyntheticParams::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("outlier_channels must be <= head_dim / 8, got ", outlier_channels));
   }
+  if (!(sink_layer_share >= 0 && sink_layer_share <= 1)) {
+    return absl::InvalidArgumentError("sink_layer_share must be in [0, 1]");
+  }
+  if (value_outlier_channels > layout.head_dim / 8 || !(value_outlier_ratio > 0)) {
+    return absl::InvalidArgumentError(
+        "value_outlier_channels must be <= head_dim / 8 and value_outlier_ratio > 0");
+  }
   if (!(local_head_share >= 0 && local_head_share <= 1)) {
     return absl::InvalidArgumentError("local_head_share must be in [0, 1]");
   }
@@ -258,7 +265,13 @@ absl::StatusOr<SyntheticKv> SyntheticKv::Generate(const SyntheticParams& params)
 
   const double mean_ln_rank = std::lgamma(static_cast<double>(n) + 1) / n;
   g.latents_.resize(size_t{L} * H);
+  const uint32_t sink_layers =
+      params.sinks ? std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(
+                                              params.sink_layer_share * L)),
+                                          1, L)
+                   : 0;
   for (uint32_t l = 0; l < L; ++l) {
+    const bool layer_sink = l >= L - sink_layers;
     // Which heads of this layer are local.
     std::vector<uint32_t> perm(H);
     std::iota(perm.begin(), perm.end(), 0u);
@@ -270,6 +283,7 @@ absl::StatusOr<SyntheticKv> SyntheticKv::Generate(const SyntheticParams& params)
       HeadLatents& lat = g.latents_[size_t{l} * H + h];
       lat.local = std::find(perm.begin(), perm.begin() + num_local, h) !=
                   perm.begin() + num_local;
+      lat.sink = layer_sink;
       Rng rng(StreamSeed(params.seed, 3, l, h));
       const uint32_t num_topic_dirs = params.num_topics + params.needle_topics;
       auto dirs = OrthonormalDirs(
@@ -315,19 +329,28 @@ absl::StatusOr<SyntheticKv> SyntheticKv::Generate(const SyntheticParams& params)
               lat.outlier_values[i] * static_cast<float>(1 + kOutlierJitter * rng.Normal());
         }
         if (lat.local) AddScaled(base, lat.local_dir, local_amp);
-        if (params.sinks && t == 0) {
+        if (lat.sink && t == 0) {
           AddScaled(base, lat.sink_dir, params.sink_logit * sqrt_d / kQueryGain);
         }
         const double salience =
             -params.zipf_exponent * (std::log(static_cast<double>(ranks[t])) - mean_ln_rank);
         g.BuildKey(l, h, t, salience, g.token_topics_[t], params.topic_logit, base.data());
       }
-      // Values: no outlier channels; the sink's value is small.
+      // Values: a few larger channels; the sink's value is small.
+      std::vector<double> channel_std(d, 1.0);
+      {
+        std::vector<uint32_t> ch(d);
+        std::iota(ch.begin(), ch.end(), 0u);
+        for (uint32_t i = 0; i < params.value_outlier_channels; ++i) {
+          std::swap(ch[i], ch[i + rng.Below(d - i)]);
+          channel_std[ch[i]] = params.value_outlier_ratio;
+        }
+      }
       std::span<float> vals = g.kv_.Values(l, h);
       for (uint32_t t = 0; t < n; ++t) {
-        const double scale = params.sinks && t == 0 ? params.sink_value_scale : 1.0;
+        const double scale = lat.sink && t == 0 ? params.sink_value_scale : 1.0;
         for (uint32_t c = 0; c < d; ++c) {
-          vals[size_t{t} * d + c] = static_cast<float>(scale * rng.Normal());
+          vals[size_t{t} * d + c] = static_cast<float>(scale * channel_std[c] * rng.Normal());
         }
       }
       std::copy(vals.begin(), vals.end(), g.kv_pre_rope_.Values(l, h).begin());
@@ -400,7 +423,7 @@ absl::StatusOr<std::vector<float>> SyntheticKv::MakeQuery(uint32_t layer, uint32
   Rng rng(StreamSeed(seed, 5, layer, kv_head));
   std::vector<float> q(d);
   for (float& x : q) x = static_cast<float>(kQueryNoiseStd * rng.Normal());
-  if (params_.sinks) AddScaled(q, lat.sink_dir, lat.sink_gain[query_head]);
+  if (lat.sink) AddScaled(q, lat.sink_dir, lat.sink_gain[query_head]);
   AddScaled(q, lat.salience_dir, lat.salience_gain[query_head]);
   AddScaled(q, lat.topic_dirs[topic], lat.topic_gain[query_head]);
   AddScaled(q, lat.private_dirs[query_head], kQueryPrivateGain);
@@ -453,18 +476,23 @@ SyntheticStats ComputeStats(const SyntheticKv& g) {
   const uint32_t nq = g.num_queries_per_kv_head();
   SyntheticStats s;
   double recent_local = 0, recent_other = 0;
-  uint64_t n_local = 0, n_other = 0, n_rows = 0, n_heads = 0;
+  uint64_t n_local = 0, n_other = 0, n_rows = 0, n_heads = 0, n_sink_rows = 0, n_sink_heads = 0;
   std::vector<double> w(n), acc(n);
   std::vector<double> norms(n);
   for (uint32_t l = 0; l < p.layout.num_layers; ++l) {
     for (uint32_t h = 0; h < p.layout.num_kv_heads; ++h) {
       const bool local = g.latents(l, h).local;
+      const bool sink = g.latents(l, h).sink;
       auto keys = g.kv().Keys(l, h);
       auto queries = g.Queries(l, h);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (uint32_t i = 0; i < nq; ++i) {
         AttentionWeights(queries.subspan(size_t{i} * d, d), keys, d, w);
         s.first_token_share += w[0];
+        if (sink) {
+          s.first_token_share_sink_layers += w[0];
+          ++n_sink_rows;
+        }
         s.sparsity_1pct += SparsityBelow(w, 0.01);
         double recent = 0;
         for (uint32_t t = n > kRecentWindow ? n - kRecentWindow : 0; t < n; ++t) recent += w[t];
@@ -488,7 +516,10 @@ SyntheticStats ComputeStats(const SyntheticKv& g) {
         for (uint32_t c = 0; c < d; ++c) ss += double{vals[size_t{t} * d + c]} * vals[size_t{t} * d + c];
         norms[t] = std::sqrt(ss);
       }
-      s.sink_value_norm_ratio += norms[0] / Percentile(norms, 50);
+      if (sink) {
+        s.sink_value_norm_ratio += norms[0] / Percentile(norms, 50);
+        ++n_sink_heads;
+      }
       ++n_heads;
     }
   }
@@ -500,7 +531,11 @@ SyntheticStats ComputeStats(const SyntheticKv& g) {
   s.key_channel_ratio /= heads;
   s.key_channel_ratio_pre_rope /= heads;
   s.value_channel_ratio /= heads;
-  s.sink_value_norm_ratio /= heads;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  s.first_token_share_sink_layers =
+      n_sink_rows ? s.first_token_share_sink_layers / static_cast<double>(n_sink_rows) : nan;
+  s.sink_value_norm_ratio =
+      n_sink_heads ? s.sink_value_norm_ratio / static_cast<double>(n_sink_heads) : nan;
   s.recent_share_local = n_local ? recent_local / static_cast<double>(n_local)
                                  : std::numeric_limits<double>::quiet_NaN();
   s.recent_share_other = n_other ? recent_other / static_cast<double>(n_other)

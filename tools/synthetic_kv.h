@@ -1,15 +1,19 @@
 // Synthetic K/V generator for judging codecs and token compaction without a real model
 // (`kvtier eval`; offline only, see docs/design.md §1 Layout and dependency rules). It
 // reproduces the documented statistics of real K/V, with parameters fixed from those
-// statistics and never tuned to a method's result:
+// statistics and never tuned to a method's result. Sink layers, sink strength, the sink's
+// value norm and the key / value channel ratios are calibrated to SmolLM2-135M's real K/V
+// (docs/kivi2.md, "Synthetic generator calibration"):
 //   - a few fixed key outlier channels, in the lowest-frequency RoPE pairs, large and
 //     consistent across tokens (KIVI section 3); queries share them (QServe/SmoothQuant);
 //   - real RoPE (half-split "rotate_half" convention of HF Llama, theta 5e5 for Llama-3)
 //     applied to keys and queries; semantic directions live in the low-frequency pairs,
 //     positional ("local") directions in the high-frequency pairs (Barbero et al. 2024);
-//   - values without outlier channels;
-//   - an attention sink: every query carries a shared bias direction and token 0's key
-//     is aligned with it; token 0's value is small (StreamingLLM, Bondarenko et al.);
+//   - values with milder channel structure than keys (a few channels value_outlier_ratio
+//     times larger);
+//   - an attention sink in the later layers only: there every query carries a shared
+//     bias direction and token 0's key is aligned with it; token 0's value is small
+//     (StreamingLLM, Bondarenko et al.);
 //   - Zipf token salience, so accumulated attention follows a power law (H2O);
 //   - latent topics: tokens come in topic segments and each query picks a topic, so which
 //     tokens matter depends on the query (SnapKV, Quest);
@@ -50,15 +54,27 @@ struct SyntheticParams {
   // RoPE). Queries carry sign * query_outlier_scale in the same channels.
   bool outliers = true;
   uint32_t outlier_channels = 4;
-  double outlier_ratio = 10.0;             // the literature: 3x-30x; 10x is the middle
+  // The literature: 3x-30x. 7x gives SmolLM2-135M's per-head max / median of the
+  // per-channel mean |k| (9.5 after RoPE, 10.5 before).
+  double outlier_ratio = 7.0;
+
+  // Value channels: value_outlier_channels channels per KV head (random) with std
+  // value_outlier_ratio instead of 1. SmolLM2-135M: per head, max / median of the
+  // per-channel mean |v| is 2.9 on average (keys: 9.5).
+  uint32_t value_outlier_channels = 2;
+  double value_outlier_ratio = 2.9;
   double query_outlier_scale = 3.0;
   bool outliers_high_frequency = false;
 
-  // Attention sink on token 0: its logit is `sink_logit` above a token of average
-  // salience; its value is scaled by sink_value_scale.
+  // Attention sink on token 0, in the last round(sink_layer_share * num_layers) layers
+  // (at least one while sinks is on): its logit is `sink_logit` above a token of average
+  // salience; its value is scaled by sink_value_scale. SmolLM2-135M (1,024-4,096 tokens of
+  // a licence text): no sink in layers 0-11, the first token takes 25-58% (mean 43%) of
+  // late queries' attention in layers 12-29, ||v_0|| / median ||v_t|| = 0.22 there.
   bool sinks = true;
-  double sink_logit = 12.0;
-  double sink_value_scale = 0.1;
+  double sink_layer_share = 0.6;
+  double sink_logit = 7.5;
+  double sink_value_scale = 0.22;
 
   // Token salience: token of salience rank r (1 = most salient, a random permutation)
   // gets logit -zipf_exponent * (ln r - mean ln r), so attention mass ~ r^-exponent.
@@ -137,6 +153,7 @@ void ApplyRope(std::span<float> vec, double position, double theta);
 // The latent structure of one (layer, kv_head), for building extra queries and needles.
 struct HeadLatents {
   bool local = false;
+  bool sink = false;                           // this layer has the attention sink
   std::vector<float> sink_dir;                 // unit, low-frequency band
   std::vector<float> salience_dir;             // unit, low-frequency band
   std::vector<std::vector<float>> topic_dirs;  // num_topics + needle_topics unit vectors
@@ -222,6 +239,7 @@ class SyntheticKv {
 // the generator's own decode queries over all layers and heads.
 struct SyntheticStats {
   double first_token_share = 0;      // mean attention weight on token 0
+  double first_token_share_sink_layers = 0;  // the same over the sink layers (NaN if none)
   double sparsity_1pct = 0;          // share of weights < 1% of the row max
   double key_channel_ratio = 0;      // mean over heads of channel max/median mean|k|
   double key_channel_ratio_pre_rope = 0;
@@ -230,7 +248,7 @@ struct SyntheticStats {
   double top10pct_mass = 0;          // share of accumulated attention on the top 10% tokens
   double recent_share_local = 0;     // attention on the last 32 tokens, local heads (NaN if none)
   double recent_share_other = 0;     // same, non-local heads
-  double sink_value_norm_ratio = 0;  // ||v_0|| / median ||v_t||
+  double sink_value_norm_ratio = 0;  // ||v_0|| / median ||v_t|| in sink layers (NaN if none)
 };
 SyntheticStats ComputeStats(const SyntheticKv& kv);
 

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "storage/kv/codec_kernels.h"
+#include "storage/kv/codec_kivi2.h"
 #include "storage/kv/codec_lossless.h"
 #include "storage/kv/half.h"
 
@@ -24,15 +25,26 @@ using internal::CodecKernels;
 using internal::kGroupSize;
 
 constexpr uint8_t kMagic[4] = {'K', 'V', 'T', 'B'};
-constexpr uint16_t kFormatVersion = 1;
+// Version 1: every codec's first body layout. Version 2: kivi2 with 3-bit keys, 2-bit
+// values and int8 group ranges (codec_kivi2.h); Encode writes it for kivi2 only, every
+// other codec is still written (and read) as version 1. Version 1 kivi2 blobs still decode.
+constexpr uint16_t kFormatVersionV1 = 1;
+constexpr uint16_t kFormatVersionKivi2 = 2;
 
 constexpr CodecId kAllCodecs[] = {CodecId::kFp16,  CodecId::kBf16,  CodecId::kFp8E4M3,
                                   CodecId::kInt8,  CodecId::kInt4,  CodecId::kKivi2,
                                   CodecId::kKivi4, CodecId::kLossless};
 
-enum class Kind { kRaw, kFp8, kPerToken, kKivi, kLossless };
+enum class Kind { kRaw, kFp8, kPerToken, kKivi, kKivi2, kLossless };
 
-Kind KindOf(CodecId codec) {
+// The format version Encode writes for `codec`.
+uint16_t FormatVersionOf(CodecId codec) {
+  return codec == CodecId::kKivi2 ? kFormatVersionKivi2 : kFormatVersionV1;
+}
+
+// The body kind of a blob of `codec` in format `version` (1, or 2 for kivi2).
+Kind KindOf(CodecId codec, uint16_t version) {
+  if (codec == CodecId::kKivi2 && version == kFormatVersionKivi2) return Kind::kKivi2;
   switch (codec) {
     case CodecId::kFp16:
     case CodecId::kBf16: return Kind::kRaw;
@@ -45,6 +57,8 @@ Kind KindOf(CodecId codec) {
   }
   return Kind::kRaw;
 }
+
+Kind KindOf(CodecId codec) { return KindOf(codec, FormatVersionOf(codec)); }
 
 uint32_t BitsOf(CodecId codec) {
   switch (codec) {
@@ -76,24 +90,42 @@ uint64_t ColSlabBytes(uint32_t d, uint32_t m, uint32_t bits) {
   return groups * 4 + uint64_t{d} * CeilDiv(m, 8 / bits);
 }
 
-uint64_t SlabBytes(CodecId codec, uint32_t kv, uint32_t d, uint32_t m) {
-  switch (KindOf(codec)) {
+uint64_t SlabBytes(CodecId codec, Kind kind, uint32_t kv, uint32_t d, uint32_t m) {
+  switch (kind) {
     case Kind::kRaw:
     case Kind::kLossless: return uint64_t{m} * d * 2;  // unused: their bodies are not slabs
     case Kind::kFp8: return 4 + uint64_t{m} * d;
     case Kind::kPerToken: return RowSlabBytes(d, m, BitsOf(codec));
     case Kind::kKivi:
       return kv == 0 ? ColSlabBytes(d, m, BitsOf(codec)) : RowSlabBytes(d, m, BitsOf(codec));
+    case Kind::kKivi2:
+      return kv == 0 ? internal::Kivi2KeySlabBytes(d, m) : internal::Kivi2ValueSlabBytes(d, m);
   }
   return 0;
 }
 
 // Bytes of the quantized section for m tokens.
-uint64_t QuantizedBytes(CodecId codec, const Layout& layout, uint32_t m) {
+uint64_t QuantizedBytes(CodecId codec, Kind kind, const Layout& layout, uint32_t m) {
   if (m == 0) return 0;
   const uint64_t heads = uint64_t{layout.num_layers} * layout.num_kv_heads;
-  return heads * (SlabBytes(codec, 0, layout.head_dim, m) +
-                  SlabBytes(codec, 1, layout.head_dim, m));
+  return heads * (SlabBytes(codec, kind, 0, layout.head_dim, m) +
+                  SlabBytes(codec, kind, 1, layout.head_dim, m));
+}
+
+// EncodedSize for a blob in format `version`.
+uint64_t EncodedSizeOf(CodecId codec, uint16_t version, const Layout& layout,
+                       uint32_t num_tokens, uint32_t raw_tokens) {
+  const Kind kind = KindOf(codec, version);
+  if (kind == Kind::kRaw) {
+    return kEncodedHeaderBytes + uint64_t{num_tokens} * layout.BytesPerToken();
+  }
+  if (kind == Kind::kLossless) {
+    return kEncodedHeaderBytes +
+           internal::LosslessMaxBodyBytes(uint64_t{num_tokens} * layout.BytesPerToken() / 2);
+  }
+  raw_tokens = std::min(raw_tokens, num_tokens);
+  return kEncodedHeaderBytes + uint64_t{raw_tokens} * layout.BytesPerToken() +
+         QuantizedBytes(codec, kind, layout, num_tokens - raw_tokens);
 }
 
 uint16_t InfBits(Dtype dtype) { return dtype == Dtype::kBf16 ? 0x7f80 : 0x7c00; }
@@ -250,7 +282,7 @@ absl::Status DecodeColSlab(const CodecKernels& k, Dtype dtype, uint32_t d, uint3
 void EncodeRawHeader(CodecId codec, const Layout& layout, uint32_t num_tokens,
                      uint32_t raw_tokens, uint64_t body_bytes, uint8_t* out) {
   std::memcpy(out, kMagic, 4);
-  Put<uint16_t>(out + 4, kFormatVersion);
+  Put<uint16_t>(out + 4, FormatVersionOf(codec));
   out[6] = static_cast<uint8_t>(codec);
   out[7] = static_cast<uint8_t>(layout.dtype);
   Put<uint32_t>(out + 8, layout.num_layers);
@@ -290,16 +322,7 @@ absl::StatusOr<CodecId> ParseCodecName(std::string_view name) {
 
 uint64_t EncodedSize(CodecId codec, const Layout& layout, uint32_t num_tokens,
                      uint32_t raw_tokens) {
-  if (KindOf(codec) == Kind::kRaw) {
-    return kEncodedHeaderBytes + uint64_t{num_tokens} * layout.BytesPerToken();
-  }
-  if (KindOf(codec) == Kind::kLossless) {
-    return kEncodedHeaderBytes +
-           internal::LosslessMaxBodyBytes(uint64_t{num_tokens} * layout.BytesPerToken() / 2);
-  }
-  raw_tokens = std::min(raw_tokens, num_tokens);
-  return kEncodedHeaderBytes + uint64_t{raw_tokens} * layout.BytesPerToken() +
-         QuantizedBytes(codec, layout, num_tokens - raw_tokens);
+  return EncodedSizeOf(codec, FormatVersionOf(codec), layout, num_tokens, raw_tokens);
 }
 
 uint32_t ProtectedTokens(const Layout& layout, uint32_t block_index, uint32_t num_tokens,
@@ -366,7 +389,7 @@ absl::StatusOr<std::string> internal::EncodeWithKernels(const CodecKernels& k, C
       }
     }
   }
-  if (kind == Kind::kPerToken || kind == Kind::kKivi) {
+  if (kind == Kind::kPerToken || kind == Kind::kKivi || kind == Kind::kKivi2) {
     // Min-max quantization cannot represent inf/NaN; refuse rather than emit garbage.
     // bf16 magnitudes >= 2^126 are refused too, so code * scale + min stays finite.
     const uint16_t limit = dtype == Dtype::kBf16 ? 0x7e80 : InfBits(dtype);
@@ -439,10 +462,18 @@ absl::StatusOr<std::string> internal::EncodeWithKernels(const CodecKernels& k, C
           EncodeRowSlab(k, dtype, d, m, bits, s, o);
         }
         break;
+      case Kind::kKivi2:
+        LoadFloats(dtype, src, elems, s, s.x.data());
+        if (kv_of_slab == 0) {
+          internal::EncodeKivi2Keys(dtype, s.x.data(), d, m, o);
+        } else {
+          internal::EncodeKivi2Values(dtype, s.x.data(), d, m, o);
+        }
+        break;
       case Kind::kRaw:
       case Kind::kLossless: break;
     }
-    o += SlabBytes(codec, kv_of_slab, d, m);
+    o += SlabBytes(codec, kind, kv_of_slab, d, m);
   }
   return out;
 }
@@ -464,20 +495,27 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
     return absl::InvalidArgumentError("encoded block has a bad magic (want \"KVTB\")");
   }
   const auto version = Get<uint16_t>(h + 4);
-  if (version != kFormatVersion) {
+  if (version != kFormatVersionV1 && version != kFormatVersionKivi2) {
     return absl::InvalidArgumentError(absl::StrCat("encoded block format version ", version,
                                                    " is not supported (want ",
-                                                   kFormatVersion, ")"));
+                                                   kFormatVersionV1, " or ",
+                                                   kFormatVersionKivi2, ")"));
   }
   if (!IsKnownCodec(h[6])) {
     return absl::InvalidArgumentError(
         absl::StrCat("encoded block has unknown codec id ", static_cast<int>(h[6])));
+  }
+  if (version == kFormatVersionKivi2 && static_cast<CodecId>(h[6]) != CodecId::kKivi2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoded block format version 2 is only defined for kivi2, not codec id ",
+                     static_cast<int>(h[6])));
   }
   if (h[7] != static_cast<uint8_t>(Dtype::kFp16) && h[7] != static_cast<uint8_t>(Dtype::kBf16)) {
     return absl::InvalidArgumentError(
         absl::StrCat("encoded block has unknown dtype ", static_cast<int>(h[7])));
   }
   EncodedInfo info;
+  info.format_version = version;
   info.codec = static_cast<CodecId>(h[6]);
   info.layout.dtype = static_cast<Dtype>(h[7]);
   info.layout.num_layers = Get<uint32_t>(h + 8);
@@ -494,7 +532,7 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
     return absl::InvalidArgumentError(
         absl::StrCat("encoded block header: ", st.message()));
   }
-  const Kind kind = KindOf(info.codec);
+  const Kind kind = KindOf(info.codec, version);
   if (kind == Kind::kRaw) {
     const Dtype want = info.codec == CodecId::kFp16 ? Dtype::kFp16 : Dtype::kBf16;
     if (want != info.layout.dtype) {
@@ -516,7 +554,8 @@ absl::StatusOr<EncodedInfo> ParseHeaderPrefix(std::span<const uint8_t> header,
                                             " bytes follow the header"));
   }
   info.raw_bytes = uint64_t{info.num_tokens} * info.layout.BytesPerToken();
-  const uint64_t want = EncodedSize(info.codec, info.layout, info.num_tokens, info.raw_tokens);
+  const uint64_t want =
+      EncodedSizeOf(info.codec, version, info.layout, info.num_tokens, info.raw_tokens);
   if (kind == Kind::kLossless) {
     // Data-dependent size: from what the smallest planes take up to the bound.
     const uint64_t least = kEncodedHeaderBytes + internal::LosslessMinBodyBytes(info.raw_bytes / 2);
@@ -547,7 +586,7 @@ absl::Status internal::DecodeWithKernels(const CodecKernels& k,
                                                    info.raw_bytes));
   }
   const Layout& layout = info.layout;
-  const Kind kind = KindOf(info.codec);
+  const Kind kind = KindOf(info.codec, info.format_version);
   const Dtype dtype = layout.dtype;
   const uint32_t d = layout.head_dim;
   const uint32_t n = info.num_tokens;
@@ -599,11 +638,18 @@ absl::Status internal::DecodeWithKernels(const CodecKernels& k,
           RETURN_IF_ERROR(DecodeRowSlab(k, dtype, d, m, bits, in, s));
         }
         break;
+      case Kind::kKivi2:
+        if (kv == 0) {
+          RETURN_IF_ERROR(internal::DecodeKivi2Keys(dtype, in, d, m, s.x.data()));
+        } else {
+          RETURN_IF_ERROR(internal::DecodeKivi2Values(dtype, in, d, m, s.x.data()));
+        }
+        break;
       case Kind::kRaw:
       case Kind::kLossless: break;
     }
     StoreFloats(dtype, s.x.data(), elems, s, dst);
-    in += SlabBytes(info.codec, kv, d, m);
+    in += SlabBytes(info.codec, kind, kv, d, m);
   }
   return absl::OkStatus();
 }

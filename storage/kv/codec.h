@@ -16,9 +16,14 @@
 //   fp8_e4m3    OCP E4M3FN (max +-448, saturating, round-to-nearest-even), fp32 scale per
 //               (layer, k|v, kv_head) = amax / 448 unless calibrated scales are given.
 //   int8, int4  asymmetric min-max per token, groups of 32 channels, 16-bit scale and min.
-//   kivi2/kivi4 keys per channel grouped over tokens (chunks of 32 tokens), values per
+//   kivi4       keys per channel grouped over tokens (chunks of 32 tokens), values per
 //               token in groups of 32 channels, 16-bit scale and min, codes packed lowest
 //               bits first.
+//   kivi2       (format version 2) keys 3-bit per channel over chunks of 16 tokens,
+//               values 2-bit per token in groups of 16 channels; each group's min and
+//               max are int8 steps of A/127 with A (16-bit) the largest |x| of the key
+//               chunk or value token (codec_kivi2.h). 3.63 bits per value for head_dim 64
+//               and 16-token blocks (docs/kivi2.md: why, measured on SmolLM2-135M).
 // With sink protection, the first min(layout.sink_tokens, tokens) tokens of block 0 are
 // stored in the source dtype and decode bit-exactly.
 //
@@ -28,7 +33,8 @@
 // before rounding, whatever the blob says.
 //
 // ERROR BOUND (checked element by element for both kernel sets by codec_property_test).
-//   int8, int4, kivi2, kivi4: for a group (see "Row groups" / "kivi K" below) with min mn,
+//   int8, int4, kivi4, and kivi2 in format version 1: for a group (see "Row groups" /
+//     "kivi K" below) with min mn,
 //     max mx and stored scale s, every decoded element y of a source element x satisfies
 //       |y - x| <= s/2 + ulp(a)/2 + 2^-20 * a,     a = max(|mn|, |mx|) + s,
 //     where ulp(a) is the spacing of the source dtype at magnitude min(a, its max finite
@@ -38,22 +44,31 @@
 //       s <= (mx - mn) / qmax * (1 + 2^-p + 2^-22) + s_min,   qmax = 2^bits - 1,
 //     with p = 10, s_min = 2^-24 for fp16 and p = 7, s_min = 2^-126 for bf16 (a bf16 scale
 //     is at least 2^-126 so that its reciprocal is finite).
+//   kivi2 (format version 2): for a group (codec_kivi2.h) with min mn and max mx, in a key
+//     chunk or value token whose largest |x| is A:
+//       |y - x| <= s/2 + ulp(a)/2 + 2^-18 * a,   s = (mx - mn + 2 * A / 127) / qmax,
+//     a = A + s, qmax = 7 for keys and 3 for values.
 //   fp8_e4m3 with the default scale s = max(amax / 448, FLT_MIN) (amax: largest finite |x|
 //     of the slab): |y - x| <= |x| * 2^-4 + s * 2^-10 + ulp(a)/2 + 2^-20 * amax with
 //     a = 1.125 * |x| + s.
 //     Calibrated scales saturate values above 448 * scale.
 //   fp16, bf16, lossless, and sink tokens of any codec: bit-exact.
 //
-// ENCODED FORMAT, version 1. All fields little-endian, no implicit padding.
+// ENCODED FORMAT. All fields little-endian, no implicit padding. Format version 1 is
+// every codec's body below; version 2 exists for kivi2 only (its new body,
+// codec_kivi2.h). Encode writes version 2 for kivi2 and version 1 for every other codec;
+// Decode reads both, so kivi2 blobs stored before version 2 still decode. Any other
+// version, or version 2 with another codec, is INVALID_ARGUMENT.
 //   Header (kEncodedHeaderBytes = 40 bytes):
-//     0  u8[4] magic "KVTB"          4  u16 format version (1)
+//     0  u8[4] magic "KVTB"          4  u16 format version (1, or 2 for kivi2)
 //     6  u8    codec id (CodecId)    7  u8  source dtype (Dtype)
 //     8  u32   num_layers            12 u32 num_kv_heads
 //     16 u32   head_dim              20 u32 num_tokens (n)
 //     24 u32   raw_tokens (r)        28 u32 reserved, must be 0
 //     32 u64   body bytes (= blob size - 40)
 //   Body of fp16/bf16: the raw payload as given (r == n).
-//   Body of fp8_e4m3, int8, int4, kivi2, kivi4:
+//   Body of fp8_e4m3, int8, int4, kivi2, kivi4 (kivi2: the slab records of its format
+//   version, below for version 1, codec_kivi2.h for version 2):
 //     1. raw section: for each slab (layer, k|v, kv_head) in payload order, its first r
 //        tokens in the source dtype (r * head_dim * 2 bytes);
 //     2. quantized section, for the remaining m = n - r tokens: for each slab in payload
@@ -71,9 +86,9 @@
 //     int8       params (row groups), then m * d u8 codes.
 //     int4       params (row groups), then per token ceil(d/2) bytes: channel c in byte
 //                c/2 at bit 4 * (c % 2).
-//     kivi V     params (row groups), then per token ceil(d*b/8) bytes (b = 2 or 4):
+//     kivi V     (kivi4; kivi2 version 1) params (row groups), then per token ceil(d*b/8) bytes (b = 2 or 4):
 //                channel c in byte c/(8/b) at bit b * (c % (8/b)); trailing bits zero.
-//     kivi K     params per (chunk, channel), G = ceil(m/32) * d, chunk c covering the
+//     kivi K     (kivi4; kivi2 version 1) params per (chunk, channel), G = ceil(m/32) * d, chunk c covering the
 //                quantized tokens [32c, min(32c + 32, m)) (counted from token r; a block
 //                of fewer than 32 tokens is one chunk); then ceil(m/(8/b)) rows of d
 //                bytes: byte (j, channel) holds the codes of quantized tokens j*(8/b) + i
@@ -83,7 +98,9 @@
 //   KV keeps them in bf16 because bf16 values can exceed the fp16 range. Same size either
 //   way.
 //   Bits per element (body only, head_dim a multiple of 32, m a multiple of 32 for kivi
-//   keys): int8 9, int4 5, kivi4 5, kivi2 3 (+ 320 header bits per blob).
+//   keys): int8 9, int4 5, kivi4 5, kivi2 version 1: 3 (+ 320 header bits per blob).
+//   kivi2 version 2 with head_dim 64: 3.633 for m a multiple of 16 (keys 4.016, values
+//   3.25); head_dim 128: 3.566.
 // Encoded size (EncodedSize) counts everything above; for lossless it is an upper bound.
 #ifndef KVTIER_STORAGE_KV_CODEC_H_
 #define KVTIER_STORAGE_KV_CODEC_H_
@@ -125,7 +142,8 @@ const char* CodecName(CodecId codec);
 absl::StatusOr<CodecId> ParseCodecName(std::string_view name);
 
 // Writes the kEncodedHeaderBytes-byte header of the ENCODED FORMAT above into `out`:
-// `codec`, layout.dtype and dimensions, num_tokens, raw_tokens and body_bytes. What
+// the format version Encode writes for `codec` (2 for kivi2, else 1), `codec`,
+// layout.dtype and dimensions, num_tokens, raw_tokens and body_bytes. What
 // Encode writes; exported so a server can put the header in front of raw fp16/bf16 bytes
 // it stores unchanged (body = the raw bytes, raw_tokens = num_tokens) without copying
 // them. REQUIRES: out holds kEncodedHeaderBytes bytes.
@@ -142,6 +160,7 @@ struct CodecOptions {
 
 // What an encoded blob's header says.
 struct EncodedInfo {
+  uint16_t format_version;  // 1, or 2 (kivi2 only)
   CodecId codec;
   Layout layout;            // tokens_per_block = num_tokens of this blob; sink_tokens = 0
   uint32_t num_tokens;      // tokens in this blob

@@ -26,10 +26,10 @@ SyntheticParams SmallParams() {
 
 void Print(const char* name, const SyntheticStats& s) {
   std::printf(
-      "%s: first_token_share=%.3f sparsity_1pct=%.3f key_ratio=%.2f (pre-rope %.2f) "
+      "%s: first_token_share=%.3f (sink layers %.3f) sparsity_1pct=%.3f key_ratio=%.2f (pre-rope %.2f) "
       "value_ratio=%.2f zipf_slope=%.2f top10pct=%.3f recent_local=%.3f "
       "recent_other=%.3f sink_v=%.3f\n",
-      name, s.first_token_share, s.sparsity_1pct, s.key_channel_ratio,
+      name, s.first_token_share, s.first_token_share_sink_layers, s.sparsity_1pct, s.key_channel_ratio,
       s.key_channel_ratio_pre_rope, s.value_channel_ratio, s.zipf_slope, s.top10pct_mass,
       s.recent_share_local, s.recent_share_other, s.sink_value_norm_ratio);
 }
@@ -39,21 +39,23 @@ TEST(SyntheticTest, DocumentedStatisticsWithDefaults) {
   ASSERT_TRUE(g.ok()) << g.status();
   const SyntheticStats s = ComputeStats(*g);
   Print("defaults", s);
-  // StreamingLLM App. F: the first token takes > 50% of attention.
-  EXPECT_GT(s.first_token_share, 0.5);
-  // H2O 3.1: > 95% of weights below 1% of the row max.
-  EXPECT_GT(s.sparsity_1pct, 0.95);
-  // KIVI 3: a few key channels dominate; values have none.
-  EXPECT_GT(s.key_channel_ratio, 5.0);
-  EXPECT_LT(s.value_channel_ratio, 1.5);
-  EXPECT_GT(s.key_channel_ratio, 4 * s.value_channel_ratio);
+  // Calibrated to SmolLM2-135M (docs/kivi2.md): the sink only in the later layers (here
+  // layer 1 of 2), where the first token takes 43% of attention (25-58% by layer).
+  EXPECT_NEAR(s.first_token_share_sink_layers, 0.43, 0.1);
+  EXPECT_NEAR(s.first_token_share, s.first_token_share_sink_layers / 2, 0.02);
+  // H2O 3.1 reports > 95% of weights below 1% of the row max on OPT; here about 90%.
+  EXPECT_GT(s.sparsity_1pct, 0.85);
+  // KIVI 3: a few key channels dominate; values much less (SmolLM2-135M: 9.5 and 2.9).
+  EXPECT_NEAR(s.key_channel_ratio, 9.5, 2.5);
+  EXPECT_NEAR(s.value_channel_ratio, 2.9, 0.6);
+  EXPECT_GT(s.key_channel_ratio, 2 * s.value_channel_ratio);
   // Low-frequency outliers survive RoPE.
   EXPECT_GT(s.key_channel_ratio_pre_rope, 5.0);
   // H2O 3.2: accumulated attention is a power law with a clearly negative slope.
   EXPECT_LT(s.zipf_slope, -0.5);
   // Local heads attend to recent tokens far more than the others.
   EXPECT_GT(s.recent_share_local, 3 * s.recent_share_other);
-  EXPECT_NEAR(s.sink_value_norm_ratio, 0.1, 0.05);
+  EXPECT_NEAR(s.sink_value_norm_ratio, 0.22, 0.05);
 }
 
 TEST(SyntheticTest, SinksOffAndOutliersOff) {
@@ -66,7 +68,8 @@ TEST(SyntheticTest, SinksOffAndOutliersOff) {
   Print("no sinks, no outliers", s);
   EXPECT_LT(s.first_token_share, 0.05);
   EXPECT_LT(s.key_channel_ratio, 3.0);
-  EXPECT_LT(s.value_channel_ratio, 1.5);
+  EXPECT_NEAR(s.value_channel_ratio, 2.9, 0.6);  // value channels are not key outliers
+  EXPECT_TRUE(std::isnan(s.sink_value_norm_ratio));
 }
 
 TEST(SyntheticTest, HighFrequencyOutliersOscillateAfterRope) {
@@ -273,8 +276,8 @@ TEST(SyntheticTest, CodecClaimsHoldOnTheGenerator) {
               "KL int4 %.5f kivi4 %.5f\n",
               int8.attn_err, fp8.attn_err, int4.attn_err, kivi4.attn_err, kivi2.attn_err,
               int4.kl, kivi4.kl);
-  // Error follows precision; int8 is near-lossless.
-  EXPECT_LT(int8.attn_err, 0.01);
+  // Error follows precision; int8 is near-lossless (about 1%).
+  EXPECT_LT(int8.attn_err, 0.015);
   EXPECT_LT(int8.attn_err, fp8.attn_err);
   EXPECT_LT(fp8.attn_err, int4.attn_err);
   EXPECT_LT(kivi4.attn_err, kivi2.attn_err);

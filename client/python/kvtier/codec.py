@@ -1,10 +1,11 @@
-"""The kvtier encoded block format ("KVTB", version 1): header decoding and sizes.
+"""The kvtier encoded block format ("KVTB", version 1; version 2 for kivi2): header
+decoding and sizes.
 
 A block travels either RAW (the namespace's source dtype, [layer][k|v][kv_head][token]
 [head_dim], no header) or ENCODED: a self-describing blob that starts with this 40-byte
 little-endian header (storage/kv/codec.h has the body layout of every codec):
 
-   0 u8[4] magic "KVTB"        4 u16 format version (1)
+   0 u8[4] magic "KVTB"        4 u16 format version (1; kivi2 is written as 2)
    6 u8    codec id (Codec)    7 u8  source dtype (1 fp16, 2 bf16)
    8 u32   num_layers         12 u32 num_kv_heads
   16 u32   head_dim           20 u32 num_tokens
@@ -25,6 +26,7 @@ import numpy as np
 HEADER_BYTES = 40
 MAGIC = b"KVTB"
 FORMAT_VERSION = 1
+KIVI2_FORMAT_VERSION = 2  # kivi2's 3-bit-key / 2-bit-value body (storage/kv/codec_kivi2.h)
 GROUP = 32
 
 FP16, BF16, FP8_E4M3, INT8, INT4, KIVI2, KIVI4 = 1, 2, 3, 4, 5, 6, 7
@@ -70,7 +72,11 @@ def _ceil(a, b):
     return -(-a // b)
 
 
-def _slab_bytes(codec, kv, d, m):
+def _slab_bytes(codec, kv, d, m, version=None):
+    if codec == KIVI2 and version != FORMAT_VERSION:
+        if kv == 0:  # 16-token chunks: A, d min and d max codes, 3-bit codes per channel
+            return sum(2 + 2 * d + d * _ceil(3 * min(16, m - t0), 8) for t0 in range(0, m, 16))
+        return m * (2 + 2 * _ceil(d, 16) + _ceil(2 * d, 8))
     if codec in (FP16, BF16):
         return m * d * 2
     if codec == FP8_E4M3:
@@ -81,8 +87,10 @@ def _slab_bytes(codec, kv, d, m):
     return m * _ceil(d, GROUP) * 4 + m * _ceil(d * bits, 8)
 
 
-def encoded_size(codec, num_layers, num_kv_heads, head_dim, num_tokens, raw_tokens=0):
-    """Exact size of a blob (header included), as kv::EncodedSize."""
+def encoded_size(codec, num_layers, num_kv_heads, head_dim, num_tokens, raw_tokens=0,
+                 version=None):
+    """Exact size of a blob (header included), as kv::EncodedSize; `version` 1 gives a
+    kivi2 blob's size in format version 1 (default: the version written today)."""
     bpt = 4 * num_layers * num_kv_heads * head_dim
     if codec in (FP16, BF16):
         return HEADER_BYTES + num_tokens * bpt
@@ -90,8 +98,8 @@ def encoded_size(codec, num_layers, num_kv_heads, head_dim, num_tokens, raw_toke
     m = num_tokens - raw_tokens
     q = 0
     if m:
-        q = num_layers * num_kv_heads * (_slab_bytes(codec, 0, head_dim, m) +
-                                         _slab_bytes(codec, 1, head_dim, m))
+        q = num_layers * num_kv_heads * (_slab_bytes(codec, 0, head_dim, m, version) +
+                                         _slab_bytes(codec, 1, head_dim, m, version))
     return HEADER_BYTES + raw_tokens * bpt + q
 
 
@@ -108,11 +116,15 @@ def parse_header(blob, encoded_size_=None):
      body) = _HEADER.unpack_from(mv, 0)
     if magic != MAGIC:
         raise CodecError("INVALID_ARGUMENT", 'encoded block has a bad magic (want "KVTB")')
-    if version != FORMAT_VERSION:
+    if version not in (FORMAT_VERSION, KIVI2_FORMAT_VERSION):
         raise CodecError("INVALID_ARGUMENT", "encoded block format version %d is not "
-                         "supported (want %d)" % (version, FORMAT_VERSION))
+                         "supported (want %d or %d)" % (version, FORMAT_VERSION,
+                                                        KIVI2_FORMAT_VERSION))
     if codec not in CODEC_NAMES:
         raise CodecError("INVALID_ARGUMENT", "encoded block has unknown codec id %d" % codec)
+    if version == KIVI2_FORMAT_VERSION and codec != KIVI2:
+        raise CodecError("INVALID_ARGUMENT", "encoded block format version 2 is only defined "
+                         "for kivi2, not codec id %d" % codec)
     if dtype not in (DTYPE_FP16, DTYPE_BF16):
         raise CodecError("INVALID_ARGUMENT", "encoded block has unknown dtype %d" % dtype)
     if reserved != 0:
@@ -132,7 +144,7 @@ def parse_header(blob, encoded_size_=None):
     if body != size - HEADER_BYTES:
         raise CodecError("DATA_LOSS", "encoded block body_bytes %d but %d bytes follow the "
                          "header" % (body, size - HEADER_BYTES))
-    want = encoded_size(codec, layers, heads, dim, tokens, raw_tokens)
+    want = encoded_size(codec, layers, heads, dim, tokens, raw_tokens, version)
     if want != size:
         raise CodecError("DATA_LOSS", "encoded block is %d bytes; its header implies %d"
                          % (size, want))

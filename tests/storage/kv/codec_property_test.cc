@@ -208,6 +208,25 @@ void CheckGroup(CodecId codec, Dtype dt, const std::vector<size_t>& group, const
   }
 }
 
+// Checks kivi2's (format 2) bound over one group: A is the largest |x| of the group's
+// chunk (keys) or token (values), u = A / 127, s = (mx - mn + 2u) / qmax.
+void CheckKivi2Group(Dtype dt, double qmax, double A, const std::vector<size_t>& group,
+                     const std::string& raw, const std::string& dec, const std::string& where) {
+  double mn = INFINITY, mx = -INFINITY;
+  for (size_t i : group) {
+    mn = std::min<double>(mn, At(dt, raw, i));
+    mx = std::max<double>(mx, At(dt, raw, i));
+  }
+  const double s = (mx - mn + 2 * A / 127) / qmax;
+  const double a = A + s;
+  const double bound = s / 2 + Ulp(dt, a) / 2 + 0x1p-18 * a;
+  for (size_t i : group) {
+    const double x = At(dt, raw, i), y = At(dt, dec, i);
+    ASSERT_LE(std::fabs(y - x), bound)
+        << where << " element " << i << " x=" << x << " y=" << y << " mn=" << mn << " mx=" << mx;
+  }
+}
+
 void CheckBounds(CodecId codec, const Layout& layout, const std::string& raw,
                  const std::string& dec, const std::string& where) {
   const Dtype dt = layout.dtype;
@@ -239,7 +258,34 @@ void CheckBounds(CodecId codec, const Layout& layout, const std::string& raw,
       }
       continue;
     }
-    const bool by_channel = kv == 0 && (codec == CodecId::kKivi2 || codec == CodecId::kKivi4);
+    if (codec == CodecId::kKivi2) {
+      std::vector<size_t> group;
+      if (kv == 0) {  // keys: per channel over chunks of 16 tokens, 3 bits
+        for (uint32_t t0 = 0; t0 < t; t0 += 16) {
+          const uint32_t t1 = std::min(t, t0 + 16);
+          double A = 0;
+          for (uint32_t tok = t0; tok < t1; ++tok)
+            for (uint32_t ch = 0; ch < d; ++ch) A = std::max<double>(A, std::fabs(At(dt, raw, idx(tok, ch))));
+          for (uint32_t ch = 0; ch < d; ++ch) {
+            group.clear();
+            for (uint32_t tok = t0; tok < t1; ++tok) group.push_back(idx(tok, ch));
+            CheckKivi2Group(dt, 7, A, group, raw, dec, slab);
+          }
+        }
+      } else {  // values: per token in groups of 16 channels, 2 bits
+        for (uint32_t tok = 0; tok < t; ++tok) {
+          double A = 0;
+          for (uint32_t ch = 0; ch < d; ++ch) A = std::max<double>(A, std::fabs(At(dt, raw, idx(tok, ch))));
+          for (uint32_t c0 = 0; c0 < d; c0 += 16) {
+            group.clear();
+            for (uint32_t ch = c0; ch < std::min(d, c0 + 16); ++ch) group.push_back(idx(tok, ch));
+            CheckKivi2Group(dt, 3, A, group, raw, dec, slab);
+          }
+        }
+      }
+      continue;
+    }
+    const bool by_channel = kv == 0 && codec == CodecId::kKivi4;
     std::vector<size_t> group;
     if (by_channel) {
       for (uint32_t t0 = 0; t0 < t; t0 += 32) {
