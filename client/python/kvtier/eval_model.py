@@ -149,7 +149,7 @@ class Env:
             req.snapkv.CopyFrom(pb.SnapKvParams(n_sink=N_SINK, obs_window=OBS_WINDOW,
                                                 pool_kernel=POOL, capacity=budget,
                                                 num_query_heads=self.Hq, obs_queries=queries))
-        resp = self.client._unary("Compact", False, req, True, 120.0)
+        resp = self.client.compact(req, timeout=120.0)
         layout = pc.layout
         shape = (self.L, 2, self.H, resp.kept_tokens, self.D)
         buf = np.empty(shape, kvtier.layout.numpy_dtype(layout))
@@ -549,9 +549,12 @@ def _server(args):
     proc = subprocess.Popen([args.kvtierd, "--port", "0", "--data-dir", d],
                             stdout=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
+        for _ in range(100):  # its contract: one line "kvtierd listening on HOST:PORT"
+            line = proc.stdout.readline()
+            if not line or line.startswith("kvtierd listening on "):
+                break
         if not line.startswith("kvtierd listening on "):
-            raise RuntimeError("kvtierd did not start: %r" % line)
+            raise RuntimeError("kvtierd %s did not start" % args.kvtierd)
         yield line.split()[-1]
     finally:
         proc.kill()
@@ -572,6 +575,10 @@ def main(argv=None):
     ap.add_argument("--passkey-seeds", type=int, default=None,
                     help="trials per depth (5 depths); default 10, --quick 2")
     ap.add_argument("--passkey-lengths", default=None, help="default 1024,2048,4096")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help="codecs: prompts for KL and greedy agreement; default 20, --quick 6")
+    ap.add_argument("--gen", type=int, default=None,
+                    help="codecs: greedy tokens compared per prompt; default 64, --quick 32")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = cores)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -580,10 +587,10 @@ def main(argv=None):
                                              ("1024,2048" if q else "1024,2048,4096")).split(",")]
     args.passkey_gen = 6
     args.codec_context = 1024 if q else 1536
-    args.prompts = 6 if q else 20
+    args.prompts = args.prompts or (6 if q else 20)
     args.prompt_len = 256 if q else 512
     args.tail = 16
-    args.gen = 32 if q else 64
+    args.gen = args.gen or (32 if q else 64)
     args.ppl_tokens = 4096
     args.ppl_chunk = 1024 if q else 512
     args.ppl_context, args.ppl_eval = 1536, 512
