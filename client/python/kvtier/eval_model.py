@@ -32,6 +32,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -599,6 +600,8 @@ def main(argv=None):
     args.ttft_codecs = ["fp16", "int8", "kivi2"] if q else ["fp16", "bf16", "int8", "kivi4",
                                                             "kivi2", "lossless"]
     args.ttft_reps = 3 if q else 5
+    # A terminated run still stops the kvtierd it started (the finally of _server).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     import torch
     torch.manual_seed(0)
     if args.threads:

@@ -248,22 +248,23 @@ class PrefixCache:
         if usable == 0:
             return empty, result
         keys = self.keys([int(t) for t in token_ids[:usable * self.tokens_per_block]])
-        lease_id = 0
+        lease_id, other_leases = 0, ()
         try:
             resp = self.client.lookup(self.namespace, keys, timeout=timeout,
                                       lease_ms=self.lease_ms)
-            result.resident_blocks = resp.prefix_blocks
-            n = min(resp.prefix_blocks, resp.leased_blocks) if self.lease_ms else resp.prefix_blocks
+            n = result.resident_blocks = resp.prefix_blocks
             if n == 0:
                 return empty, result
-            lease_id = resp.blocks[0].lease_id
-            owners = {resp.blocks[i].lease_id for i in range(n)}
-            if len(owners) != 1:  # leases from several owners: one Get cannot end them all
-                lease_id = 0
+            # The leased run (the server bounds leased bytes, lease_limit) is loaded with the
+            # unleased rest: a block evicted meanwhile is a miss and ends the prefix there.
+            leases = sorted({resp.blocks[i].lease_id for i in range(n)} - {0})
+            lease_id = leases[0] if len(leases) == 1 else 0
+            other_leases = leases if len(leases) > 1 else ()  # several owners: released below
             bufs, result.shared_memory = self._buffers(n)
             infos = self.client.get_blocks_into(self.namespace, keys[:n], list(bufs),
                                                 format=RAW, timeout=timeout, lease_id=lease_id)
             lease_id = 0  # the Get ended it
+            self._release(other_leases)
             good = 0
             for info in infos:
                 if not info.found or info.size != self.block_bytes or len(info.positions):
@@ -279,12 +280,15 @@ class PrefixCache:
             return bufs[:good], result
         except errors.KvtierError as e:
             result.error = str(e)
-            if lease_id:
-                try:
-                    self.client.release_lease(self.namespace, lease_id, timeout=1.0)
-                except errors.KvtierError:
-                    pass
+            self._release(([lease_id] if lease_id else []) + list(other_leases))
             return empty, result
+
+    def _release(self, lease_ids):
+        for lease in lease_ids:
+            try:
+                self.client.release_lease(self.namespace, lease, timeout=1.0)
+            except errors.KvtierError:
+                pass  # it ends at its deadline anyway
 
     def to_torch(self, blocks, dtype=None):
         """RAW block arrays (n,) + block_shape -> a [layer][2][kv_head][n * tokens][head_dim]
