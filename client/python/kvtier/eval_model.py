@@ -310,7 +310,9 @@ def section_codecs(env, args):
                            "greedy_agreement": float(np.mean(agree)),
                            "greedy_identical_prompts": int(sum(a == 1.0 for a in agree)),
                            "prompts": len(prompts), "greedy_tokens": args.gen})
-        out[codec]["perplexity"] = _ppl_codec(env, codec, text[:args.ppl_tokens], args.ppl_chunk)
+        if args.ppl_tokens:
+            out[codec]["perplexity"] = _ppl_codec(env, codec, text[:args.ppl_tokens],
+                                                  args.ppl_chunk)
         env.log("codecs %-9s %s" % (codec, out[codec]))
     return out
 
@@ -580,6 +582,8 @@ def main(argv=None):
                     help="codecs: prompts for KL and greedy agreement; default 20, --quick 6")
     ap.add_argument("--gen", type=int, default=None,
                     help="codecs: greedy tokens compared per prompt; default 64, --quick 32")
+    ap.add_argument("--ppl-tokens", type=int, default=4096,
+                    help="codecs: tokens of the fixed text for perplexity (0 = skip it)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = cores)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -592,7 +596,6 @@ def main(argv=None):
     args.prompt_len = 256 if q else 512
     args.tail = 16
     args.gen = args.gen or (32 if q else 64)
-    args.ppl_tokens = 4096
     args.ppl_chunk = 1024 if q else 512
     args.ppl_context, args.ppl_eval = 1536, 512
     args.ppl_offsets = [0] if q else [0, 2048, 4096]
