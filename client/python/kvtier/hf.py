@@ -218,7 +218,7 @@ class PrefixCache:
                                token_ids=token_ids[i * b:(i + 1) * b]) for i in range(first, n)]
             put = self.client.put_blocks(self.namespace, blocks, format=RAW, timeout=timeout)
             result.stored, result.bytes_stored = put.blocks_stored, put.bytes_stored
-        except errors.KvtierError as e:
+        except (errors.KvtierError, OSError) as e:  # OSError: a failed shm socket
             result.error = str(e)
         return result
 
@@ -278,7 +278,7 @@ class PrefixCache:
             result.blocks, result.tokens = good, good * self.tokens_per_block
             result.bytes = good * self.block_bytes
             return bufs[:good], result
-        except errors.KvtierError as e:
+        except (errors.KvtierError, OSError) as e:  # OSError: a failed shm socket
             result.error = str(e)
             self._release(([lease_id] if lease_id else []) + list(other_leases))
             return empty, result
