@@ -13,9 +13,14 @@ scripts/thread_safety.sh build
 # The Python client (client/python) against real kvtierd processes; pytest's exit code 5
 # ("no tests collected") means the suite went missing, so it fails the run with a message.
 rc=0
-KVTIER_BINARY_DIR="$PWD/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python || rc=$?
+KVTIER_BINARY_DIR="$PWD/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python \
+  --ignore=tests/python/model || rc=$?
 if [ "$rc" -eq 5 ]; then echo "scripts/test.sh: pytest collected no tests in tests/python" >&2; exit 1; fi
 [ "$rc" -eq 0 ] || exit "$rc"
+# The real-model tests (SmolLM2-135M through transformers) on the venv scripts/model_env.sh
+# creates or reuses (it also fetches the model with scripts/model.sh).
+model_python="$(scripts/model_env.sh | tail -1)"
+KVTIER_BINARY_DIR="$PWD/build" "$model_python" -m pytest -q -p no:cacheprovider tests/python/model
 # llm-d's KV-cache indexer (Go, pinned in tests/router/go*.mod) scoring real kvtierd.
 tests/router/run.sh "$PWD/build"
 export CCACHE_BASEDIR="$PWD"

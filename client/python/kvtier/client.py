@@ -825,6 +825,13 @@ class Client:
         req = pb.DeleteRequest(namespace=ns, keys=[bytes(k) for k in keys])
         return self._unary("Delete", False, req, True, timeout).blocks
 
+    def compact(self, request, timeout=None):
+        """Token compaction on the server (a kvtier.v1.CompactRequest: namespace, the stored
+        sequence's keys, a policy): the CompactResponse naming the stored entry (get it
+        with get_blocks / get_blocks_into; RAW is [layer][k|v][kv_head][kept][head_dim]).
+        Retried on UNAVAILABLE (the entry's key depends only on the request)."""
+        return self._unary("Compact", False, request, True, timeout)
+
     def report_scores(self, ns, keys, scores, timeout=None):
         """Reports attention mass per key. InvalidArgumentError if the lengths differ.
         Not retried (scores accumulate on the server)."""

@@ -11,7 +11,8 @@ from kvtier._proto import pb
 
 _CODECS = {"fp16": pb.CODEC_FP16, "bf16": pb.CODEC_BF16, "fp8_e4m3": pb.CODEC_FP8_E4M3,
            "int8": pb.CODEC_INT8, "int4": pb.CODEC_INT4, "kivi2": pb.CODEC_KIVI2,
-           "kivi4": pb.CODEC_KIVI4}
+           "kivi4": pb.CODEC_KIVI4,
+           "lossless": pb.CODEC_LOSSLESS}
 _DTYPES = {"fp16": pb.DTYPE_FP16, "bf16": pb.DTYPE_BF16}
 
 

@@ -1,0 +1,665 @@
+"""`kvtier eval model`: the seed's KV-compression evaluation on a real model's cache.
+
+  $(scripts/model_env.sh | tail -1) -m kvtier.eval_model --kvtierd build/service/kvtierd \
+      --quick --json model.json
+
+SmolLM2-135M-Instruct (scripts/model.sh) runs on CPU in float32 through transformers; every
+K/V byte it evaluates goes through a running kvtierd: put RAW fp16/bf16 into a namespace of
+the codec under test and read back RAW (the server encodes and decodes), or compacted by the
+server's Compact RPC on the stored blocks and the entry read back RAW. Sections (the --json
+object's keys):
+  roundtrip   fp16 / bf16 / lossless bit-identical after a round trip
+  sinks       attention mass of late queries on the first 1 and 4 tokens, per layer
+  outliers    per head max/median of the per-channel max |K| (before / after RoPE), |V|
+  codecs      per codec: bits per value, K / V / attention-output relative error, next-token
+              KL against fp16, greedy agreement, perplexity of the fixed text
+  passkey     retrieval accuracy per length for the full cache, each codec, each compaction
+              policy and budget
+  perplexity  perplexity after a context under each compaction policy and budget
+  ttft        time to first token with the prefix loaded (shared memory, gRPC TCP) against
+              recomputing it, per prefix length and codec; bytes moved
+The fixed text is Debian base-files' /usr/share/common-licenses/GPL-3. Positions: compacted
+entries keep their keys' original RoPE positions (POSITION_POLICY_KEEP_ORIGINAL); the tokens
+computed after them continue at the original positions, so kept keys and new queries keep
+their true relative distances. Figures vary with the machine's load (timings) but the
+accuracy figures are deterministic for a given build.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import kvtier
+from kvtier import hf
+from kvtier._proto import pb
+
+TEXT = "/usr/share/common-licenses/GPL-3"
+CODECS = ["fp16", "bf16", "fp8_e4m3", "int8", "int4", "kivi4", "kivi2", "lossless"]
+FOIL = "token2"  # per-token 2-bit (groups of 32 channels), computed client-side: the foil
+POLICIES = ["window", "sinks+window", "h2o", "snapkv"]
+N_SINK, OBS_WINDOW, POOL = 4, 32, 7
+TPB = 16
+
+
+class Env:
+    """The model, tokenizer, text and a client of the kvtierd under test."""
+
+    def __init__(self, address, log):
+        import torch
+        self.torch = torch
+        self.model, self.tok = hf.load_model()
+        self.L, self.H, self.D = hf.model_shape(self.model.config)
+        self.Hq = self.model.config.num_attention_heads
+        self.theta = float(getattr(self.model.config, "rope_theta", 0) or
+                           self.model.config.rope_parameters["rope_theta"])
+        with open(TEXT, encoding="utf-8") as f:
+            self.text_ids = self.tok(f.read())["input_ids"]
+        self.address = address
+        self.client = kvtier.Client(address, timeout=60.0)
+        self.tcp = kvtier.Client(address, timeout=60.0, shared_memory=False)
+        self.caches = {}
+        self.seq = 0
+        self.log = log
+
+    def prefix_cache(self, codec, tag, client=None):
+        """A PrefixCache over a fresh namespace of `codec` (a fresh namespace per use, so KV
+        computed one way is never read back as another's)."""
+        self.seq += 1
+        dtype = "bf16" if codec == "bf16" else "fp16"
+        ns = "eval-%s-%s-%d" % (tag, codec, self.seq)
+        return hf.PrefixCache.for_model(client or self.client, self.model, ns, codec=codec,
+                                        dtype=dtype, tokens_per_block=TPB)
+
+    def forward(self, ids, cache=None, pos=0, kv_len=None, capture=False):
+        """Logits of `ids` at positions pos.. on top of `cache`; with capture, also the
+        per-layer pre-RoPE keys and post-RoPE queries [heads, T, D]. Returns (logits[T, V],
+        cache, captured)."""
+        torch = self.torch
+        kv_len = pos if kv_len is None else kv_len
+        cache = cache if cache is not None else hf._transformers().DynamicCache()
+        captured = {"q": [None] * self.L, "k": [None] * self.L}
+        hooks = []
+        if capture:
+            for i, layer in enumerate(self.model.model.layers):
+                a = layer.self_attn
+                hooks.append(a.q_proj.register_forward_hook(
+                    lambda m, inp, out, i=i: captured["q"].__setitem__(i, out.detach())))
+                hooks.append(a.k_proj.register_forward_hook(
+                    lambda m, inp, out, i=i: captured["k"].__setitem__(i, out.detach())))
+        n = len(ids)
+        try:
+            with torch.no_grad():
+                o = self.model(input_ids=torch.tensor([ids]), past_key_values=cache,
+                               use_cache=True, position_ids=torch.arange(pos, pos + n)[None],
+                               cache_position=torch.arange(kv_len, kv_len + n))
+        finally:
+            for h in hooks:
+                h.remove()
+        if capture:
+            from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+            posids = torch.arange(pos, pos + n)[None]
+            for i in range(self.L):
+                q = captured["q"][i].view(1, n, self.Hq, self.D).transpose(1, 2)
+                k = captured["k"][i].view(1, n, self.H, self.D).transpose(1, 2)
+                cos, sin = self.model.model.rotary_emb(q, posids)
+                q_rot, _ = apply_rotary_pos_emb(q, q, cos, sin)
+                captured["q"][i] = q_rot[0]
+                captured["k"][i] = k[0]
+        return o.logits[0].float(), o.past_key_values, captured
+
+    def through(self, pc, ids, cache, n_blocks=None):
+        """Puts the full blocks of `ids` from `cache` into pc's namespace and reads them
+        back RAW: (float32 tensor [L, 2, H, tokens, D], PutResult-like SaveResult)."""
+        n_blocks = len(ids) // TPB if n_blocks is None else n_blocks
+        saved = pc.save(ids[:n_blocks * TPB], cache)
+        if saved.error:
+            raise RuntimeError("put into kvtierd failed: " + saved.error)
+        blocks, res = pc.load_raw(list(ids[:n_blocks * TPB]) + [0])
+        if res.blocks != n_blocks:
+            raise RuntimeError("kvtierd returned %d of %d blocks: %s"
+                               % (res.blocks, n_blocks, res.error))
+        return pc.to_torch(blocks), saved
+
+    def compact(self, pc, ids, n_blocks, policy, budget, scores=None, queries=None):
+        """Compact RPC on the stored blocks of pc's namespace, the entry read back RAW:
+        (float32 tensor [L, 2, H, kept, D], CompactResponse)."""
+        keys = pc.keys(ids[:n_blocks * TPB])
+        req = pb.CompactRequest(namespace=pc.namespace, keys=keys,
+                                position_policy=pb.POSITION_POLICY_KEEP_ORIGINAL,
+                                rope_theta=self.theta)
+        if policy == "window":
+            req.sink_window.CopyFrom(pb.SinkWindowParams(n_sink=0, window=budget))
+        elif policy == "sinks+window":
+            req.sink_window.CopyFrom(pb.SinkWindowParams(n_sink=N_SINK, window=budget - N_SINK))
+        elif policy == "h2o":
+            recent = budget // 2
+            req.h2o.CopyFrom(pb.H2oParams(n_sink=N_SINK, heavy=budget - recent - N_SINK,
+                                          recent=recent, scores=scores))
+        else:
+            req.snapkv.CopyFrom(pb.SnapKvParams(n_sink=N_SINK, obs_window=OBS_WINDOW,
+                                                pool_kernel=POOL, capacity=budget,
+                                                num_query_heads=self.Hq, obs_queries=queries))
+        resp = self.client.compact(req, timeout=120.0)
+        layout = pc.layout
+        shape = (self.L, 2, self.H, resp.kept_tokens, self.D)
+        buf = np.empty(shape, kvtier.layout.numpy_dtype(layout))
+        info = self.client.get_blocks_into(pc.namespace, [resp.entry_key], [buf],
+                                           format=kvtier.RAW)[0]
+        if not info.found or info.size != buf.nbytes:
+            raise RuntimeError("compacted entry: found=%s size=%d, want %d"
+                               % (info.found, info.size, buf.nbytes))
+        return self.torch.from_numpy(buf).float(), resp
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _attention(env, q, k, v, n_query):
+    """Attention output and probabilities of the last n_query queries q [Hq, T, D] over
+    k, v [H, T, D] (causal)."""
+    torch = env.torch
+    T = k.shape[1]
+    g = env.Hq // env.H
+    kk = k.repeat_interleave(g, 0)
+    vv = v.repeat_interleave(g, 0)
+    qq = q[:, T - n_query:]
+    s = qq @ kk.transpose(1, 2) / math.sqrt(env.D)
+    mask = torch.arange(T)[None, :] > torch.arange(T - n_query, T)[:, None]
+    s = s.masked_fill(mask, float("-inf"))
+    p = torch.softmax(s, -1)
+    return p @ vv, p
+
+
+def _h2o_scores(env, captured, kv):
+    """Accumulated attention [layer][kv_head][token] of every query of the prompt."""
+    torch = env.torch
+    out = []
+    g = env.Hq // env.H
+    for i in range(env.L):
+        q = captured["q"][i]
+        k = kv[i, 0]
+        T = k.shape[1]
+        acc = torch.zeros(env.Hq, T)
+        for b in range(0, T, 512):
+            e = min(b + 512, T)
+            s = q[:, b:e] @ k.repeat_interleave(g, 0).transpose(1, 2) / math.sqrt(env.D)
+            mask = torch.arange(T)[None, :] > torch.arange(b, e)[:, None]
+            acc += torch.softmax(s.masked_fill(mask, float("-inf")), -1).sum(1)
+        out.append(acc.view(env.H, g, T).sum(1))
+    return torch.stack(out).flatten().tolist()
+
+
+def _obs_queries(env, captured, T):
+    return env.torch.stack([captured["q"][i][:, T - OBS_WINDOW:T] for i in range(env.L)]
+                           ).flatten().tolist()
+
+
+def _token2(kv16):
+    """The foil: per-token 2-bit asymmetric quantization in groups of 32 channels (fp16
+    scale and min per group: 3 bits per value), on float32 K/V [L, 2, H, T, D]."""
+    x = kv16.numpy().astype(np.float32)
+    shp = x.shape
+    g = x.reshape(shp[:-1] + (shp[-1] // 32, 32))
+    lo, hi = g.min(-1, keepdims=True), g.max(-1, keepdims=True)
+    lo, hi = lo.astype(np.float16).astype(np.float32), hi.astype(np.float16).astype(np.float32)
+    scale = np.maximum((hi - lo) / 3, 1e-8)
+    qv = np.clip(np.round((g - lo) / scale), 0, 3)
+    return env_torch().from_numpy((qv * scale + lo).reshape(shp).astype(np.float32)), 3.0
+
+
+def env_torch():
+    import torch
+    return torch
+
+
+def _kv_codec(env, codec, ids, cache, n_blocks, tag):
+    """K/V of the first n_blocks of ids through `codec`: (float32 [L,2,H,T,D], bits per
+    value)."""
+    values = n_blocks * TPB * env.L * 2 * env.H * env.D
+    if codec == FOIL:
+        ref, _ = env.through(env.prefix_cache("fp16", tag), ids, cache, n_blocks)
+        return _token2(ref)
+    got, saved = env.through(env.prefix_cache(codec, tag), ids, cache, n_blocks)
+    return got, saved.bytes_stored * 8.0 / values
+
+
+def section_sinks_outliers(env, ids):
+    torch = env.torch
+    logits, cache, cap = env.forward(ids, capture=True)
+    kv, _ = env.through(env.prefix_cache("fp16", "so"), ids, cache)
+    T = kv.shape[3]
+    nq = min(256, T // 4)
+    sinks = []
+    outliers = []
+    for i in range(env.L):
+        _, p = _attention(env, cap["q"][i][:, :T], kv[i, 0], kv[i, 1], nq)
+        sinks.append({"layer": i, "first1": float(p[..., :1].sum(-1).mean()),
+                      "first4": float(p[..., :4].sum(-1).mean()),
+                      "uniform1": float((1.0 / torch.arange(T - nq + 1, T + 1).float()).mean())})
+
+        def ratio(x):  # x [H, T, D] -> per head max/median of per-channel max |x|
+            m = x.abs().amax(1)
+            return (m.amax(-1) / m.median(-1).values).tolist()
+        outliers.append({"layer": i, "k_pre_rope": ratio(cap["k"][i][:, :T]),
+                         "k_post_rope": ratio(kv[i, 0]), "v": ratio(kv[i, 1])})
+    del logits
+    return sinks, outliers
+
+
+def _kl(p_logits, q_logits):
+    torch = env_torch()
+    lp = torch.log_softmax(p_logits.double(), -1)
+    lq = torch.log_softmax(q_logits.double(), -1)
+    return float((lp.exp() * (lp - lq)).sum(-1).mean())
+
+
+def _load_cache(kv):
+    return hf.make_cache(kv.contiguous())
+
+
+def section_codecs(env, args):
+    text = env.text_ids
+    # Fidelity on one context: K / V / attention-output error of late queries.
+    ctx = text[:args.codec_context]
+    _, cache, cap = env.forward(ctx, capture=True)
+    nb = len(ctx) // TPB
+    ref, _ = env.through(env.prefix_cache("fp16", "cf"), ctx, cache, nb)
+    out = {}
+    for codec in CODECS + [FOIL]:
+        kv, bits = _kv_codec(env, codec, ctx, cache, nb, "cf")
+        ao = []
+        for i in range(env.L):
+            a_ref, _ = _attention(env, cap["q"][i][:, :nb * TPB], ref[i, 0], ref[i, 1], 64)
+            a_got, _ = _attention(env, cap["q"][i][:, :nb * TPB], kv[i, 0], kv[i, 1], 64)
+            ao.append(_rel(a_got, a_ref))
+        out[codec] = {"bits_per_value": bits, "k_rel_err": _rel(kv[:, 0], ref[:, 0]),
+                      "v_rel_err": _rel(kv[:, 1], ref[:, 1]),
+                      "attn_out_rel_err": float(np.mean(ao))}
+        env.log("codecs fidelity %-9s %s" % (codec, out[codec]))
+    # Next-token KL and greedy agreement: prompts from the text, prefix via the codec.
+    rng = random.Random(1)
+    starts = [rng.randrange(0, len(text) - args.prompt_len - 1) for _ in range(args.prompts)]
+    prompts = [text[s:s + args.prompt_len] for s in starts]
+    for codec in CODECS + [FOIL]:
+        kls, agree = [], []
+        for p in prompts:
+            npb = (len(p) - args.tail) // TPB
+            _, pcache, _ = env.forward(p[:npb * TPB])
+            kv_ref, _ = env.through(env.prefix_cache("fp16", "cg"), p, pcache, npb)
+            kv, _ = _kv_codec(env, codec, p, pcache, npb, "cg")
+            lr, _, _ = env.forward(p[npb * TPB:], _load_cache(kv_ref), pos=npb * TPB)
+            lg, _, _ = env.forward(p[npb * TPB:], _load_cache(kv), pos=npb * TPB)
+            kls.append(_kl(lr, lg))
+            g_ref, _ = hf.greedy(env.model, p, args.gen, _load_cache(kv_ref), npb * TPB)
+            g_got, _ = hf.greedy(env.model, p, args.gen, _load_cache(kv), npb * TPB)
+            agree.append(float(np.mean(np.asarray(g_ref) == np.asarray(g_got))))
+        out[codec].update({"next_token_kl": float(np.mean(kls)),
+                           "greedy_agreement": float(np.mean(agree)),
+                           "greedy_identical_prompts": int(sum(a == 1.0 for a in agree)),
+                           "prompts": len(prompts), "greedy_tokens": args.gen})
+        if args.ppl_tokens:
+            out[codec]["perplexity"] = _ppl_codec(env, codec, text[:args.ppl_tokens],
+                                                  args.ppl_chunk)
+        env.log("codecs %-9s %s" % (codec, out[codec]))
+    return out
+
+
+def _ppl_codec(env, codec, ids, chunk):
+    """Perplexity of `ids`, chunk by chunk, each chunk's context loaded from kvtierd through
+    `codec` (the chunk's own KV is computed, then stored for the next chunks)."""
+    torch = env.torch
+    pc = env.prefix_cache("fp16" if codec == FOIL else codec, "ppl")
+    nll, count, prev_last = 0.0, 0, None
+    for start in range(0, len(ids), chunk):
+        part = ids[start:start + chunk]
+        cache = None
+        if start:
+            nb = start // TPB
+            blocks, res = pc.load_raw(list(ids[:start]) + [0])
+            if res.blocks != nb:
+                raise RuntimeError("perplexity: kvtierd returned %d of %d blocks" % (res.blocks, nb))
+            kv = pc.to_torch(blocks)
+            if codec == FOIL:
+                kv, _ = _token2(kv)
+            cache = _load_cache(kv)
+        logits, cache, _ = env.forward(part, cache, pos=start)
+        lp = torch.log_softmax(logits.double(), -1)
+        tgt = torch.tensor(part[1:])
+        nll -= float(lp[:-1].gather(1, tgt[:, None]).sum())
+        count += len(part) - 1
+        if prev_last is not None:
+            nll -= float(prev_last[part[0]])
+            count += 1
+        prev_last = lp[-1]
+        if start + chunk < len(ids):
+            saved = pc.save(ids[:start + len(part)], cache)
+            if saved.error:
+                raise RuntimeError(saved.error)
+    return math.exp(nll / count)
+
+
+_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
+          "memorize it. I will quiz you about the important information there.\n")
+_QUESTION = "\nWhat is the pass key? The pass key is"
+
+
+def _passkey_prompt(env, length, depth, rng):
+    """Token ids of a passkey prompt whose stored prefix (intro, filler with the needle,
+    the question) is `length` tokens, a multiple of TPB; the answer follows. Returns (ids,
+    prefix tokens, the key)."""
+    key = "%05d" % rng.randrange(0, 100000)
+    tok = env.tok
+    intro = tok(_INTRO)["input_ids"]
+    needle = tok(" The pass key is %s. Remember it. %s is the pass key. " % (key, key))["input_ids"]
+    question = tok(_QUESTION)["input_ids"]
+    filler = tok(_FILLER)["input_ids"]
+    n_fill = length - len(intro) - len(needle) - len(question) + 4
+    hay = (filler * (n_fill // len(filler) + 1))[:n_fill]
+    at = int(round(depth * n_fill))
+    # Put the needle at a sentence boundary (after a "." token) near the depth.
+    dots = [i + 1 for i, t in enumerate(hay) if tok.decode([t]).strip() == "."] or [0]
+    at = min(dots, key=lambda d: abs(d - at))
+    ids = intro + hay[:at] + needle + hay[at:] + question
+    T = (len(ids) - 4) // TPB * TPB  # leaves the last tokens of the question to compute
+    return ids, T, key
+
+
+def _answer_ok(env, tokens, key):
+    return key in env.tok.decode(tokens).replace(" ", "")
+
+
+def section_passkey(env, args):
+    out = {}
+    variants = ["full"] + CODECS + [FOIL] + ["%s@%d%%" % (p, b) for p in POLICIES
+                                              for b in (25, 50)]
+    for length in args.passkey_lengths:
+        res = {v: 0 for v in variants}
+        n = 0
+        rng = random.Random(length)
+        for depth in (0.0, 0.25, 0.5, 0.75, 1.0):
+            for _ in range(args.passkey_seeds):
+                ids, T, key = _passkey_prompt(env, length, depth, rng)
+                nb = T // TPB
+                _, cache, cap = env.forward(ids[:T], capture=True)
+                base = env.prefix_cache("fp16", "pk")
+                kv_full, _ = env.through(base, ids, cache, nb)
+                n += 1
+                gen = args.passkey_gen
+
+                def run(kv, kv_len=None):
+                    toks, _ = hf.greedy(env.model, ids, gen, _load_cache(kv), T, kv_len)
+                    return _answer_ok(env, toks, key)
+                full_ok = run(kv_full)
+                res["full"] += full_ok
+                for codec in CODECS + [FOIL]:
+                    if codec == "fp16":  # the full cache is the fp16 round trip
+                        res[codec] += full_ok
+                        continue
+                    kv, _ = _kv_codec(env, codec, ids, cache, nb, "pk")
+                    res[codec] += run(kv)
+                scores = _h2o_scores(env, cap, kv_full)
+                queries = _obs_queries(env, cap, T)
+                for policy in POLICIES:
+                    for b in (25, 50):
+                        budget = T * b // 100
+                        kv, _ = env.compact(base, ids, nb, policy, budget, scores, queries)
+                        res["%s@%d%%" % (policy, b)] += run(kv, kv.shape[3])
+        out[str(length)] = {"trials": n, "accuracy": {v: res[v] / n for v in variants}}
+        env.log("passkey %d: %s" % (length, out[str(length)]))
+    return out
+
+
+def section_perplexity(env, args):
+    """Perplexity of ppl_eval tokens after a ppl_context-token context of the text, the
+    context full or compacted by kvtierd (positions kept)."""
+    torch = env.torch
+    C, E = args.ppl_context, args.ppl_eval
+    out = {}
+    for start in args.ppl_offsets:
+        ids = env.text_ids[start:start + C + E]
+        _, cache, cap = env.forward(ids[:C], capture=True)
+        base = env.prefix_cache("fp16", "pp")
+        kv_full, _ = env.through(base, ids, cache, C // TPB)
+        scores = _h2o_scores(env, cap, kv_full)
+        queries = _obs_queries(env, cap, C)
+
+        def ppl(kv):
+            logits, _, _ = env.forward(ids[C:], _load_cache(kv), pos=C, kv_len=kv.shape[3])
+            lp = torch.log_softmax(logits.double(), -1)
+            tgt = torch.tensor(ids[C + 1:])
+            return float(-(lp[:-1].gather(1, tgt[:, None]).sum()) / (E - 1))
+        nlls = {"full": ppl(kv_full)}
+        for policy in POLICIES:
+            for b in (25, 50):
+                kv, _ = env.compact(base, ids, C // TPB, policy, C * b // 100, scores, queries)
+                nlls["%s@%d%%" % (policy, b)] = ppl(kv)
+        for k, v in nlls.items():
+            out.setdefault(k, []).append(v)
+    res = {k: math.exp(float(np.mean(v))) for k, v in out.items()}
+    full = res["full"]
+    return {"context": C, "eval_tokens": E, "offsets": list(args.ppl_offsets),
+            "perplexity": res, "ratio_to_full": {k: v / full for k, v in res.items()}}
+
+
+def section_ttft(env, args):
+    out = {}
+    for length in args.ttft_lengths:
+        ids = env.text_ids[:length + args.tail]
+        nb = length // TPB
+        _, cache, _ = env.forward(ids[:length])
+        row = {}
+        pcs = {}
+        for codec in args.ttft_codecs:
+            pcs[codec] = env.prefix_cache(codec, "tt")
+            pcs[codec].save(ids, cache)
+            pcs[(codec, "tcp")] = hf.PrefixCache(env.tcp, pcs[codec].namespace, pcs[codec].layout)
+        times = {"recompute": []}
+        for _ in range(args.ttft_reps):  # alternate A / B within one run
+            t0 = time.perf_counter()
+            env.forward(ids)
+            times["recompute"].append(time.perf_counter() - t0)
+            for codec in args.ttft_codecs:
+                for path, pc in (("shm", pcs[codec]), ("tcp", pcs[(codec, "tcp")])):
+                    t0 = time.perf_counter()
+                    res = pc.load(ids)
+                    t1 = time.perf_counter()
+                    env.forward(ids[res.tokens:], res.cache, pos=res.tokens)
+                    t2 = time.perf_counter()
+                    if res.tokens != nb * TPB:
+                        raise RuntimeError("ttft: loaded %d tokens: %s" % (res.tokens, res.error))
+                    if path == "shm" and not res.shared_memory:
+                        raise RuntimeError("ttft: the shared-memory path was not used")
+                    times.setdefault("%s/%s" % (codec, path), []).append(t2 - t0)
+                    times.setdefault("%s/%s/load" % (codec, path), []).append(t1 - t0)
+                    row.setdefault("bytes_moved", {})[codec] = res.bytes
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        row["seconds"] = med
+        row["ratio_to_recompute"] = {k: v / med["recompute"] for k, v in med.items()
+                                     if k != "recompute" and not k.endswith("/load")}
+        out[str(length)] = row
+        env.log("ttft %d: %s" % (length, row))
+    return out
+
+
+def _print_tables(r):
+    p = print
+    if "roundtrip" in r:
+        p("\n== roundtrip (put RAW, get RAW through kvtierd) ==")
+        for c, v in r["roundtrip"].items():
+            p("  %-9s bit-identical=%s tokens=%d" % (c, v["bit_identical"], v["tokens"]))
+    if "sinks" in r:
+        p("\n== sinks: attention mass of late queries on the first 1 / 4 tokens ==")
+        p("  layer  first1  first4  (uniform first1)")
+        for s in r["sinks"]:
+            p("  %5d  %6.3f  %6.3f  (%.4f)" % (s["layer"], s["first1"], s["first4"], s["uniform1"]))
+    if "outliers" in r:
+        p("\n== outliers: per head max/median of per-channel max|x| (min-max over heads) ==")
+        p("  layer  K pre-RoPE    K post-RoPE   V")
+        for o in r["outliers"]:
+            f = lambda xs: "%5.2f-%5.2f" % (min(xs), max(xs))  # noqa: E731
+            p("  %5d  %s  %s  %s" % (o["layer"], f(o["k_pre_rope"]), f(o["k_post_rope"]), f(o["v"])))
+    if "codecs" in r:
+        p("\n== codecs ==")
+        p("  codec      bits/val  K relerr  V relerr  attn-out  next-KL    greedy  ppl")
+        for c, v in r["codecs"].items():
+            p("  %-9s  %8.2f  %8.4f  %8.4f  %8.4f  %9.2e  %6.3f  %.3f" % (
+                c, v["bits_per_value"], v["k_rel_err"], v["v_rel_err"], v["attn_out_rel_err"],
+                v.get("next_token_kl", float("nan")), v.get("greedy_agreement", float("nan")),
+                v.get("perplexity", float("nan"))))
+    if "passkey" in r:
+        p("\n== passkey retrieval (accuracy; trials per length) ==")
+        lengths = list(r["passkey"])
+        p("  %-18s" % "variant" + "".join("%10s" % (l + "(%d)" % r["passkey"][l]["trials"])
+                                          for l in lengths))
+        for v in r["passkey"][lengths[0]]["accuracy"]:
+            p("  %-18s" % v + "".join("%10.2f" % r["passkey"][l]["accuracy"][v] for l in lengths))
+    if "perplexity" in r:
+        pp = r["perplexity"]
+        p("\n== perplexity of %d tokens after a %d-token context (compacted by kvtierd) ==" % (
+            pp["eval_tokens"], pp["context"]))
+        for k, v in pp["perplexity"].items():
+            p("  %-18s %8.2f  (%.2fx full)" % (k, v, pp["ratio_to_full"][k]))
+    if "ttft" in r:
+        p("\n== time to first token (median s; ratio to recompute) ==")
+        for length, row in r["ttft"].items():
+            p("  prefix %s: recompute %.3f s" % (length, row["seconds"]["recompute"]))
+            for k, v in row["ratio_to_recompute"].items():
+                p("    %-16s %.3f s  %.3fx  (load %.3f s)" % (
+                    k, row["seconds"][k], v, row["seconds"][k + "/load"]))
+            p("    bytes moved: %s" % row["bytes_moved"])
+
+
+@contextlib.contextmanager
+def _server(args):
+    if args.server:
+        yield args.server
+        return
+    d = tempfile.mkdtemp(prefix="kvtier-eval-model-")
+    proc = subprocess.Popen([args.kvtierd, "--port", "0", "--data-dir", d],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):  # its contract: one line "kvtierd listening on HOST:PORT"
+            line = proc.stdout.readline()
+            if not line or line.startswith("kvtierd listening on "):
+                break
+        if not line.startswith("kvtierd listening on "):
+            raise RuntimeError("kvtierd %s did not start" % args.kvtierd)
+        yield line.split()[-1]
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="kvtier eval model", description=__doc__.split("\n")[0])
+    ap.add_argument("--server", default="", help="address of a running kvtierd")
+    ap.add_argument("--kvtierd", default=os.environ.get("KVTIER_KVTIERD") or os.path.join(
+        os.path.dirname(os.path.abspath(kvtier.__file__)), "..", "..", "service", "kvtierd"),
+                    help="kvtierd started on 127.0.0.1:0 without --server (default: the "
+                         "build tree's, next to this package in <build>/python)")
+    ap.add_argument("--quick", action="store_true", help="the under-10-minute settings")
+    ap.add_argument("--json", default="", help="write the results object to this file")
+    ap.add_argument("--sections", default="roundtrip,sinks,codecs,passkey,perplexity,ttft")
+    ap.add_argument("--passkey-seeds", type=int, default=None,
+                    help="trials per depth (5 depths); default 10, --quick 2")
+    ap.add_argument("--passkey-lengths", default=None, help="default 1024,2048,4096")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help="codecs: prompts for KL and greedy agreement; default 20, --quick 6")
+    ap.add_argument("--gen", type=int, default=None,
+                    help="codecs: greedy tokens compared per prompt; default 64, --quick 32")
+    ap.add_argument("--ppl-tokens", type=int, default=4096,
+                    help="codecs: tokens of the fixed text for perplexity (0 = skip it)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = cores)")
+    args = ap.parse_args(argv)
+    q = args.quick
+    args.passkey_seeds = args.passkey_seeds or (2 if q else 10)
+    args.passkey_lengths = [int(x) for x in (args.passkey_lengths or
+                                             ("1024,2048" if q else "1024,2048,4096")).split(",")]
+    args.passkey_gen = 6
+    args.codec_context = 1024 if q else 1536
+    args.prompts = args.prompts or (6 if q else 20)
+    args.prompt_len = 256 if q else 512
+    args.tail = 16
+    args.gen = args.gen or (32 if q else 64)
+    args.ppl_chunk = 1024 if q else 512
+    args.ppl_context, args.ppl_eval = 1536, 512
+    args.ppl_offsets = [0] if q else [0, 2048, 4096]
+    args.ttft_lengths = [512, 1024, 2048]
+    args.ttft_codecs = ["fp16", "int8", "kivi2"] if q else ["fp16", "bf16", "int8", "kivi4",
+                                                            "kivi2", "lossless"]
+    args.ttft_reps = 3 if q else 5
+    # A terminated run still stops the kvtierd it started (the finally of _server).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    import torch
+    torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sections = args.sections.split(",")
+    t_start = time.time()
+
+    def log(msg):
+        print("[%6.1fs] %s" % (time.time() - t_start, msg), file=sys.stderr, flush=True)
+    results = {"model": os.path.basename(hf.model_path()), "text": TEXT, "quick": q,
+               "tokens_per_block": TPB}
+    with _server(args) as address:
+        env = Env(address, log)
+        results["kvtierd"] = address
+        results["shared_memory"] = env.client.uses_shared_memory
+        log("model loaded; text %d tokens; shared memory %s" % (len(env.text_ids),
+                                                               env.client.uses_shared_memory))
+        if "roundtrip" in sections:
+            results["roundtrip"] = section_roundtrip_exact(env, env.text_ids[:1024])
+            log("roundtrip %s" % results["roundtrip"])
+        if "sinks" in sections:
+            results["sinks"], results["outliers"] = section_sinks_outliers(
+                env, env.text_ids[:args.codec_context])
+            log("sinks/outliers done")
+        for name, fn in (("codecs", section_codecs), ("passkey", section_passkey),
+                         ("perplexity", section_perplexity), ("ttft", section_ttft)):
+            if name in sections:
+                results[name] = fn(env, args)
+                log("%s done" % name)
+        env.client.close()
+        env.tcp.close()
+    results["seconds"] = time.time() - t_start
+    _print_tables(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+def section_roundtrip_exact(env, ids):
+    """fp16 / bf16 / lossless: the blocks read back equal the blocks put, bit for bit."""
+    _, cache, _ = env.forward(ids)
+    out = {}
+    n = len(ids) // TPB
+    values = n * TPB * env.L * 2 * env.H * env.D
+    for codec in ("fp16", "bf16", "lossless"):
+        pc = env.prefix_cache(codec, "rt")
+        saved = pc.save(ids, cache)
+        blocks, res = pc.load_raw(list(ids) + [0])
+        ref = pc.blocks_of(cache, n)
+        out[codec] = {"tokens": res.tokens, "bits_per_value": saved.bytes_stored * 8.0 / values,
+                      "bit_identical": bool(res.blocks == n and np.array_equal(
+                          blocks.view(np.uint16), ref.view(np.uint16)))}
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
