@@ -21,7 +21,6 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -227,15 +226,13 @@ TEST_P(PathConformanceTest, AgainstAFrozenServerTheCallEndsAtItsDeadline) {
   const Sequence seq = MakeSequence(kNs, kLayout, 4, 4);
   ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
   stopped_ = true;
-  // The server runs again 1 s later, past the call's deadline.
-  std::thread resume([this] {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    kill(server_->pid(), SIGCONT);
-  });
+  ASSERT_TRUE(testing::WaitUntilStopped(server_->pid()));
+  // The server runs again only once the call has returned: nothing but the deadline can
+  // end it, however late a busy machine starts the call.
   PutOptions opts;
   opts.deadline_ms = 300;
   auto put = client_->PutBlocks(kNs, seq.blocks, opts);
-  resume.join();
+  kill(server_->pid(), SIGCONT);
   stopped_ = false;
   ASSERT_FALSE(put.ok());
   EXPECT_EQ(put.status().code(), absl::StatusCode::kDeadlineExceeded) << put.status();
