@@ -33,7 +33,7 @@ def config_line(address):
                        "kvtier_timeout_s": 2, "kvtier_connect_timeout_s": 2})
 
 
-def host_pool(layout, slots):
+def host_pool(layout, slots, with_device=False):
     """SGLang's own host pool for `layout` over a CPU device pool, built as its
     hybrid_pool_assembler builds the primary MHA host pool (host = 2x device)."""
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
@@ -42,10 +42,11 @@ def host_pool(layout, slots):
                               head_dim=HEAD_DIM, layer_num=LAYERS, device="cpu",
                               enable_memory_saver=False)
     info = device.get_device_pool_infos()[0].buffer_info
-    return get_mha_host_pool_cls(info)(
+    pool = get_mha_host_pool_cls(info)(
         info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu",
         device_capacity_tokens=device.size, start_layer=device.start_layer,
         end_layer=device.end_layer)
+    return (pool, device) if with_device else pool
 
 
 def storage_config(args, pool):
@@ -63,10 +64,14 @@ def storage_config(args, pool):
                                 extra_config=extra)
 
 
+def tokens_of(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 50000, (PAGES * PAGE,), generator=g).tolist()
+
+
 def page_keys(seed):
     from sglang.srt.mem_cache.utils import get_hash_str
-    g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, 50000, (PAGES * PAGE,), generator=g).tolist()
+    tokens = tokens_of(seed)
     keys, prior = [], None
     for p in range(PAGES):
         prior = get_hash_str(tokens[p * PAGE:(p + 1) * PAGE], prior_hash=prior)
@@ -127,9 +132,67 @@ def run_layout(args, layout):
     return out
 
 
+def run_controller(args):
+    """SGLang's real HiCacheController (page_first pool, write_through, direct IO) with the
+    backend attached by its own attach_storage_backend from the extra config: "backup" queues
+    write_storage and waits for its backup thread's ack; "prefetch" queues prefetch, takes
+    the hit from its prefetch thread, does the scheduler's part (allocate host slots, hand
+    the operation to the IO thread) and waits for the TP-reduced acks. The parallel state a
+    launched server publishes is stated with get_parallel().override_permanently (TP 1)."""
+    import threading
+    from sglang.srt.managers.cache_controller import HiCacheController
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.runtime_context import get_parallel
+    get_parallel().override_permanently(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1,
+                                        attn_dcp_size=1, attn_dcp_rank=0)
+    pool, device = host_pool("page_first", 64, with_device=True)
+    pool.kv_buffer.zero_()
+    allocator = TokenToKVPoolAllocator(64, DTYPE, "cpu", device, False)
+    cc = HiCacheController(allocator, pool, PAGE, None, threading.Event(),
+                           write_policy="write_through", io_backend="direct",
+                           storage_backend="dynamic", model_name=args.model,
+                           storage_backend_extra_config=json.loads(config_line(args.kvtier)))
+    out = {"backend": type(cc.storage_backend).__name__, "set_func": cc.page_set_func.__name__,
+           "get_func": cc.page_get_func.__name__}
+    tokens, keys = tokens_of(args.seed), page_keys(args.seed)
+    t0 = time.monotonic()
+    if args.mode == "backup":
+        idx = pool.alloc(PAGES * PAGE)
+        g = torch.Generator().manual_seed(args.seed * 7919)
+        pool.kv_buffer.view(torch.int16).copy_(
+            torch.randint(-30000, 30000, pool.kv_buffer.shape, dtype=torch.int16, generator=g))
+        out["digests"] = page_digests(pool, idx)
+        op_id = cc.write_storage(idx, tokens, hash_value=keys, prefix_keys=[])
+        op = cc.ack_backup_queue.get(timeout=60)
+        out["acked"] = op.id == op_id
+        out["completed_tokens"] = op.completed_tokens
+    else:
+        pool.alloc(5 * PAGE)
+        op = cc.prefetch("req-1", tokens, None, prefix_keys=[])
+        hit = cc.prefetch_hit_queue.get(timeout=60)
+        out["hit_tokens"] = hit.storage_hit_count
+        idx = pool.alloc(hit.storage_hit_count) if hit.storage_hit_count else None
+        out["completed_tokens"] = 0
+        if idx is not None:
+            hit.host_indices = idx
+            cc.prefetch_buffer.put(hit)
+            while True:
+                ack = cc.ack_prefetch_queue.get(timeout=60)
+                if ack.completed_tokens is not None:
+                    out["completed_tokens"] = max(out["completed_tokens"], ack.completed_tokens)
+                if ack.completed_req:
+                    break
+            out["digests"] = page_digests(pool, idx)
+        out["hash_values"] = list(hit.hash_value)
+        out["keys_match"] = list(hit.all_hash_values or []) == keys
+    out["wall_s"] = time.monotonic() - t0
+    cc.storage_stop_event.set()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["store", "load"])
+    ap.add_argument("mode", choices=["store", "load", "backup", "prefetch"])
     ap.add_argument("--kvtier", required=True)
     ap.add_argument("--layouts", default="layer_first,page_first,page_first_direct,page_head")
     ap.add_argument("--model", default="kvtier-test/tiny-llama")
@@ -140,8 +203,11 @@ def main():
     args = ap.parse_args()
     import sglang
     res = {"sglang": sglang.__version__, "keys": page_keys(args.seed), "layouts": {}}
-    for layout in args.layouts.split(","):
-        res["layouts"][layout] = run_layout(args, layout)
+    if args.mode in ("backup", "prefetch"):
+        res["controller"] = run_controller(args)
+    else:
+        for layout in args.layouts.split(","):
+            res["layouts"][layout] = run_layout(args, layout)
     with open(args.out, "w") as f:
         json.dump(res, f)
 

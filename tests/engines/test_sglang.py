@@ -109,3 +109,20 @@ def test_down_kvtierd_is_a_miss_not_an_exception_or_hang(start_server, tmp_path)
     assert lo["exists"] == 0 and lo["get"] == [False] * PAGES and lo["rest_untouched"]
     # One connect timeout (2 s) per retry window, not one per call.
     assert st["wall_s"] < 15 and lo["wall_s"] < 15, (st["wall_s"], lo["wall_s"])
+
+
+def test_real_cache_controller_backs_up_and_prefetches_through_kvtier(start_server, tmp_path):
+    server = start_server()
+    b = run(tmp_path, "backup", server.address, "backup")["controller"]
+    # Attached by SGLang's own attach_storage_backend, on its zero-copy (v1) path.
+    assert b["backend"] == "KvtierHiCacheStorage"
+    assert b["set_func"] == "_page_set_zero_copy" and b["get_func"] == "_page_get_zero_copy"
+    assert b["acked"] and b["completed_tokens"] == PAGES * 4
+    # A fresh process: the prefetch thread's batch_exists finds every page under the keys it
+    # derives from the tokens itself; the IO thread's batch_get_v1 loads them byte-exact.
+    p = run(tmp_path, "prefetch", server.address, "prefetch")["controller"]
+    assert p["keys_match"]
+    assert p["hit_tokens"] == PAGES * 4 and p["completed_tokens"] == PAGES * 4, p
+    assert p["digests"] == b["digests"]
+    m = run(tmp_path, "prefetch", server.address, "prefetch-other", seed=2)["controller"]
+    assert m["hit_tokens"] == 0 and m["completed_tokens"] == 0
