@@ -3,13 +3,16 @@ for tests/engines/test_sglang.py. The backend is built by SGLang's StorageBacken
 the documented --hicache-storage-backend-extra-config JSON; pages live in SGLang's real CPU
 host pool (MHATokenToKVPoolHost over an MHATokenToKVPool on device "cpu"), page keys come
 from SGLang's own get_hash_str chain. SGLang cannot serve on CPU here (docs/engines.md), so
-the process drives the backend as the cache controller's v1 path does: batch_set_v1 on
-backup, batch_exists then batch_get_v1 on prefetch, with token-level host indices.
+store/load drive the backend as the cache controller's v1 path does (batch_set_v1 on backup,
+batch_exists then batch_get_v1 on prefetch, token-level host indices), and backup/prefetch
+run the real controller's threads.
 
   sglang_run.py store --kvtier A --layouts L,... --out J   fill pages with seeded KV, back
                                                             them up; J: per-page digests
   sglang_run.py load  --kvtier A --layouts L,... --out J   a zeroed pool at other slots:
                                                             exists + get, digests of what came
+  sglang_run.py backup   --kvtier A --out J   the real HiCacheController's backup thread
+  sglang_run.py prefetch --kvtier A --out J   its prefetch and IO threads (run_controller)
   --model M --tp-rank R --tp-size N --seed S name the deployment and the tokens.
 """
 

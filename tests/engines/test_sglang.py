@@ -1,8 +1,9 @@
 """kvtier as SGLang's HiCache L3 storage backend against sglang 0.5.23's own code and a real
 kvtierd: the backend built by SGLang's StorageBackendFactory ("dynamic") from the documented
 extra config, pages in SGLang's real CPU host pool for each of its MHA layouts, keys from
-SGLang's own page hash chain; each store and load a fresh process (tests/engines/sglang_run.py).
-SGLang cannot serve on CPU here, so no tokens are generated (docs/engines.md)."""
+SGLang's own page hash chain, and its real HiCacheController's backup and prefetch threads; each
+store and load a fresh process (tests/engines/sglang_run.py). SGLang cannot serve on CPU here,
+so no tokens are generated (docs/engines.md)."""
 
 import json
 import os

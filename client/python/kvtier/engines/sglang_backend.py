@@ -26,9 +26,11 @@ Checked against sglang 0.5.23's own code (tests/engines/test_sglang.py, docs/eng
 built by StorageBackendFactory from the config line above, then registered on SGLang's real
 CPU host pool (MHATokenToKVPoolHost) as HiCacheController.attach_storage_backend does; pages
 round-trip byte-exact across processes in layer_first, page_first, page_first_direct and
-page_head; other models / TP ranks miss; a down kvtierd is a bounded miss. NOT checked: the
-cache controller's own backup/prefetch threads calling it, MLA host pools, heterogeneous TP
-(should_split_heads), serving (SGLang cannot serve on CPU here; a GPU check is to come).
+page_head; other models / TP ranks miss; a down kvtierd is a bounded miss; SGLang's real
+HiCacheController attaches it (attach_storage_backend, v1 path), its backup thread stores and
+its prefetch + IO threads find and load the pages in another process. NOT checked: MLA host
+pools, heterogeneous TP (should_split_heads), TP > 1 collectives, clear(), serving (SGLang
+cannot serve on CPU here; a GPU check is to come).
 """
 
 import ctypes
