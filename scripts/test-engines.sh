@@ -6,7 +6,8 @@
 #
 #   scripts/test-engines.sh [install|test|all] [ENGINE...]     (default: all vllm lmcache)
 #
-# sglang (11 GB, 15+ minutes) installs only when named; it has no checks yet.
+# sglang (11 GB, 15+ minutes) installs and is checked only when named:
+#   scripts/test-engines.sh all sglang   (or: install sglang, then test sglang)
 #
 # Cache: ${KVTIER_CACHE:-$HOME/.cache/kvtier}/engines/<engine> (one venv each, reused while its
 # pins are unchanged: the stamp file holds them) and .../models/smollm2-135m-hf (the converted

@@ -22,8 +22,15 @@ kvtier_timeout_s (SGLang then computes); nothing raises into SGLang's threads.
 
 extra_config keys (besides SGLang's own): kvtier_address (required), kvtier_timeout_s (2),
 kvtier_connect_timeout_s (2), kvtier_retry_s (5), kvtier_tenant (""), kvtier_model_id ("").
-NOT YET CHECKED against SGLang's own code (written to sglang 0.5.23's interface; no
-tests/engines/test_sglang.py yet, see docs/engines.md). Serving SGLang needs a GPU here.
+Checked against sglang 0.5.23's own code (tests/engines/test_sglang.py, docs/engines.md):
+built by StorageBackendFactory from the config line above, then registered on SGLang's real
+CPU host pool (MHATokenToKVPoolHost) as HiCacheController.attach_storage_backend does; pages
+round-trip byte-exact across processes in layer_first, page_first, page_first_direct and
+page_head; other models / TP ranks miss; a down kvtierd is a bounded miss; SGLang's real
+HiCacheController attaches it (attach_storage_backend, v1 path), its backup thread stores and
+its prefetch + IO threads find and load the pages in another process. NOT checked: MLA host
+pools, heterogeneous TP (should_split_heads), TP > 1 collectives, clear(), serving (SGLang
+cannot serve on CPU here; a GPU check is to come).
 """
 
 import ctypes
@@ -37,9 +44,6 @@ from kvtier.engines import common
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
 log = logging.getLogger("kvtier.engines.sglang")
-
-_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
-
 
 class KvtierHiCacheStorage(HiCacheStorage):
     """See the module docstring. Constructed as cls(storage_config, kwargs) by SGLang's
