@@ -21,8 +21,7 @@ stamp="$venv/.kvtier-pins"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${pins[*]} $(cat scripts/model-requirements.txt)" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   # model-requirements.txt pins every package the four pull in (pip freeze of a working install).
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -c scripts/model-requirements.txt "${pins[@]}"
+  "$venv/bin/python" -m pip install -q --no-input -c scripts/model-requirements.txt ${pins[@]}
   "$venv/bin/python" -c "import torch, transformers, gguf, accelerate" 
   echo "${pins[*]} $(cat scripts/model-requirements.txt)" > "$stamp"
 fi

@@ -7,8 +7,11 @@ SmolLM2 folder, vLLM only), KVTIER_ENGINE_RESULTS (a folder for the measured fig
 """
 
 import importlib.util
+import json
 import os
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,3 +51,21 @@ def results_path(name):
         return None
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, name)
+
+
+def run_script(tmp_path, script, args, name, env, timeout=600):
+    """Runs tests/engines/<script> `args` --out <tmp_path>/<name>.json in a fresh process
+    with `env`, keeps its output in <tmp_path>/<name>.log, asserts it exited 0 and returns
+    the JSON it wrote, with `wall_s` and `log` added."""
+    out = str(tmp_path / (name + ".json"))
+    cmd = [sys.executable, os.path.join(HERE, script)] + list(args) + ["--out", out]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    log = proc.stdout + proc.stderr
+    with open(str(tmp_path / (name + ".log")), "w") as f:
+        f.write(log)
+    assert proc.returncode == 0, log[-5000:]
+    with open(out) as f:
+        r = json.load(f)
+    r["wall_s"], r["log"] = time.monotonic() - t0, log
+    return r

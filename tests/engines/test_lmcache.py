@@ -14,7 +14,6 @@ import pytest
 import conftest
 import kvtier
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 600
 CHUNK = 16
 TOKENS = 53  # 3 full chunks of 16 (48 tokens) and a partial one LMCache does not store
@@ -38,23 +37,13 @@ def write_config(path, address):
 
 
 def run(tmp_path, mode, config, name, salt="", seed=1):
-    out = str(tmp_path / (name + ".json"))
     with open(config) as f:
         address = f.read().split("address: \"")[1].split("\"")[0]
-    cmd = [sys.executable, os.path.join(HERE, "lmcache_run.py"), mode, "--config", config,
-           "--tokens", str(TOKENS), "--seed", str(seed), "--out", out, "--kvtier", address]
+    args = [mode, "--config", config, "--tokens", str(TOKENS), "--seed", str(seed),
+            "--kvtier", address]
     if salt:
-        cmd += ["--salt", salt]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
-    log = proc.stdout + proc.stderr
-    with open(str(tmp_path / (name + ".log")), "w") as f:
-        f.write(log)
-    assert proc.returncode == 0, log[-5000:]
-    with open(out) as f:
-        r = json.load(f)
-    r["wall_s"], r["log"] = time.monotonic() - t0, log
-    return r
+        args += ["--salt", salt]
+    return conftest.run_script(tmp_path, "lmcache_run.py", args, name, env(), TIMEOUT)
 
 
 def namespaces(server, prefix):

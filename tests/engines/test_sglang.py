@@ -7,14 +7,10 @@ so no tokens are generated (docs/engines.md)."""
 
 import json
 import os
-import subprocess
-import sys
-import time
 
 import conftest
 import kvtier
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 600
 LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_head"]
 PAGES = 6
@@ -26,21 +22,10 @@ def env():
 
 
 def run(tmp_path, mode, address, name, **opts):
-    out = str(tmp_path / (name + ".json"))
-    cmd = [sys.executable, os.path.join(HERE, "sglang_run.py"), mode, "--kvtier", address,
-           "--out", out]
+    args = [mode, "--kvtier", address]
     for k, v in opts.items():
-        cmd += ["--" + k.replace("_", "-"), str(v)]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
-    log = proc.stdout + proc.stderr
-    with open(str(tmp_path / (name + ".log")), "w") as f:
-        f.write(log)
-    assert proc.returncode == 0, log[-5000:]
-    with open(out) as f:
-        r = json.load(f)
-    r["wall_s"], r["log"] = time.monotonic() - t0, log
-    return r
+        args += ["--" + k.replace("_", "-"), str(v)]
+    return conftest.run_script(tmp_path, "sglang_run.py", args, name, env(), TIMEOUT)
 
 
 def namespaces(server):
