@@ -65,10 +65,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kv/codec.h"
+#include "kv/layout.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "protocol/convert.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/layout.h"
 
 namespace kvtier::client {
 
@@ -382,7 +382,7 @@ class Client {
   // Compacts a stored sequence server-side (request.keys, block 0 first) with the policy
   // and parameters in `request` and stores the compacted entry next to the blocks; fetch
   // it with GetBlocks(response.entry_key). The same selection functions are in
-  // storage/kv/compaction.h for workers that compact before pushing. INVALID_ARGUMENT for
+  // kv/compaction.h for workers that compact before pushing. INVALID_ARGUMENT for
   // bad parameters, NOT_FOUND for unknown keys or namespace. Not retried (the server
   // stores an entry); repeating it is harmless, the entry key is deterministic.
   absl::StatusOr<kvtier::v1::CompactResponse> Compact(const kvtier::v1::CompactRequest& request,

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
-#include "storage/kv/prefix_key.h"
+#include "kv/prefix_key.h"
 
 namespace kvtier::client {
 

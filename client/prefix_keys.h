@@ -1,7 +1,7 @@
 // Turns token ids into kvtier's canonical chained prefix keys (docs/design.md §2 Data model):
 //   key_0 = SHA-256(seed || tokens_0 || extra), key_i = SHA-256(key_{i-1} || tokens_i ||
 //   extra), truncated to 16 bytes, seed derived from namespace and tenant.
-// A thin wrapper over storage/kv/prefix_key.h (the one implementation, shared with the
+// A thin wrapper over kv/prefix_key.h (the one implementation, shared with the
 // server) shaped for workers: whole sequences in, one key per full block out.
 #ifndef KVTIER_CLIENT_PREFIX_KEYS_H_
 #define KVTIER_CLIENT_PREFIX_KEYS_H_

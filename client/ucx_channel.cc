@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "transport/am_protocol.h"
+#include "ucx/am_protocol.h"
 
 namespace kvtier::client {
 namespace {

@@ -1,5 +1,5 @@
 // UcxChannel: the client's end of kvtierd's cross-node UCX data path
-// (dataplane/ucx_server.h; transport/am_protocol.h). One per Client: one UCX worker with its
+// (dataplane/ucx_server.h; ucx/am_protocol.h). One per Client: one UCX worker with its
 // progress thread and one endpoint to the server, plus the session id the server issued
 // to that endpoint in the handshake.
 //
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "protocol/wire.h"
-#include "transport/ucx_worker.h"
+#include "ucx/ucx_worker.h"
 
 namespace kvtier::client {
 
@@ -99,12 +99,12 @@ class UcxChannel {
 
  private:
   UcxChannel() = default;
-  void OnGetData(std::string_view header, transport::Incoming in);
+  void OnGetData(std::string_view header, ucx::Incoming in);
   void OnEndpointError();
   void Fail(const absl::Status& status);
 
-  std::unique_ptr<transport::Worker> worker_;
-  transport::EndpointId ep_ = 0;
+  std::unique_ptr<ucx::Worker> worker_;
+  ucx::EndpointId ep_ = 0;
   std::string session_;
   std::atomic<bool> healthy_{true};
   std::atomic<uint64_t> next_transfer_{1};

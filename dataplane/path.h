@@ -7,7 +7,7 @@
 //                  named by offset; the call is a frame on the region's socket or a gRPC
 //                  stream naming the region's session;
 //   UCX            cross-node: the bytes move as UCX rendezvous active messages
-//                  (transport/), the gRPC stream carries the header.
+//                  (ucx/), the gRPC stream carries the header.
 //
 // This header holds what every path shares at both ends:
 //   - the server's end: PutSource (where a Put's payloads come from) and GetSink (where a

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/strings.h"
 #include "common/status_macros.h"
+#include "common/strings.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "protocol/error_detail.h"
-#include "transport/am_protocol.h"
+#include "ucx/am_protocol.h"
 
 namespace kvtier::dataplane {
 namespace {

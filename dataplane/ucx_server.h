@@ -1,5 +1,5 @@
-// UcxServer: kvtierd's end of the cross-node UCX data path (transport/ucx_worker.h,
-// transport/am_protocol.h; docs/design.md §7). gRPC stays the control plane: the Put and
+// UcxServer: kvtierd's end of the cross-node UCX data path (ucx/ucx_worker.h,
+// ucx/am_protocol.h; docs/design.md §7). gRPC stays the control plane: the Put and
 // Get reactors validate, authorize and answer as always; only the payload bytes move as
 // UCX active messages (rendezvous: the server fetches a Put's payload straight into the
 // buffer reserved for it, and a Get's payload is fetched by the client straight from the
@@ -35,7 +35,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "kvtier/v1/kvtier.pb.h"
-#include "transport/ucx_worker.h"
+#include "ucx/ucx_worker.h"
 
 namespace kvtier::dataplane {
 
@@ -107,29 +107,29 @@ class UcxServer {
 
  private:
   struct Session {
-    transport::EndpointId ep = 0;
+    ucx::EndpointId ep = 0;
     std::string identity;  // empty until the first call names it
   };
   struct Transfer;
   using TransferKey = std::pair<std::string, uint64_t>;
   struct Early {
-    transport::Incoming payload;
+    ucx::Incoming payload;
     uint32_t index = 0;
     int64_t arrived_ms = 0;
   };
 
   explicit UcxServer(const UcxServerOptions& options);
-  void OnHello(transport::EndpointId from, std::string_view header);
-  void OnPutData(transport::EndpointId from, std::string_view header, transport::Incoming in);
-  void OnEndpointError(transport::EndpointId ep);
+  void OnHello(ucx::EndpointId from, std::string_view header);
+  void OnPutData(ucx::EndpointId from, std::string_view header, ucx::Incoming in);
+  void OnEndpointError(ucx::EndpointId ep);
   void OnTick();
   void Deliver(const TransferKey& key, const std::shared_ptr<Transfer>& t, uint32_t index,
-               transport::Incoming in);
+               ucx::Incoming in);
   void Complete(const TransferKey& key, absl::Status status);
 
   const UcxServerOptions options_;
   const std::string instance_id_;
-  std::unique_ptr<transport::Worker> worker_;
+  std::unique_ptr<ucx::Worker> worker_;
   std::atomic<uint64_t> put_bytes_{0};
   std::atomic<uint64_t> get_bytes_{0};
 
@@ -137,7 +137,7 @@ class UcxServer {
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
 
   // Progress thread only.
-  absl::flat_hash_map<transport::EndpointId, std::string> session_of_ep_;
+  absl::flat_hash_map<ucx::EndpointId, std::string> session_of_ep_;
   absl::flat_hash_map<TransferKey, std::shared_ptr<Transfer>> transfers_;
   absl::flat_hash_map<TransferKey, std::vector<Early>> early_;
   absl::flat_hash_map<TransferKey, int64_t> ended_;  // CancelPut'ed: dropped until then (ms)

@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kv/codec.h"
+#include "kv/layout.h"
 #include "kvtier/v1/kvtier.pb.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/layout.h"
 
 namespace kvtier::protocol {
 
@@ -30,7 +30,7 @@ v1::Codec CodecToProto(kv::CodecId codec);
 
 // The codec `codec` names. INVALID_ARGUMENT "<field> <n> is unknown" for
 // CODEC_UNSPECIFIED or a value that is not in kv::AllCodecs(), so a codec added to
-// storage/kv/codec.h and the proto enum is accepted without editing this check.
+// kv/codec.h and the proto enum is accepted without editing this check.
 absl::StatusOr<kv::CodecId> CodecFromProto(v1::Codec codec, std::string_view field);
 
 // Returns FAILED_PRECONDITION naming the first field where the stored namespace differs

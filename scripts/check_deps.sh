@@ -12,11 +12,17 @@
 #      and kvtierd does not load libhiredis;
 #   5. every lock is a common::Mutex / MutexLock / CondVar / Notification (common/mutex.h),
 #      never the absl type directly, so the TSAN build (scripts/tsan.sh) sees it.
-#   6. transport/ (the bare UCX layer) includes nothing of kvtier but common/.
+#   6. ucx/ (the bare UCX layer) includes nothing of kvtier but common/.
 #   7. dataplane/ (the payload paths) includes nothing of kvtier but common/, protocol/,
-#      transport/ and the generated kvtier/v1 messages; the Put and Get reactors (service/*reactor*) name
-#      no payload path (no shm_session / ucx_session, no ShmRegion / UcxServer / UcxPut):
-#      they see a dataplane::PutSource / GetSink only (docs/dataplane.md).
+#      ucx/ and the generated kvtier/v1 messages; the Put and Get reactors
+#      (service/*reactor*) name no payload path (no shm_session / ucx_session, no
+#      ShmRegion / UcxServer / UcxPut): they see a dataplane::PutSource / GetSink only
+#      (docs/dataplane.md).
+#   8. kv/ (pure KV semantics, the bottom layer) includes nothing of kvtier but common/.
+#   9. the CLI sits above tools/: nothing under tools/ includes "client/cli/...".
+#  10. inside storage/, only the TieredStore facade's own files (tiered_store*) include
+#      storage/tiered_store.h; its collaborators take the vocabulary from
+#      storage/store_types.h.
 # Every broken rule is reported (file:line or binary: symbol) and the exit status is 1;
 # 0 when all hold. Usage: scripts/check_deps.sh [SOURCE_DIR [BUILD_DIR]] (defaults: the
 # repository root and SOURCE_DIR/build). Rule 4 needs kvtierd and the libraries built
@@ -59,12 +65,17 @@ include_rule() {
 include_rule 'service/ includes the client library (use protocol/)' 'client/' service
 include_rule 'storage/ includes gRPC or protobuf headers' \
   'grpcpp/|grpc/|grpc\+\+/|kvtier/v1/|google/protobuf/|[^">]*\.pb\.h' storage
-include_rule 'transport/ includes more than common/ (it is the bare UCX layer)' \
-  'client/|service/|storage/|protocol/|events/|tools/|grpcpp/|grpc/|kvtier/v1/|[^">]*\.pb\.h' transport
+include_rule 'ucx/ includes more than common/ (it is the bare UCX layer)' \
+  'client/|service/|storage/|protocol/|events/|tools/|dataplane/|kv/|grpcpp/|grpc/|kvtier/v1/|[^">]*\.pb\.h' ucx
 include_rule 'dataplane/ includes client/, service/, storage/, events/ or tools/ (it sits below both ends)' \
   'client/|service/|storage/|events/|tools/' dataplane
 include_rule 'production code includes the offline tools (tools/)' 'tools/' \
   storage client protocol service -- client/cli/
+include_rule 'kv/ includes more than common/ (it is the bottom layer)' \
+  'client/|service/|storage/|protocol/|events/|tools/|dataplane/|ucx/|grpcpp/|grpc/|kvtier/v1/|[^">]*\.pb\.h' kv
+include_rule 'tools/ includes the CLI (client/cli/ sits above tools/)' 'client/cli/' tools
+include_rule 'a storage/ collaborator includes the TieredStore facade (use storage/store_types.h)' \
+  'storage/tiered_store\.h' storage -- storage/tiered_store
 
 # The reactors take a transport-neutral source and sink (dataplane/path.h).
 reactor_paths=$(grep -nE 'shm_session|ucx_session|ShmRegion|UcxServer|UcxPut|ShmServer' \
@@ -78,7 +89,7 @@ fi
 # directly is invisible to TSAN (Debian's Abseil is not instrumented).
 direct_locks=$(grep -rnE --include='*.h' --include='*.cc' \
                  'absl::(Mutex|MutexLock|ReaderMutexLock|WriterMutexLock|CondVar|Notification)\b' \
-                 "$src"/{common,storage,protocol,transport,dataplane,client,service,events,tools,tests} 2>/dev/null |
+                 "$src"/{common,kv,storage,protocol,ucx,dataplane,client,service,events,tools,tests} 2>/dev/null |
                sed "s#^$src/##" | grep -v '^common/mutex.h:')
 if [[ -n "$direct_locks" ]]; then
   fail 'locks must be common::Mutex & co. (common/mutex.h), not absl:: directly:'
@@ -110,7 +121,7 @@ symbol_rule() {
 symbol_rule kvtierd "$build/service/kvtierd"
 symbol_rule 'the worker client library' "$build/client/libkvtier_client.a"
 symbol_rule 'the storage library' "$build/storage/libkvtier_storage.a"
-symbol_rule 'the KV library' "$build/storage/kv/libkvtier_kv.a"
+symbol_rule 'the KV library' "$build/kv/libkvtier_kv.a"
 if [[ -e "$build/service/kvtierd" ]] &&
    readelf -d "$build/service/kvtierd" 2>/dev/null | grep -q 'NEEDED.*hiredis'; then
   fail "kvtierd loads libhiredis (readelf -d build/service/kvtierd)"

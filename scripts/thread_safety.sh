@@ -12,17 +12,17 @@ clang="$(command -v clang++-14 || command -v clang++ || true)"
 [ -n "$clang" ] || { echo "scripts/thread_safety.sh: clang++ not found (scripts/deps.sh installs clang-14)" >&2; exit 1; }
 [ -f "$build/compile_commands.json" ] || { echo "scripts/thread_safety.sh: no $build/compile_commands.json (run scripts/build.sh)" >&2; exit 1; }
 # One line per production file: the compile command, with gcc's output flags dropped and
-# clang's analysis added. Tests, tools, generated code and storage/kv/ (pure functions, no
+# clang's analysis added. Tests, tools, generated code and kv/ (pure functions, no
 # locks; its CPU-feature probes use gcc-only builtins) are not analysed.
 /usr/bin/python3 - "$build/compile_commands.json" "$PWD" "$clang" > "$build/thread_safety.cmds" <<'PY'
 import json, shlex, sys
 db, root, clang = sys.argv[1:]
-dirs = ("common/", "storage/", "protocol/", "client/", "service/", "events/", "transport/",
+dirs = ("common/", "storage/", "protocol/", "client/", "service/", "events/", "ucx/",
         "dataplane/")
 for entry in json.load(open(db)):
     src = entry["file"]
     rel = src[len(root) + 1:] if src.startswith(root + "/") else src
-    if not rel.startswith(dirs) or rel.startswith("storage/kv/") or "/python/" in rel \
+    if not rel.startswith(dirs) or rel.startswith("kv/") or "/python/" in rel \
             or "/cli/" in rel:
         continue
     args = shlex.split(entry["command"])[1:]

@@ -29,7 +29,7 @@ ninja -C build-tsan -j "$jobs" "${targets[@]}" "${tests[@]}" "${grpc_tests[@]}"
 base="ignore_noninstrumented_modules=1 halt_on_error=0 exitcode=66 second_deadlock_stack=1"
 # TSAN reads one suppression file: the gRPC tests get both lists, concatenated.
 cat scripts/tsan.supp scripts/tsan-grpc.supp > build-tsan/tsan-grpc-all.supp
-# UCX's libucm (linked through kvtier_transport) hooks madvise and takes a rwlock in it,
+# UCX's libucm (linked through kvtier_ucx) hooks madvise and takes a rwlock in it,
 # which TSAN intercepts on an exiting thread's stack release: a segfault in every test
 # that links the service. UCX_MEM_MMAP_HOOK_MODE=none leaves madvise alone.
 export UCX_MEM_MMAP_HOOK_MODE=none

@@ -9,9 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kv/codec.h"
+#include "kv/compaction.h"
 #include "service/request_checks.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/compaction.h"
 
 namespace kvtier::service {
 namespace {

@@ -11,7 +11,7 @@
 //
 // What RunCompact does:
 //   1. Validates the request: namespace non-empty, 1..max keys, exactly one policy set,
-//      policy parameters valid for the sequence length (see storage/kv/compaction.h).
+//      policy parameters valid for the sequence length (see kv/compaction.h).
 //      Errors are INVALID_ARGUMENT naming the field; nothing is stored.
 //   2. Gets every key (block 0 first) from `store`; an unknown namespace or a missing
 //      key is NOT_FOUND naming the key index (nothing is stored). Each block is decoded
@@ -39,9 +39,9 @@
 // replaces it).
 //
 // Entry payload (kv::SerializeCompactedEntry / kv::ParseCompactedEntry in
-// storage/kv/compaction.h): a compaction header (magic "KVTC", version, policy, position
+// kv/compaction.h): a compaction header (magic "KVTC", version, policy, position
 // policy, per-head kept count, source tokens, positions) followed by ONE ordinary codec
-// blob (storage/kv/codec.h) whose layout is the namespace layout with
+// blob (kv/codec.h) whose layout is the namespace layout with
 // tokens_per_block = kept tokens per head. Token t of (layer l, kv_head h) in that blob
 // is the source token at positions[(l * num_kv_heads + h) * kept + t]; for sink_window
 // every head keeps the same tokens. Every head keeps the same number of tokens, so

@@ -6,13 +6,14 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "kv/prefix_key.h"
 #include "protocol/convert.h"
 #include "protocol/tls.h"
 #include "service/auth.h"
@@ -21,7 +22,6 @@
 #include "service/tenant_quotas.h"
 #include "service/ucx_put.h"
 #include "storage/write_back.h"
-#include "storage/kv/prefix_key.h"
 
 namespace kvtier::service {
 namespace {

@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "events/config.h"
+#include "kv/codec.h"
 #include "kvtier/v1/kvtier.pb.h"
-#include "storage/kv/codec.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 
 namespace kvtier::service {
 
@@ -80,7 +80,7 @@ absl::StatusOr<storage::NamespaceOptions> NamespaceFromProto(const v1::Namespace
 v1::NamespaceSpec NamespaceToProto(const storage::NamespaceOptions& ns);
 v1::Tier TierToProto(storage::Tier tier);
 
-// The server's prefix-key hash scheme version (storage/kv/prefix_key.h when present).
+// The server's prefix-key hash scheme version (kv/prefix_key.h when present).
 const char* HashSchemeVersion();
 
 }  // namespace kvtier::service

@@ -11,15 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kv/codec.h"
 #include "protocol/convert.h"
 #include "protocol/error_detail.h"
 #include "protocol/wire.h"
 #include "service/admission.h"
 #include "service/compact.h"
 #include "service/config.h"
-#include "service/request_checks.h"
 #include "service/payload_paths.h"
-#include "storage/kv/codec.h"
+#include "service/request_checks.h"
 
 namespace kvtier::service {
 namespace {

@@ -12,16 +12,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kv/codec.h"
 #include "protocol/convert.h"
 #include "protocol/error_detail.h"
 #include "protocol/wire.h"
 #include "service/admission.h"
-#include "storage/tiered_store.h"
+#include "service/payload_paths.h"
 #include "service/put_watchdog.h"
 #include "service/request_checks.h"
 #include "service/tenant_quotas.h"
-#include "service/payload_paths.h"
-#include "storage/kv/codec.h"
+#include "storage/tiered_store.h"
 
 namespace kvtier::service {
 namespace {

@@ -11,12 +11,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "dataplane/shm_server.h"
 #include "google/protobuf/repeated_ptr_field.h"
+#include "kv/layout.h"
 #include "service/auth.h"
 #include "service/kv_cache_service.h"
 #include "service/limits.h"
-#include "dataplane/shm_server.h"
-#include "storage/kv/layout.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::service {

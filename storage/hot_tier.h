@@ -29,7 +29,7 @@
 #include "common/mutex.h"
 #include "storage/chunked_table.h"
 #include "storage/hot_arena.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 
 namespace kvtier::storage {
 

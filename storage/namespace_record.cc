@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "storage/kv/layout.h"
+#include "kv/layout.h"
 
 #include "absl/strings/str_cat.h"
 

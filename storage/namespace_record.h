@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 
 namespace kvtier::storage {
 

@@ -32,7 +32,7 @@
 #include "storage/chunked_table.h"
 #include "storage/eviction_policy.h"
 #include "storage/mmap_allocator.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 
 namespace kvtier::storage {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 
 namespace kvtier::storage {
 

@@ -15,8 +15,8 @@
 #include "common/bulk_copy.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "kv/compaction.h"
 #include "storage/checksum.h"
-#include "storage/kv/compaction.h"
 #include "storage/tiered_store_impl.h"
 
 namespace kvtier::storage {

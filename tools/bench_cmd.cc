@@ -31,14 +31,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "client/cli/flags.h"
 #include "client/client.h"
 #include "common/process_cpu.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "kv/codec.h"
 #include "protocol/lookup_form.h"
-#include "storage/kv/codec.h"
 #include "tools/commands.h"
+#include "tools/flags.h"
 #include "tools/synthetic_blocks.h"
 
 namespace kvtier::tools {
@@ -671,7 +671,7 @@ absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv
   return absl::OkStatus();
 }
 
-absl::Status Bench(const cli::Flags& flags) {
+absl::Status Bench(const tools::Flags& flags) {
   const bool redis = flags.Has("redis");
   if (redis == flags.Has("server")) {
     return absl::InvalidArgumentError("give exactly one of --server or --redis");
@@ -754,8 +754,8 @@ absl::Status Bench(const cli::Flags& flags) {
   } else {
     client::ClientOptions options;
     options.server = target;
-    options.auth_token = cli::AuthTokenFromFlags(flags);
-    cli::ApplyTlsFlags(flags, &options);
+    options.auth_token = tools::AuthTokenFromFlags(flags);
+    tools::ApplyTlsFlags(flags, &options);
     options.num_channels = static_cast<int>(std::max<int64_t>(1, channels));
     options.chunk_bytes = chunk;
     options.max_streams_per_call = 1;
@@ -869,7 +869,7 @@ absl::Status Bench(const cli::Flags& flags) {
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  cli::Flags flags = cli::Flags::Parse(
+  tools::Flags flags = tools::Flags::Parse(
       argc, argv, 1,
       {"json", "redis-raw-get", "no-shm", "no-shm-socket", "ucx", "shared-buffers", "tls", "help"});
   if (flags.Has("help")) {

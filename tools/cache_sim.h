@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 #include "tools/trace.h"
 
 namespace kvtier::tools {

@@ -18,13 +18,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cli/flags.h"
 #include "common/status_macros.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/half.h"
+#include "kv/codec.h"
+#include "kv/half.h"
 #include "tools/attention.h"
 #include "tools/eval_commands.h"
 #include "tools/eval_common.h"
+#include "tools/flags.h"
 #include "tools/synthetic_kv.h"
 
 namespace kvtier::tools {
@@ -642,7 +642,7 @@ int Run(const Options& opt) {
 }  // namespace
 
 int RunEvalCodecs(int argc, char** argv) {
-  const cli::Flags flags = cli::Flags::Parse(argc, argv, 1, {"json", "help"});
+  const tools::Flags flags = tools::Flags::Parse(argc, argv, 1, {"json", "help"});
   if (std::optional<int> rc = CheckEvalArgs(flags, "codecs",
                                              {"json", "help", "seed", "seeds", "layers",
                                               "seq-len", "queries", "outlier-ratio",

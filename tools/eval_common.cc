@@ -7,7 +7,7 @@
 
 namespace kvtier::tools {
 
-std::optional<int> CheckEvalArgs(const cli::Flags& flags, const char* name,
+std::optional<int> CheckEvalArgs(const tools::Flags& flags, const char* name,
                                  std::initializer_list<std::string_view> known, const char* usage) {
   if (flags.Has("help")) {
     std::fputs(usage, stdout);
@@ -31,7 +31,7 @@ bool EvalFlagsParsed(const char* name, std::initializer_list<absl::Status> statu
   return true;
 }
 
-std::optional<EvalSizes> ParseEvalSizes(const cli::Flags& flags, const char* name,
+std::optional<EvalSizes> ParseEvalSizes(const tools::Flags& flags, const char* name,
                                         uint32_t max_layers, uint32_t default_seq_len,
                                         uint32_t min_seq_len, uint32_t max_seq_len) {
   auto seed = flags.GetInt("seed", 1);

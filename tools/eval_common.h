@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/cli/flags.h"
 #include "tools/attention.h"
+#include "tools/flags.h"
 
 namespace kvtier::tools {
 
@@ -21,7 +21,7 @@ namespace kvtier::tools {
 // `usage` to stdout (returns 0); a flag not in `known` or any positional argument prints
 // "kvtier eval <name>: <why>" and `usage` to stderr (returns 2). Returns nullopt when the
 // command should go on.
-std::optional<int> CheckEvalArgs(const cli::Flags& flags, const char* name,
+std::optional<int> CheckEvalArgs(const tools::Flags& flags, const char* name,
                                  std::initializer_list<std::string_view> known, const char* usage);
 
 // Prints "kvtier eval <name>: <status>" to stderr for the first non-OK status (a flag
@@ -38,7 +38,7 @@ struct EvalSizes {
 
 // Reads --seed, --seeds, --layers and --seq-len. On a value that does not parse or is out
 // of range prints "kvtier eval <name>: <why>" to stderr and returns nullopt.
-std::optional<EvalSizes> ParseEvalSizes(const cli::Flags& flags, const char* name,
+std::optional<EvalSizes> ParseEvalSizes(const tools::Flags& flags, const char* name,
                                         uint32_t max_layers, uint32_t default_seq_len,
                                         uint32_t min_seq_len, uint32_t max_seq_len);
 

@@ -1,4 +1,4 @@
-// `kvtier eval compaction`: token compaction (storage/kv/compaction.h) vs attention fidelity
+// `kvtier eval compaction`: token compaction (kv/compaction.h) vs attention fidelity
 // and needle retrieval on the synthetic K/V generator (docs/codecs-and-compaction.md). The
 // generator is used exactly as tools/synthetic_kv.h builds it; needles are planted with
 // its own PlantNeedle (one needle per needle topic, at the generator's topic_logit) and
@@ -43,13 +43,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cli/flags.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "storage/kv/compaction.h"
+#include "kv/compaction.h"
 #include "tools/attention.h"
 #include "tools/eval_commands.h"
 #include "tools/eval_common.h"
+#include "tools/flags.h"
 #include "tools/synthetic_kv.h"
 
 namespace kvtier::tools {
@@ -700,7 +700,7 @@ int Run(const Options& opt) {
 }  // namespace
 
 int RunEvalCompaction(int argc, char** argv) {
-  const cli::Flags flags = cli::Flags::Parse(argc, argv, 1, {"json", "help"});
+  const tools::Flags flags = tools::Flags::Parse(argc, argv, 1, {"json", "help"});
   if (std::optional<int> rc = CheckEvalArgs(
           flags, "compaction", {"json", "help", "seed", "seeds", "layers", "seq-len"}, kUsage)) {
     return *rc;

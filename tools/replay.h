@@ -22,8 +22,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/layout.h"
+#include "kv/codec.h"
+#include "kv/layout.h"
 #include "storage/tiered_store.h"
 #include "tools/cache_sim.h"
 #include "tools/trace.h"

@@ -13,15 +13,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cli/flags.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "kv/codec.h"
+#include "kv/layout.h"
 #include "storage/eviction_policy_adaptive.h"
 #include "storage/eviction_policy_reuse.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/layout.h"
 #include "tools/cache_sim.h"
 #include "tools/commands.h"
+#include "tools/flags.h"
 #include "tools/replay.h"
 #include "tools/replay_report.h"
 #include "tools/trace.h"
@@ -214,7 +214,7 @@ struct Input {
 };
 
 // --trace paths and --synth families, in that order.
-absl::StatusOr<std::vector<Input>> ReadInputs(const cli::Flags& flags) {
+absl::StatusOr<std::vector<Input>> ReadInputs(const tools::Flags& flags) {
   std::vector<Input> inputs;
   for (absl::string_view path :
        absl::StrSplit(flags.GetString("trace", ""), ',', absl::SkipEmpty())) {
@@ -334,7 +334,7 @@ int TraceStats(const Trace& trace, bool json) {
 }  // namespace
 
 int RunReplay(int argc, char** argv) {
-  cli::Flags flags = cli::Flags::Parse(argc, argv, 1,
+  tools::Flags flags = tools::Flags::Parse(argc, argv, 1,
                              {"json", "sweep", "sweep-codecs", "sim", "trace-stats", "help"});
   if (flags.Has("help")) {
     std::fputs(kReplayUsage, stdout);

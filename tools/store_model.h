@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "storage/eviction_policy.h"
-#include "storage/tiered_store.h"
+#include "storage/store_types.h"
 
 namespace kvtier::tools {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <random>
 
-#include "storage/kv/half.h"
+#include "kv/half.h"
 
 namespace kvtier::tools {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/kv/layout.h"
+#include "kv/layout.h"
 
 namespace kvtier::tools {
 

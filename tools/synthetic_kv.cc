@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "storage/kv/half.h"
+#include "kv/half.h"
 #include "tools/attention.h"
 
 namespace kvtier::tools {

@@ -31,7 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "storage/kv/layout.h"
+#include "kv/layout.h"
 
 namespace kvtier::tools {
 

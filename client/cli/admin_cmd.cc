@@ -16,13 +16,13 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/admin_common.h"
 #include "client/cli/commands.h"
-#include "client/cli/flags.h"
 #include "client/client.h"
 #include "client/prefix_keys.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "google/protobuf/util/json_util.h"
-#include "storage/kv/codec.h"
+#include "kv/codec.h"
+#include "tools/flags.h"
 #include "tools/synthetic_blocks.h"
 
 namespace kvtier::cli {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
-#include "storage/kv/codec.h"
+#include "kv/codec.h"
 
 namespace kvtier::cli {
 

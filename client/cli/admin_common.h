@@ -9,12 +9,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/cli/flags.h"
 #include "client/client.h"
 #include "google/protobuf/message.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "tools/flags.h"
 
 namespace kvtier::cli {
+
+// The command-line parser and the TLS / auth-token flag conventions, shared with the
+// offline commands in tools/.
+using tools::AuthTokenFromFlags;
+using tools::ApplyTlsFlags;
+using tools::Flags;
+using tools::TlsFromFlags;
 
 // A client for --server (default 127.0.0.1:50051) with --auth-token and --timeout-ms
 // (default 5000 ms, connect and per call); no shared memory. The connect errors.

@@ -7,13 +7,18 @@
 #include <vector>
 
 #include "client/cli/commands.h"
-#include "client/cli/flags.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "protocol/tls.h"
+#include "tools/flags.h"
 
 namespace kvtier::cli {
+
+using tools::Flags;
+using tools::TlsFlags;
+using tools::TlsFromFlags;
+
 namespace {
 
 constexpr char kHealthUsage[] =

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/half.h"
+#include "kv/codec.h"
+#include "kv/half.h"
 #include "tools/synthetic_kv.h"
 
 namespace kvtier::kv {

@@ -21,7 +21,7 @@
 
 #include "client/client.h"
 #include "common/cuda_runtime.h"
-#include "storage/kv/codec.h"
+#include "kv/codec.h"
 #include "tools/synthetic_blocks.h"
 
 namespace {

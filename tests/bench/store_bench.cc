@@ -28,9 +28,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/process_cpu.h"
+#include "kv/codec.h"
 #include "storage/checksum.h"
 #include "storage/hot_arena.h"
-#include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::storage {

@@ -1,5 +1,5 @@
 // What UCX itself gives kvtier's cross-host data path, below anything the service does
-// (not a test, not CI): two processes, each a transport::Worker (transport/ucx_worker.h),
+// (not a test, not CI): two processes, each a ucx::Worker (ucx/ucx_worker.h),
 // the parent sending active messages of --size bytes with --window of them in flight,
 // the child receiving each (rendezvous) into one of 64 buffers in turn. No gRPC, no
 // store, no headers to wait for: the ceiling of a Put over UCX on this machine, with the
@@ -26,7 +26,7 @@
 #include "common/byte_size.h"
 #include "common/mutex.h"
 #include "common/process_cpu.h"
-#include "transport/ucx_worker.h"
+#include "ucx/ucx_worker.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "storage/kv/prefix_key.h"
+#include "kv/prefix_key.h"
 #include "tools/synthetic_blocks.h"
 
 namespace kvtier::client {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "storage/kv/codec.h"
+#include "kv/codec.h"
 #include "storage/namespace_record.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/mutator.h"

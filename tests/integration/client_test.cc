@@ -17,7 +17,7 @@
 #include "client/prefix_keys.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "storage/kv/codec.h"
+#include "kv/codec.h"
 #include "tests/integration/sequences.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"

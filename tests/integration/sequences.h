@@ -8,8 +8,8 @@
 
 #include "client/client.h"
 #include "client/prefix_keys.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/layout.h"
+#include "kv/codec.h"
+#include "kv/layout.h"
 #include "tools/synthetic_blocks.h"
 
 namespace kvtier::client {

@@ -9,7 +9,7 @@ import kvtier
 from kvtier import codec
 from kvtier import lookup_form
 
-# Documented error per codec (storage/kv/codec.h): quantization step of a group
+# Documented error per codec (kv/codec.h): quantization step of a group
 # (range / qmax) for the integer codecs, 2^-4 relative (+ subnormal floor) for fp8.
 _QMAX = {"int8": 255, "int4": 15, "kivi4": 15, "kivi2": 3}
 

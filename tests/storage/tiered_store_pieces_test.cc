@@ -7,8 +7,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kv/codec.h"
 #include "storage/hot_arena.h"
-#include "storage/kv/codec.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/temp_dir.h"

@@ -2,7 +2,7 @@
 #ifndef KVTIER_TESTS_TESTING_LAYOUTS_H_
 #define KVTIER_TESTS_TESTING_LAYOUTS_H_
 
-#include "storage/kv/layout.h"
+#include "kv/layout.h"
 
 namespace kvtier::testing {
 

@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "kv/layout.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "protocol/convert.h"
-#include "storage/kv/layout.h"
 
 namespace kvtier::testing {
 

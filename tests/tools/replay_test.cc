@@ -10,8 +10,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kv/codec.h"
 #include "storage/tiered_store.h"
-#include "storage/kv/codec.h"
 #include "tools/cache_sim.h"
 #include "tools/replay.h"
 #include "tools/trace.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
-#include "storage/kv/layout.h"
+#include "kv/layout.h"
 
 namespace kvtier::tools {
 namespace {

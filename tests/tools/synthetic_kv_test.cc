@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/half.h"
+#include "kv/codec.h"
+#include "kv/half.h"
 #include "tools/attention.h"
 
 namespace kvtier::tools {

@@ -3,7 +3,7 @@ decoding and sizes.
 
 A block travels either RAW (the namespace's source dtype, [layer][k|v][kv_head][token]
 [head_dim], no header) or ENCODED: a self-describing blob that starts with this 40-byte
-little-endian header (storage/kv/codec.h has the body layout of every codec):
+little-endian header (kv/codec.h has the body layout of every codec):
 
    0 u8[4] magic "KVTB"        4 u16 format version (1; kivi2 is written as 2)
    6 u8    codec id (Codec)    7 u8  source dtype (1 fp16, 2 bf16)
@@ -12,7 +12,7 @@ little-endian header (storage/kv/codec.h has the body layout of every codec):
   24 u32   raw_tokens         28 u32 reserved (0)
   32 u64   body bytes (= blob size - 40)
 
-This module validates headers exactly as the server does (storage/kv/codec.cc
+This module validates headers exactly as the server does (kv/codec.cc
 ParseHeaderPrefix), computes encoded sizes, and encodes / decodes the two raw codecs
 (fp16, bf16: the body is the raw payload). Dequantizing the other codecs is left to the
 server: ask for PAYLOAD_FORMAT_RAW. Pure functions; thread-safe.
@@ -26,7 +26,7 @@ import numpy as np
 HEADER_BYTES = 40
 MAGIC = b"KVTB"
 FORMAT_VERSION = 1
-KIVI2_FORMAT_VERSION = 2  # kivi2's 3-bit-key / 2-bit-value body (storage/kv/codec_kivi2.h)
+KIVI2_FORMAT_VERSION = 2  # kivi2's 3-bit-key / 2-bit-value body (kv/codec_kivi2.h)
 GROUP = 32
 
 FP16, BF16, FP8_E4M3, INT8, INT4, KIVI2, KIVI4 = 1, 2, 3, 4, 5, 6, 7

@@ -1,7 +1,7 @@
 """kvtier's canonical chained prefix keys (scheme "kvtier-prefix-sha256-v1").
 
 The same scheme as the C++ helper client/prefix_keys.h (one implementation shared with
-the server in storage/kv/prefix_key.h); tests/data/golden_vectors.txt pins both:
+the server in kv/prefix_key.h); tests/data/golden_vectors.txt pins both:
 
   seed   = SHA-256("kvtier-prefix-sha256-v1" || 0x00 || u32le(len(ns)) || ns
                    || u32le(len(tenant)) || tenant)                      (tenant "" = "default")
