@@ -20,8 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/prefix_keys.h"
-#include "protocol/rendezvous.h"
 #include "gtest/gtest.h"
+#include "protocol/rendezvous.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::client {
 namespace {
@@ -68,7 +69,7 @@ std::string PrefixLine(int i) {
   for (uint32_t& t : tokens) t = static_cast<uint32_t>(small ? g.Below(200000) : g.Next());
   if (g.Below(4) == 0) p.extra = g.Bytes(1, 8);
   auto keys = PrefixKeysForTokens(p, tokens);
-  EXPECT_TRUE(keys.ok()) << keys.status();
+  EXPECT_OK(keys);
   if (!keys.ok()) return "";
   return absl::StrCat("P ", i, " ", keys->size(), " ",
                       keys->empty() ? "-" : KeyToHex(keys->back()));

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kv/prefix_key.h"
+#include "tests/testing/status_matchers.h"
 #include "tools/synthetic_blocks.h"
 
 namespace kvtier::client {
@@ -23,11 +24,11 @@ TEST(PrefixKeysTest, OneKeyPerFullBlockMatchingTheCanonicalScheme) {
   std::vector<uint32_t> with_tail = tokens;
   with_tail.insert(with_tail.end(), {1, 2, 3});  // a partial block gets no key
   auto keys = PrefixKeysForTokens(Params(), with_tail);
-  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_OK(keys);
   ASSERT_EQ(keys->size(), 5u);
   const auto seed = kv::MakePrefixSeed("llama3", "default");
   auto want = kv::ComputePrefixKeys(seed, tokens, 16);
-  ASSERT_TRUE(want.ok());
+  ASSERT_OK(want);
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ((*keys)[i], kv::PrefixKeyBytes((*want)[i])) << i;
     EXPECT_EQ((*keys)[i].size(), 16u);
@@ -40,7 +41,8 @@ TEST(PrefixKeysTest, SharedPrefixSharesKeysAndDivergesAfter) {
   const auto b = tools::SyntheticTokens(2, 6, 3, 16);
   auto ka = PrefixKeysForTokens(Params(), a);
   auto kb = PrefixKeysForTokens(Params(), b);
-  ASSERT_TRUE(ka.ok() && kb.ok());
+  ASSERT_OK(ka);
+  ASSERT_OK(kb);
   for (int i = 0; i < 3; ++i) EXPECT_EQ((*ka)[i], (*kb)[i]) << i;
   // Chained: once a block differs, every later key differs too.
   for (int i = 3; i < 6; ++i) EXPECT_NE((*ka)[i], (*kb)[i]) << i;
@@ -51,7 +53,7 @@ TEST(PrefixKeysTest, NamespaceTenantAndExtraChangeEveryKey) {
   std::set<std::string> first_keys;
   for (const auto& p : {Params("a"), Params("b"), Params("a", "acme")}) {
     auto k = PrefixKeysForTokens(p, tokens);
-    ASSERT_TRUE(k.ok());
+    ASSERT_OK(k);
     first_keys.insert((*k)[0]);
   }
   auto p = Params("a");

@@ -34,6 +34,7 @@
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -87,7 +88,7 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
     auto p = ServerProcess::Start(testing::KvtierdPath(),
                                   {"--port", std::to_string(port), "--data-dir",
                                    dir_.Sub("data"), "--hot-capacity", "64MiB", "--ucx"});
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
@@ -104,7 +105,7 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
     o.ucx = path == Path::kUcx;
     o.ucx_transports = "tcp";
     auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -127,14 +128,14 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
         grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     v1::StatsResponse resp;
-    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &resp).ok());
+    EXPECT_OK(stub->Stats(&ctx, v1::StatsRequest(), &resp));
     return resp;
   }
 
   // How many of `keys` the server holds.
   int Stored(const std::vector<std::string>& keys) {
     auto infos = client_->GetBlocks(kNs, keys);
-    EXPECT_TRUE(infos.ok()) << infos.status();
+    EXPECT_OK(infos);
     int found = 0;
     for (const FetchedBlock& b : infos.ok() ? *infos : std::vector<FetchedBlock>{}) {
       found += b.info.found() ? 1 : 0;
@@ -145,11 +146,11 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
   // Puts `seq` and reads it back into private buffers: bit-exact.
   void RoundTrip(const Sequence& seq) {
     auto put = client_->PutBlocks(kNs, seq.blocks);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     EXPECT_EQ(put->blocks_stored, seq.blocks.size());
     std::vector<std::string> bufs(seq.keys.size(), std::string(seq.encoded[0].size(), '\0'));
     auto infos = client_->GetBlocksInto(kNs, seq.keys, Spans(bufs));
-    ASSERT_TRUE(infos.ok()) << infos.status();
+    ASSERT_OK(infos);
     for (size_t i = 0; i < seq.keys.size(); ++i) {
       ASSERT_TRUE((*infos)[i].found()) << i;
       EXPECT_EQ(bufs[i].substr(0, (*infos)[i].size()), seq.encoded[i]) << i;
@@ -192,19 +193,19 @@ TEST_P(PathConformanceTest, RoundTripIsBitExactAndTakesThePath) {
 
 TEST_P(PathConformanceTest, AfterALostSessionTheCallSucceedsOnTheNextPath) {
   const Sequence seq = MakeSequence(kNs, kLayout, 4, 2);
-  ASSERT_TRUE(client_->PutBlocks(kNs, std::span(seq.blocks).first(2)).ok());
+  ASSERT_OK(client_->PutBlocks(kNs, std::span(seq.blocks).first(2)));
   const int port = server_->port();
   auto code = server_->Terminate();
-  ASSERT_TRUE(code.ok()) << code.status();
+  ASSERT_OK(code);
   StartServer(port);  // same address and data dir; every session is gone
-  ASSERT_TRUE(client_->Stats().ok());  // retried until the channel reconnects
+  ASSERT_OK(client_->Stats());  // retried until the channel reconnects
 
   auto put = client_->PutBlocks(kNs, std::span(seq.blocks).subspan(2));
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, 2u);
   std::vector<std::string> bufs(4, std::string(seq.encoded[0].size(), '\0'));
   auto infos = client_->GetBlocksInto(kNs, seq.keys, Spans(bufs));
-  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_OK(infos);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(bufs[i], seq.encoded[i]) << i;
   // The dead session's path is dropped; the stream stays.
   EXPECT_FALSE(client_->uses_shared_memory());
@@ -257,7 +258,7 @@ TEST_P(PathConformanceTest, OversizeBlocksAreRefusedAndGetsNeverWritePastTheBuff
   EXPECT_THAT(std::string(put.status().message()), HasSubstr("blocks[0].size"));
   EXPECT_EQ(Stored(seq.keys), 0);
 
-  ASSERT_TRUE(client_->PutBlocks(kNs, seq.blocks).ok());
+  ASSERT_OK(client_->PutBlocks(kNs, seq.blocks));
   // Buffers one byte short, inside strings whose tails must stay untouched.
   const size_t short_by_one = seq.encoded[0].size() - 1;
   std::vector<std::string> bufs(2, std::string(short_by_one + 64, '#'));

@@ -11,9 +11,10 @@
 #include <thread>
 
 #include "client/shared_region.h"
-#include "protocol/shm_wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "protocol/shm_wire.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::dataplane {
@@ -30,7 +31,7 @@ class ShmServerTest : public ::testing::Test {
     o.max_region_bytes = 8 << 20;
     o.max_sessions = 2;
     auto s = ShmServer::Start(o);
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s);
     server_ = std::move(*s);
   }
 
@@ -53,7 +54,7 @@ class ShmServerTest : public ::testing::Test {
 
 TEST_F(ShmServerTest, ClientAndServerSeeTheSameBytes) {
   auto r = Open(1 << 20);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   ASSERT_EQ((*r)->size(), 1u << 20);
   std::shared_ptr<ShmRegion> mine = server_->Find((*r)->session());
   ASSERT_NE(mine, nullptr);
@@ -67,7 +68,7 @@ TEST_F(ShmServerTest, ClientAndServerSeeTheSameBytes) {
 
 TEST_F(ShmServerTest, ClosingTheClientEndsTheSessionButNotAMappingInUse) {
   auto r = Open(1 << 20);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   const std::string session = (*r)->session();
   std::memcpy((*r)->base(), "kept", 4);
   std::shared_ptr<ShmRegion> in_use = server_->Find(session);
@@ -83,14 +84,15 @@ TEST_F(ShmServerTest, RefusesOversizedRegionsAndTooManySessions) {
   ASSERT_FALSE(big.ok());
   EXPECT_THAT(big.status().message(), HasSubstr("shm_max_region_bytes"));
   auto a = Open(4096), b = Open(4096);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   auto c = Open(4096);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(c.status().message(), HasSubstr("shm_max_sessions"));
   a->reset();
   ASSERT_TRUE(WaitForSessions(1));
-  EXPECT_TRUE(Open(4096).ok());
+  EXPECT_OK(Open(4096));
 }
 
 TEST_F(ShmServerTest, AnotherServersInstanceIdIsRefused) {
@@ -120,10 +122,10 @@ TEST_F(ShmServerTest, RegionIsSealedAndBadRequestsAreRefused) {
   std::memcpy(req.magic, shm::kMagic, sizeof(req.magic));
   req.region_bytes = 1 << 20;
   std::memcpy(req.instance, server_->instance_id().data(), shm::kInstanceBytes);
-  ASSERT_TRUE(shm::SendMessage(sock, &req, sizeof(req)).ok());
+  ASSERT_OK(shm::SendMessage(sock, &req, sizeof(req)));
   shm::ShmReply reply{};
   int fd = -1;
-  ASSERT_TRUE(shm::ReceiveMessage(sock, &reply, sizeof(reply), &fd).ok());
+  ASSERT_OK(shm::ReceiveMessage(sock, &reply, sizeof(reply), &fd));
   ASSERT_EQ(reply.ok, 1u);
   ASSERT_GE(fd, 0);
   EXPECT_NE(ftruncate(fd, 4096), 0);  // F_SEAL_SHRINK
@@ -134,8 +136,8 @@ TEST_F(ShmServerTest, RegionIsSealedAndBadRequestsAreRefused) {
 
   const int bad = connect_raw();
   std::memcpy(req.magic, "NOTKVTIE", 8);
-  ASSERT_TRUE(shm::SendMessage(bad, &req, sizeof(req)).ok());
-  ASSERT_TRUE(shm::ReceiveMessage(bad, &reply, sizeof(reply), &fd).ok());
+  ASSERT_OK(shm::SendMessage(bad, &req, sizeof(req)));
+  ASSERT_OK(shm::ReceiveMessage(bad, &reply, sizeof(reply), &fd));
   EXPECT_EQ(reply.ok, 0u);
   EXPECT_EQ(fd, -1);
   EXPECT_THAT(std::string(reply.error), HasSubstr("magic"));
@@ -144,7 +146,7 @@ TEST_F(ShmServerTest, RegionIsSealedAndBadRequestsAreRefused) {
 
 TEST_F(ShmServerTest, AllocatorReusesAndCoalescesFreedRanges) {
   auto r = Open(64 << 10);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   client::SharedRegion& region = **r;
   std::vector<uint64_t> parts;
   for (int i = 0; i < 4; ++i) {

@@ -39,6 +39,7 @@
 #include "tests/deploy/mini_yaml.h"
 #include "tests/deploy/tls_checks.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_certs.h"
 
@@ -658,9 +659,9 @@ TEST_P(KustomizeTest, ConfigPassesKvtierdCheckConfig) {
   std::map<std::string, std::string> files;
   if (rendering.tls.on) {
     auto ca = TestCa::Create(tmp.path(), "ca");
-    ASSERT_TRUE(ca.ok()) << ca.status();
+    ASSERT_OK(ca);
     auto node = ca->Issue("node", "kvtier-node", {"DNS:kvtier-peers.kvtier.svc.cluster.local"});
-    ASSERT_TRUE(node.ok()) << node.status();
+    ASSERT_OK(node);
     files = {{rendering.tls.cert_file, node->cert_file},
              {rendering.tls.key_file, node->key_file},
              {rendering.tls.ca_file, ca->ca_file()}};
@@ -851,7 +852,7 @@ TEST(MiniYamlTest, ParsesKustomizeSubset) {
       "---\n"
       "kind: Second\n";
   absl::StatusOr<std::vector<YamlNode>> docs = ParseYamlDocuments(text);
-  ASSERT_TRUE(docs.ok()) << docs.status();
+  ASSERT_OK(docs);
   ASSERT_EQ(docs->size(), 2u);
   const YamlNode& d = (*docs)[0];
   EXPECT_EQ(d.Str("a.b"), "x: y");

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/events/event_test_util.h"
 #include "tests/events/recording_sink.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::events {
 namespace {
@@ -167,7 +168,7 @@ TEST(EncodingTest, TopicUsesTheModelIdElseTheNamespace) {
 TEST(EventsConfigTest, ValidateNamesTheBadField) {
   EventsConfig ok;
   ok.endpoint = "tcp://*:5557";
-  EXPECT_TRUE(ok.Validate().ok());
+  EXPECT_OK(ok.Validate());
   EXPECT_TRUE(ok.enabled());
   EXPECT_FALSE(EventsConfig{}.enabled());
 

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/events/recording_sink.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::events {
 namespace {
@@ -22,7 +23,7 @@ TEST(EventLogTest, NumbersRetainsAndForwards) {
   EXPECT_EQ(log.next_seq(), 5u);
   EXPECT_EQ(next.Take().size(), 5u);
   auto got = log.Read(2, 10, absl::InfinitePast());
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 3u);
   EXPECT_EQ((*got)[0].seq, 2u);
   EXPECT_EQ((*got)[0].event.keys[0], "c");
@@ -57,10 +58,10 @@ TEST(EventLogTest, ReadersWakeOnPublishAndClose) {
   EventLog log(10, nullptr);
   std::thread reader([&] {
     auto got = log.Read(0, 10, absl::InfiniteFuture());
-    ASSERT_TRUE(got.ok());
+    ASSERT_OK(got);
     EXPECT_EQ(got->size(), 1u);
     auto none = log.Read(1, 10, absl::InfiniteFuture());  // returns once closed
-    ASSERT_TRUE(none.ok());
+    ASSERT_OK(none);
     EXPECT_TRUE(none->empty());
   });
   log.Publish(Stored("a", Medium::kDisk));

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/events/event_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::events {
 namespace {
@@ -47,7 +48,7 @@ EventsConfig LocalConfig() {
 
 std::unique_ptr<ZmqEventPublisher> MustCreate(EventsConfig c) {
   auto p = ZmqEventPublisher::Create(std::move(c));
-  EXPECT_TRUE(p.ok()) << p.status();
+  EXPECT_OK(p);
   return p.ok() ? std::move(*p) : nullptr;
 }
 

@@ -12,6 +12,7 @@
 #include "storage/checksum.h"
 #include "storage/cold_record.h"
 #include "tests/testing/mutator.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -54,7 +55,7 @@ TEST(ColdRecordFuzzTest, SeedsRoundTrip) {
     std::string scratch;
     uint64_t checksum = 0;
     auto payload = ParseColdRecord(AsSpan(s.record), &scratch, &checksum);
-    ASSERT_TRUE(payload.ok()) << payload.status();
+    ASSERT_OK(payload);
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(payload->data()), payload->size()),
               s.payload);
   }
@@ -101,7 +102,7 @@ TEST(ColdRecordFuzzTest, MutatedIndexValuesParseConsistentlyOrAreDataLoss) {
     r.parent_key.assign(parent, 'p');
     seeds.push_back(EncodeColdIndexValue(r));
     ColdIndexRecord back;
-    ASSERT_TRUE(ParseColdIndexValue(seeds.back(), &back).ok());
+    ASSERT_OK(ParseColdIndexValue(seeds.back(), &back));
     EXPECT_EQ(back.parent_key, r.parent_key);
     EXPECT_EQ(back.checksum, r.checksum);
   }

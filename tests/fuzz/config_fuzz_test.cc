@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "service/config.h"
 #include "tests/testing/mutator.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::service {
 namespace {
@@ -53,7 +54,7 @@ TEST(ConfigFuzzTest, MutatedConfigsParseAndValidateOrAreInvalidArgument) {
   const std::vector<std::string> seeds = Seeds();
   for (const std::string& seed : seeds) {
     auto c = ParseConfigText(seed);
-    ASSERT_TRUE(c.ok()) << c.status() << "\n" << seed;
+    ASSERT_OK(c) << c.status() << "\n" << seed;
   }
   testing::Mutator m(2026);
   int valid = 0, rejected = 0;

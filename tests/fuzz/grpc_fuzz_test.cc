@@ -24,6 +24,7 @@
 #include "tests/testing/in_process_server.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/mutator.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::service {
@@ -55,7 +56,7 @@ class GrpcFuzzTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto server = testing::StartSmallServer(dir_.Sub("data"));
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = *std::move(server);
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::KvCache::NewStub(channel_);
@@ -125,14 +126,14 @@ class GrpcFuzzTest : public ::testing::Test {
 
   // A well-formed Put and Get of fresh keys still work (the server keeps serving).
   void ExpectStillServing(testing::Mutator& m) {
-    ASSERT_TRUE(RawPut(PutSeed(2, 1000, m)).ok());
+    ASSERT_OK(RawPut(PutSeed(2, 1000, m)));
     v1::GetRequest get;
     get.set_namespace_("ns");
     get.add_keys("k0");
     get.add_keys("k1");
     std::vector<std::string> responses;
     const grpc::Status s = RawGet(get.SerializeAsString(), &responses);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s);
     v1::GetResponse header;
     ASSERT_FALSE(responses.empty());
     ASSERT_TRUE(header.ParseFromString(responses[0]));
@@ -176,7 +177,7 @@ TEST_F(GrpcFuzzTest, MutatedPutStreamsAreAnsweredWithAStatus) {
 
 TEST_F(GrpcFuzzTest, MutatedGetRequestsAreAnsweredAndOkStreamsAreWellFormed) {
   testing::Mutator m(77);
-  ASSERT_TRUE(RawPut(PutSeed(3, 4096, m)).ok());
+  ASSERT_OK(RawPut(PutSeed(3, 4096, m)));
   std::vector<std::string> seeds;
   for (auto format : {v1::PAYLOAD_FORMAT_RAW, v1::PAYLOAD_FORMAT_ENCODED}) {
     v1::GetRequest req;
@@ -202,9 +203,9 @@ TEST_F(GrpcFuzzTest, MutatedGetRequestsAreAnsweredAndOkStreamsAreWellFormed) {
     });
     for (const std::string& r : responses) {
       const std::span<const uint8_t> one(reinterpret_cast<const uint8_t*>(r.data()), r.size());
-      ASSERT_TRUE(parser.Consume({&one, 1}).ok());
+      ASSERT_OK(parser.Consume({&one, 1}));
     }
-    EXPECT_TRUE(parser.Finish().ok()) << parser.Finish();
+    EXPECT_OK(parser.Finish());
   }
   EXPECT_GT(ok, 0);
   ExpectStillServing(m);
@@ -236,7 +237,7 @@ TEST_F(GrpcFuzzTest, MutatedUnaryRequestsAreAnsweredWithAStatus) {
       {"/kvtier.v1.KvCacheAdmin/ClusterStatus", v1::ClusterStatusRequest().SerializeAsString()},
   };
   testing::Mutator m(31337);
-  ASSERT_TRUE(RawPut(PutSeed(2, 4096, m)).ok());
+  ASSERT_OK(RawPut(PutSeed(2, 4096, m)));
   for (int it = 0; it < 1500; ++it) {
     const auto& [path, seed] = seeds[m.Below(seeds.size())];
     SCOPED_TRACE(absl::StrCat("iteration ", it, " ", path));

@@ -11,6 +11,7 @@
 #include "storage/namespace_record.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/mutator.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -41,7 +42,7 @@ TEST(NamespaceRecordFuzzTest, MutatedRecordsAreValidSpecsOrDataLoss) {
     auto ns = ParseNamespace(rec);
     if (ns.ok()) {
       ++accepted;
-      ASSERT_TRUE(ns->Validate().ok()) << ns->Validate();
+      ASSERT_OK(ns->Validate());
       EXPECT_EQ(SerializeNamespace(*ns), rec);
       // What the store computes from a restored spec must be computable.
       (void)kv::EncodedSize(ns->codec, ns->layout, ns->layout.tokens_per_block,

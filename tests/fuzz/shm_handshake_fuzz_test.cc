@@ -17,10 +17,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/shared_region.h"
+#include "dataplane/shm_server.h"
 #include "gtest/gtest.h"
 #include "protocol/shm_wire.h"
-#include "dataplane/shm_server.h"
 #include "tests/testing/mutator.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::dataplane {
@@ -78,7 +79,7 @@ TEST(ShmHandshakeFuzzTest, ServerAnswersEveryMutatedRequestAndKeepsServing) {
   options.max_region_bytes = 1 << 20;
   options.max_sessions = 1 << 20;
   auto server = ShmServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   shm::ShmRequest good{};
   std::memcpy(good.magic, shm::kMagic, sizeof(good.magic));
   good.region_bytes = kRegionBytes;
@@ -95,7 +96,7 @@ TEST(ShmHandshakeFuzzTest, ServerAnswersEveryMutatedRequestAndKeepsServing) {
     ASSERT_GE(sock, 0);
     // An empty message cannot be told from EOF on SOCK_SEQPACKET; send at least one byte.
     if (req.empty()) req.push_back('\0');
-    ASSERT_TRUE(shm::SendMessage(sock, req.data(), req.size()).ok());
+    ASSERT_OK(shm::SendMessage(sock, req.data(), req.size()));
     int fd = -1;
     const std::string reply_bytes = ReceiveWithin10s(sock, &fd);
     if (reply_bytes.empty()) {
@@ -127,7 +128,7 @@ TEST(ShmHandshakeFuzzTest, ServerAnswersEveryMutatedRequestAndKeepsServing) {
   EXPECT_GT(closed, 0);
   auto region = client::SharedRegion::Open(options.socket_path, kRegionBytes,
                                            (*server)->instance_id());
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_OK(region);
 }
 
 TEST(ShmHandshakeFuzzTest, ClientRejectsEveryMutatedReplyWithAMessage) {

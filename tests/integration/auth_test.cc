@@ -19,6 +19,7 @@
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -57,7 +58,7 @@ class AuthTest : public ::testing::Test {
     std::ofstream(dir_.Sub("kvtierd.textproto")) << kTenantsConfig;
     auto p = ServerProcess::StartKvtierd(dir_.Sub("data"),
                                          {"--config", dir_.Sub("kvtierd.textproto")});
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
@@ -90,21 +91,20 @@ TEST_F(AuthTest, CallsWithoutAListedTokenAreUnauthenticatedButHealthIsOpen) {
   grpc::ByteBuffer req(&empty, 1), resp;
   grpc::internal::RpcMethod health("/grpc.health.v1.Health/Check",
                                    grpc::internal::RpcMethod::NORMAL_RPC);
-  EXPECT_TRUE((grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-                   channel.get(), health, &ctx, req, &resp))
-                  .ok());
+  EXPECT_OK((grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+                   channel.get(), health, &ctx, req, &resp)));
 }
 
 TEST_F(AuthTest, TenantsOnlySeeAndUseTheirOwnNamespaces) {
   auto a = Connect("token-a", Spec("a-ns"));
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   EXPECT_EQ((*a)->connect_info().stored_spec.tenant(), "team-a");  // empty = the caller's
   auto b = Connect("token-b", Spec("b-ns"));
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   const Sequence seq = MakeSequence("a-ns", kLayout, 3, 21);
-  ASSERT_TRUE((*a)->PutBlocks("a-ns", seq.blocks).ok());
+  ASSERT_OK((*a)->PutBlocks("a-ns", seq.blocks));
   auto got = (*a)->GetBlocks("a-ns", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[2].data, seq.encoded[2]);
 
   // team-b cannot touch team-a's namespace in any way, nor claim it.
@@ -121,33 +121,33 @@ TEST_F(AuthTest, TenantsOnlySeeAndUseTheirOwnNamespaces) {
   EXPECT_EQ(impersonate.status().code(), denied);
   EXPECT_THAT(impersonate.status().message(), HasSubstr("spec.tenant"));
   EXPECT_EQ((*b)->Flush().code(), denied);  // every namespace: operators only
-  EXPECT_TRUE((*b)->Flush("b-ns").ok());
+  EXPECT_OK((*b)->Flush("b-ns"));
   auto b_cluster = (*b)->ClusterStatus();
-  ASSERT_TRUE(b_cluster.ok()) << b_cluster.status();
+  ASSERT_OK(b_cluster);
   for (const auto& ns : b_cluster->peers(0).stats().namespaces()) {
     EXPECT_EQ(ns.tenant(), "team-b") << ns.name();
   }
 
   auto b_list = (*b)->ListNamespaces();
-  ASSERT_TRUE(b_list.ok());
+  ASSERT_OK(b_list);
   EXPECT_THAT(Names(*b_list), UnorderedElementsAre("b-ns"));
   auto b_stats = (*b)->Stats();
-  ASSERT_TRUE(b_stats.ok());
+  ASSERT_OK(b_stats);
   for (const auto& ns : b_stats->namespaces()) EXPECT_EQ(ns.tenant(), "team-b") << ns.name();
 
   // team-a's data is intact; an operator sees and reads everything.
   got = (*a)->GetBlocks("a-ns", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data, seq.encoded[0]);
   auto op = Connect("token-op");
-  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_OK(op);
   auto all = (*op)->ListNamespaces();
-  ASSERT_TRUE(all.ok());
+  ASSERT_OK(all);
   EXPECT_THAT(Names(*all), UnorderedElementsAre("a-ns", "b-ns"));
   auto op_get = (*op)->GetBlocks("a-ns", seq.keys);
-  ASSERT_TRUE(op_get.ok()) << op_get.status();
+  ASSERT_OK(op_get);
   EXPECT_TRUE((*op_get)[1].info.found());
-  EXPECT_TRUE((*op)->Flush().ok());
+  EXPECT_OK((*op)->Flush());
 }
 
 // Peers authenticate their fan-out Lookups with the operator token from
@@ -161,25 +161,25 @@ TEST(AuthClusterTest, FanOutCarriesThePeerToken) {
   o.extra_config = kTenantsConfig;
   o.extra_cluster_config = "  peer_token_file: \"" + dir.Sub("peer-token") + "\"\n";
   auto cluster = testing::StaticPeerCluster::Create(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(cluster->StartAll().ok());
+  ASSERT_OK(cluster);
+  ASSERT_OK(cluster->StartAll());
 
   ClusterClientOptions co;
   co.node.server = cluster->ids()[0];
   co.node.auth_token = "token-a";
   co.node.namespace_spec = Spec("a-ns");
   auto cc = ClusterClient::Connect(co);
-  ASSERT_TRUE(cc.ok()) << cc.status();
+  ASSERT_OK(cc);
   const Sequence seq = MakeSequence("a-ns", kLayout, 12, 22);
-  ASSERT_TRUE((*cc)->PutBlocks("a-ns", seq.blocks).ok());
+  ASSERT_OK((*cc)->PutBlocks("a-ns", seq.blocks));
   // Ask one node with a plain client: the other nodes' blocks come through fan-out.
   ClientOptions one;
   one.server = cluster->ids()[1];
   one.auth_token = "token-a";
   auto c = Client::Connect(one);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   auto l = (*c)->Lookup("a-ns", seq.keys);
-  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_OK(l);
   EXPECT_EQ(l->prefix_blocks(), 12u);
   std::set<std::string> owners;
   for (const auto& b : l->blocks()) owners.insert(b.owner());

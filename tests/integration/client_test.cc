@@ -21,6 +21,7 @@
 #include "tests/integration/sequences.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -49,7 +50,7 @@ class ClientTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     auto server = ServerProcess::StartKvtierd(dir_->Sub("data"));
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = new ServerProcess(std::move(*server));
   }
   static void TearDownTestSuite() {
@@ -72,7 +73,7 @@ class ClientTest : public ::testing::Test {
 
   std::unique_ptr<Client> MustConnect(ClientOptions o) {
     auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -95,7 +96,7 @@ TEST_F(ClientTest, ConnectRegistersNamespaceAndChecksHashScheme) {
   EXPECT_EQ(c2->connect_info().stored_spec.layout().num_layers(), 24u);
 
   auto list = c2->ListNamespaces();
-  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_OK(list);
   bool seen = false;
   for (const auto& s : list->namespaces()) seen |= s.name() == "handshake";
   EXPECT_TRUE(seen);
@@ -132,13 +133,13 @@ TEST_F(ClientTest, PutThenGetIsBitExactAcrossChunksAndStreams) {
     ASSERT_NE(client, nullptr);
     Sequence s = MakeSequence("bitexact", layout, 5, 100 + streams);
     auto put = client->PutBlocks("bitexact", s.blocks);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     EXPECT_EQ(put->blocks_stored, 5u);
 
     std::vector<std::string> keys = s.keys;
     keys.insert(keys.begin() + 2, std::string(16, 'x'));  // a miss in the middle
     auto got = client->GetBlocks("bitexact", keys);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_EQ(got->size(), 6u);
     EXPECT_FALSE((*got)[2].info.found());
     for (size_t i = 0, j = 0; i < keys.size(); ++i) {
@@ -153,7 +154,7 @@ TEST_F(ClientTest, PutThenGetIsBitExactAcrossChunksAndStreams) {
     GetOptions raw;
     raw.format = v1::PAYLOAD_FORMAT_RAW;
     auto got_raw = client->GetBlocks("bitexact", std::span(s.keys).subspan(0, 2), raw);
-    ASSERT_TRUE(got_raw.ok()) << got_raw.status();
+    ASSERT_OK(got_raw);
     EXPECT_TRUE((*got_raw)[0].data == s.raw[0]);
     EXPECT_TRUE((*got_raw)[1].data == s.raw[1]);
   }
@@ -167,13 +168,13 @@ TEST_F(ClientTest, GetBlocksIntoCallerBuffers) {
   auto client = MustConnect(o);
   ASSERT_NE(client, nullptr);
   Sequence s = MakeSequence("into", layout, 3, 7);
-  ASSERT_TRUE(client->PutBlocks("into", s.blocks).ok());
+  ASSERT_OK(client->PutBlocks("into", s.blocks));
 
   std::vector<std::string> storage(3, std::string(s.encoded[0].size() + 100, '\x5a'));
   std::vector<std::span<uint8_t>> bufs;
   for (auto& b : storage) bufs.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
   auto infos = client->GetBlocksInto("into", s.keys, bufs);
-  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_OK(infos);
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE((*infos)[i].found());
     ASSERT_EQ((*infos)[i].size(), s.encoded[i].size());
@@ -198,16 +199,16 @@ TEST_F(ClientTest, LookupReportsTheResidentPrefix) {
   auto client = MustConnect(Options(Spec("lookup", layout)));
   ASSERT_NE(client, nullptr);
   Sequence s = MakeSequence("lookup", layout, 5, 9);
-  ASSERT_TRUE(client->PutBlocks("lookup", std::span(s.blocks).subspan(0, 3)).ok());
+  ASSERT_OK(client->PutBlocks("lookup", std::span(s.blocks).subspan(0, 3)));
   auto r = client->Lookup("lookup", s.keys);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks(), 3u);
   ASSERT_EQ(r->blocks_size(), 5);
   for (int i = 0; i < 3; ++i) EXPECT_NE(r->blocks(i).tier(), v1::TIER_NONE) << i;
   for (int i = 3; i < 5; ++i) EXPECT_EQ(r->blocks(i).tier(), v1::TIER_NONE) << i;
 
   auto stats = client->Stats("lookup");
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   ASSERT_EQ(stats->namespaces_size(), 1);
   EXPECT_EQ(stats->namespaces(0).hot().blocks() + stats->namespaces(0).cold().blocks(), 3u);
   EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks(), 3u);
@@ -222,33 +223,33 @@ TEST_F(ClientTest, PinScoresEvictDeleteFlush) {
   auto client = MustConnect(Options(Spec("admin", layout)));
   ASSERT_NE(client, nullptr);
   Sequence s = MakeSequence("admin", layout, 4, 11);
-  ASSERT_TRUE(client->PutBlocks("admin", s.blocks).ok());
+  ASSERT_OK(client->PutBlocks("admin", s.blocks));
 
   auto pinned = client->Pin("admin", std::span(s.keys).subspan(0, 1), 60000);
-  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  ASSERT_OK(pinned);
   EXPECT_EQ(*pinned, 1u);
   auto unpinned = client->Unpin("admin", std::span(s.keys).subspan(0, 1));
-  ASSERT_TRUE(unpinned.ok()) << unpinned.status();
+  ASSERT_OK(unpinned);
   EXPECT_EQ(*unpinned, 1u);
 
   const std::vector<float> scores = {0.5f, 0.25f, 0.125f, 0.125f};
-  EXPECT_TRUE(client->ReportScores("admin", s.keys, scores).ok());
+  EXPECT_OK(client->ReportScores("admin", s.keys, scores));
   EXPECT_EQ(client->ReportScores("admin", s.keys, std::span(scores).subspan(0, 2)).code(),
             absl::StatusCode::kInvalidArgument);
 
-  EXPECT_TRUE(client->Flush("admin").ok());
+  EXPECT_OK(client->Flush("admin"));
   // Drop the leaf, delete its parent: the resident prefix shrinks to 2 blocks.
   auto dropped = client->Evict("admin", std::span(s.keys).subspan(3, 1), /*drop=*/true);
-  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  ASSERT_OK(dropped);
   EXPECT_EQ(*dropped, 1u);
   auto deleted = client->Delete("admin", std::span(s.keys).subspan(2, 1));
-  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ASSERT_OK(deleted);
   EXPECT_EQ(*deleted, 1u);
   auto r = client->Lookup("admin", s.keys);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks(), 2u);
   auto got = client->GetBlocks("admin", std::span(s.keys).subspan(2, 2));
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_FALSE((*got)[0].info.found());
   EXPECT_FALSE((*got)[1].info.found());
 }
@@ -261,7 +262,7 @@ TEST_F(ClientTest, CompactStoresAnEntryFetchedLikeABlock) {
   auto client = MustConnect(Options(Spec("compact", layout, v1::CODEC_INT8)));
   ASSERT_NE(client, nullptr);
   Sequence s = MakeSequence("compact", layout, 4, 21);  // 64 tokens
-  ASSERT_TRUE(client->PutBlocks("compact", s.blocks).ok());
+  ASSERT_OK(client->PutBlocks("compact", s.blocks));
 
   v1::CompactRequest req;
   req.set_namespace_("compact");
@@ -269,12 +270,12 @@ TEST_F(ClientTest, CompactStoresAnEntryFetchedLikeABlock) {
   req.mutable_sink_window()->set_n_sink(4);
   req.mutable_sink_window()->set_window(12);
   auto resp = client->Compact(req);
-  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_OK(resp);
   EXPECT_EQ(resp->source_tokens(), 64u);
   ASSERT_EQ(resp->kept_tokens(), 16u);
 
   auto got = client->GetBlocks("compact", std::vector<std::string>{resp->entry_key()});
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_TRUE((*got)[0].info.found());
   const auto& pos = (*got)[0].info.positions();
   ASSERT_EQ(pos.size(), 16);
@@ -302,7 +303,7 @@ TEST_F(ClientTest, FailedPutReportsTheServerErrorAndReleasesPayloads) {
   auto put_bad = client->PutBlocks("failing", std::span(&bad, 1));
   EXPECT_EQ(put_bad.status().code(), absl::StatusCode::kInvalidArgument) << put_bad.status();
   // The client still works afterwards.
-  EXPECT_TRUE(client->PutBlocks("failing", s.blocks).ok());
+  EXPECT_OK(client->PutBlocks("failing", s.blocks));
 }
 
 TEST_F(ClientTest, RejectsBadOptions) {
@@ -357,7 +358,7 @@ TEST_F(ClientTest, SlowServerHitsTheCallDeadline) {
   EXPECT_EQ(st.status().code(), absl::StatusCode::kDeadlineExceeded) << st.status();
   EXPECT_LT(s, 3.0);
   // And it recovers.
-  EXPECT_TRUE(client->Stats().ok());
+  EXPECT_OK(client->Stats());
 }
 
 // Runs the CLI and returns its stdout; exit code in *rc.
@@ -394,7 +395,7 @@ TEST_F(ClientTest, CliSmoke) {
   out = RunCli(absl::StrCat("stats ", server, " --json"), &rc);
   ASSERT_EQ(rc, 0) << out;
   v1::StatsResponse stats;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out, &stats).ok()) << out;
+  ASSERT_OK(google::protobuf::util::JsonStringToMessage(out, &stats)) << out;
   EXPECT_FALSE(stats.node_id().empty());
   bool seen = false;
   for (const auto& ns : stats.namespaces()) {

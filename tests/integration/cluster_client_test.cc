@@ -25,6 +25,7 @@
 #include "protocol/rendezvous.h"
 #include "tests/testing/poll_until.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -93,12 +94,12 @@ class ClusterClientTest : public ::testing::Test {
     o.replication_factor = replication;
     o.root_dir = dir_.path();
     auto nodes = StaticPeerCluster::Create(o);
-    ASSERT_TRUE(nodes.ok()) << nodes.status();
+    ASSERT_OK(nodes);
     nodes_.emplace(std::move(*nodes));
     ids_ = nodes_->ids();
     ring_ = protocol::RendezvousRing(ids_);
     const absl::Status started = nodes_->StartAll();
-    ASSERT_TRUE(started.ok()) << started;
+    ASSERT_OK(started);
   }
 
   // Connects a ClusterClient through node 0 and asserts that it sees every node.
@@ -119,7 +120,7 @@ class ClusterClientTest : public ::testing::Test {
     o.node.default_deadline_ms = 5000;
     o.node.namespace_spec = Spec();
     auto c = client::ClusterClient::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -131,7 +132,7 @@ class ClusterClientTest : public ::testing::Test {
     client::PutOptions po;
     po.format = v1::PAYLOAD_FORMAT_RAW;
     auto put = cluster_->PutBlocks(kNs, b->puts, po);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
   }
 
   // One plain Client per node, for checking each node's own Stats.
@@ -140,7 +141,7 @@ class ClusterClientTest : public ::testing::Test {
     o.server = ids_[i];
     o.num_channels = 1;
     auto c = client::Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -148,7 +149,7 @@ class ClusterClientTest : public ::testing::Test {
     auto c = NodeClient(i);
     if (c == nullptr) return {};
     auto s = c->Stats(kNs);
-    EXPECT_TRUE(s.ok()) << s.status();
+    EXPECT_OK(s);
     if (s.ok()) {
       for (const v1::NamespaceStats& n : s->namespaces()) {
         if (n.name() == kNs) return n;
@@ -188,7 +189,7 @@ TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
   client::PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
   auto put = cluster_->PutBlocks(kNs, b.puts, po);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, b.keys.size());
 
   // Each node stored exactly the blocks it owns.
@@ -203,7 +204,7 @@ TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
   }
 
   auto got = cluster_->GetBlocks(kNs, b.keys, {.format = v1::PAYLOAD_FORMAT_RAW});
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   // Each key was asked of its owner only.
   for (int n = 0; n < kNodes; ++n) EXPECT_EQ(NsStats(n).gets(), owned[n]) << ids_[n];
@@ -214,7 +215,7 @@ TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
   std::vector<std::vector<uint8_t>> storage(keys.size(), std::vector<uint8_t>(kBlockBytes));
   std::vector<std::span<uint8_t>> bufs(storage.begin(), storage.end());
   auto into = cluster_->GetBlocksInto(kNs, keys, bufs, {.format = v1::PAYLOAD_FORMAT_RAW});
-  ASSERT_TRUE(into.ok()) << into.status();
+  ASSERT_OK(into);
   ASSERT_EQ(into->size(), keys.size());
   for (size_t i = 0; i < b.keys.size(); ++i) {
     ASSERT_TRUE((*into)[i].found()) << i;
@@ -227,11 +228,11 @@ TEST_F(ClusterClientTest, PutsLandOnlyOnOwnersAndGetsAreBitExact) {
     std::vector<std::string> chain(b.keys.begin() + c * kChainLen,
                                    b.keys.begin() + (c + 1) * kChainLen);
     auto l = cluster_->Lookup(kNs, chain);
-    ASSERT_TRUE(l.ok()) << l.status();
+    ASSERT_OK(l);
     EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen)) << c;
   }
 
-  ASSERT_TRUE(cluster_->Refresh().ok());
+  ASSERT_OK(cluster_->Refresh());
   EXPECT_EQ(cluster_->members().size(), static_cast<size_t>(kNodes));
 }
 
@@ -244,7 +245,7 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
   client::PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
   auto put = cluster_->PutBlocks(kNs, b.puts, po);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, 2 * b.keys.size());  // two copies of each
   uint64_t total = 0;
   for (int n = 0; n < kNodes; ++n) {
@@ -264,7 +265,7 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
     auto got = cluster_->GetBlocks(kNs, b.keys,
                                    {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 4000});
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(4500));
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   }
 
@@ -272,15 +273,15 @@ TEST_F(ClusterClientTest, WithTwoReplicasAKilledNodeLosesNoBlockAndHangsNothing)
   size_t owned_by_dead = 0;
   for (const std::string& k : b.keys) owned_by_dead += ring_.IsOwner(ids_[2], kNs, k, 2);
   auto again = cluster_->PutBlocks(kNs, b.puts, po);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->replicas_skipped, owned_by_dead);
   EXPECT_EQ(again->blocks_stored, 2 * b.keys.size() - owned_by_dead);
 
   auto l =
       cluster_->Lookup(kNs, std::vector<std::string>(b.keys.begin(), b.keys.begin() + kChainLen));
-  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_OK(l);
   EXPECT_EQ(l->prefix_blocks(), static_cast<uint64_t>(kChainLen));
-  EXPECT_TRUE(cluster_->Refresh().ok());  // a live member answers ClusterStatus
+  EXPECT_OK(cluster_->Refresh());  // a live member answers ClusterStatus
 
   // With both owners of a block dead the put fails, naming an unreachable node.
   nodes_->node(1).Kill();
@@ -314,7 +315,7 @@ TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut)
     for (const std::string& k : chain) share[n] += ring_.IsOwner(ids_[n], kNs, k, 2) ? 1 : 0;
   }
   auto direct = cluster_->Lookup(kNs, chain);
-  ASSERT_TRUE(direct.ok()) << direct.status();
+  ASSERT_OK(direct);
   for (int n = 0; n < kNodes; ++n) {
     EXPECT_EQ(NsStats(n).lookup_blocks() - before[n], share[n]) << ids_[n];
   }
@@ -327,7 +328,7 @@ TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut)
   }
   for (int n = 0; n < kNodes; ++n) {
     auto member = NodeClient(n)->Lookup(kNs, chain);  // that member's fan-out
-    ASSERT_TRUE(member.ok()) << member.status();
+    ASSERT_OK(member);
     EXPECT_EQ(member->prefix_blocks(), direct->prefix_blocks()) << ids_[n];
     for (size_t k = 0; k < chain.size(); ++k) {
       EXPECT_EQ(member->blocks(k).tier(), direct->blocks(k).tier()) << ids_[n] << " key " << k;
@@ -339,11 +340,11 @@ TEST_F(ClusterClientTest, LookupsAskTheOwnersDirectlyAndAgreeWithAMembersFanOut)
   leased.lease_ms = 10000;
   leased.keep_compact = true;
   auto lease = cluster_->Lookup(kNs, chain, leased);
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_OK(lease);
   EXPECT_TRUE(protocol::IsCompactLookup(*lease));
   EXPECT_EQ(lease->leased_blocks(), static_cast<uint32_t>(kChainLen));
   auto released = cluster_->ReleaseLeases(kNs, *lease);
-  ASSERT_TRUE(released.ok()) << released.status();
+  ASSERT_OK(released);
   EXPECT_GE(*released, static_cast<uint64_t>(kChainLen));
 
   // Refused by the owners: one member answers for the request, so the error names the
@@ -387,7 +388,7 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
   client::PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
   auto put = cluster_->PutBlocks(kNs, b.puts, po);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
 
   // SIGSTOP: the node's sockets stay open but it never answers (unlike a killed node,
   // whose connections are refused at once).
@@ -400,7 +401,7 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
                                    {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 800});
     const auto took = std::chrono::steady_clock::now() - start;
     EXPECT_LT(took, std::chrono::milliseconds(1500));
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     size_t missed = 0;
     for (size_t i = 0; i < b.keys.size(); ++i) {
       const bool hung_primary = ring_.OwnerIds(kNs, b.keys[i], 2)[0] == ids_[2];
@@ -415,7 +416,7 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
     auto got = fast->GetBlocks(kNs, b.keys,
                                {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 3000});
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   }
   {
@@ -424,7 +425,7 @@ TEST_F(ClusterClientTest, AHungNodeNeverHoldsAGetPastItsDeadline) {
     auto got = cluster_->GetBlocks(kNs, b.keys,
                                    {.format = v1::PAYLOAD_FORMAT_RAW, .deadline_ms = 3000});
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_NO_FATAL_FAILURE(ExpectAllFoundBitExact(*got, b));
   }
   kill(nodes_->node(2).pid(), SIGCONT);
@@ -444,7 +445,7 @@ TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
   const Blocks b = MakeBlocks(29);
   client::PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE(cluster->PutBlocks(kNs, b.puts, po).ok());
+  ASSERT_OK(cluster->PutBlocks(kNs, b.puts, po));
   const std::vector<std::string> chain(b.keys.begin(), b.keys.begin() + kChainLen);
   auto lookup = [&](int64_t deadline_ms) {
     client::CallOptions call;
@@ -466,7 +467,7 @@ TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
   ASSERT_TRUE(testing::WaitUntilStopped(nodes_->node(hung).pid()));
   // Detection costs one short deadline; a survivor answers, the hung node's keys missing.
   auto detected = lookup(1000);
-  ASSERT_TRUE(detected.ok()) << detected.status();
+  ASSERT_OK(detected);
   EXPECT_TRUE(is_down());
   // Known down: a Lookup that still asked it would wait the whole long deadline. Keep
   // looking up over several probe intervals: the probes (which time out) keep it down
@@ -477,7 +478,7 @@ TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
     EXPECT_LT(std::chrono::steady_clock::now() - start,
               std::chrono::milliseconds(kLongDeadlineMs / 2))
         << "lookup " << i << " waited for the hung member";
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     ASSERT_EQ(r->blocks_size(), kChainLen);
     for (int k = 0; k < kChainLen; ++k) {
       const bool on_hung = ring_.OwnerIds(kNs, chain[k], 1)[0] == first;
@@ -491,7 +492,7 @@ TEST_F(ClusterClientTest, ADownMemberIsSkippedByLookupsUntilAProbeFindsItBack) {
   ASSERT_EQ(kill(nodes_->node(hung).pid(), SIGCONT), 0);
   EXPECT_TRUE(PollUntil(
       [&] {
-        EXPECT_TRUE(lookup(kLongDeadlineMs).ok());
+        EXPECT_OK(lookup(kLongDeadlineMs));
         return !is_down();
       },
       std::chrono::milliseconds(10000)))

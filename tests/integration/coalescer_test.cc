@@ -19,6 +19,7 @@
 #include "tests/integration/sequences.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -47,7 +48,7 @@ class CoalescerTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     auto server = ServerProcess::StartKvtierd(dir_->Sub("data"));
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = new ServerProcess(std::move(*server));
   }
   static void TearDownTestSuite() {
@@ -66,7 +67,7 @@ class CoalescerTest : public ::testing::Test {
     o.shared_memory = shm;
     o.coalesce_max_delay_us = delay_us;
     auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -222,7 +223,7 @@ TEST_F(CoalescerTest, CompactLookupEqualsVerboseForm) {
   ASSERT_NE(client, nullptr);
   const kv::Layout layout = SmallLayout();
   Sequence s = MakeSequence("co-lookup", layout, 6, 77);
-  ASSERT_TRUE(client->PutBlocks("co-lookup", std::span(s.blocks).first(4)).ok());
+  ASSERT_OK(client->PutBlocks("co-lookup", std::span(s.blocks).first(4)));
   std::vector<std::string> keys = s.keys;
   keys.insert(keys.begin() + 5, s.keys[1]);  // resident after a miss
 
@@ -237,7 +238,7 @@ TEST_F(CoalescerTest, CompactLookupEqualsVerboseForm) {
       req.set_lease_ms(lease_ms);
       req.set_compact(compact == 1);
       grpc::ClientContext ctx;
-      ASSERT_TRUE(stub->Lookup(&ctx, req, &forms[compact]).ok());
+      ASSERT_OK(stub->Lookup(&ctx, req, &forms[compact]));
     }
     const v1::LookupResponse& verbose = forms[0];
     v1::LookupResponse compact = forms[1];
@@ -247,7 +248,7 @@ TEST_F(CoalescerTest, CompactLookupEqualsVerboseForm) {
     EXPECT_EQ(compact.blocks_size(), 0);
     EXPECT_EQ(compact.tiers().size(), keys.size());
     EXPECT_LT(compact.ByteSizeLong(), verbose.ByteSizeLong());
-    ASSERT_TRUE(protocol::ExpandLookup(&compact).ok());
+    ASSERT_OK(protocol::ExpandLookup(&compact));
     EXPECT_EQ(compact.prefix_blocks(), 4u);
     EXPECT_EQ(compact.prefix_blocks(), verbose.prefix_blocks());
     EXPECT_EQ(compact.leased_blocks(), verbose.leased_blocks());
@@ -265,13 +266,13 @@ TEST_F(CoalescerTest, CompactLookupEqualsVerboseForm) {
   }
   // The Client asks for the compact form and hands back `blocks` unless told otherwise.
   auto r = client->Lookup("co-lookup", keys);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->blocks_size(), static_cast<int>(keys.size()));
   EXPECT_EQ(r->blocks(5).owner(), client->connect_info().node_id);
   LookupOptions keep;
   keep.keep_compact = true;
   auto raw = client->Lookup("co-lookup", keys, keep);
-  ASSERT_TRUE(raw.ok()) << raw.status();
+  ASSERT_OK(raw);
   EXPECT_TRUE(protocol::IsCompactLookup(*raw));
   EXPECT_EQ(raw->owners_size(), 1);
 }

@@ -20,6 +20,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -83,7 +84,7 @@ class CompactTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto p = ServerProcess::StartKvtierd(dir_.Sub("data"), {"--hot-capacity", "32MiB"});
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
@@ -103,7 +104,7 @@ class CompactTest : public ::testing::Test {
     v1::RegisterNamespaceResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = kv_->RegisterNamespace(&ctx, req, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s);
   }
 
   // Pushes seq_ as raw blocks (the server encodes them with the namespace codec).
@@ -133,7 +134,7 @@ class CompactTest : public ::testing::Test {
     ASSERT_TRUE(writer->Write(chunk));
     writer->WritesDone();
     grpc::Status s = writer->Finish();
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_OK(s);
     ASSERT_EQ(resp.blocks_stored(), kBlocks);
   }
 
@@ -181,7 +182,7 @@ class CompactTest : public ::testing::Test {
     v1::StatsResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = admin_->Stats(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_OK(s);
     for (const auto& n : resp.namespaces()) {
       if (n.name() == ns) return n.puts() + n.cold().blocks() + n.hot().blocks();
     }
@@ -205,7 +206,7 @@ TEST_F(CompactTest, SinkWindowOnQuantizedNamespaceRoundTrips) {
   req.mutable_sink_window()->set_window(28);
   v1::CompactResponse resp;
   grpc::Status s = Compact(req, &resp);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s);
   std::vector<uint32_t> want;
   for (uint32_t t = 0; t < 4; ++t) want.push_back(t);
   for (uint32_t t = kTokens - 28; t < kTokens; ++t) want.push_back(t);
@@ -223,7 +224,7 @@ TEST_F(CompactTest, SinkWindowOnQuantizedNamespaceRoundTrips) {
 
   // RAW Get: the kept tokens' K/V, positions reported, close to the source (int8 twice).
   GetResult raw = Get("cq-int8", resp.entry_key(), v1::PAYLOAD_FORMAT_RAW);
-  ASSERT_TRUE(raw.status.ok()) << raw.status.error_message();
+  ASSERT_OK(raw.status);
   ASSERT_EQ(raw.infos.size(), 1u);
   ASSERT_TRUE(raw.infos[0].found());
   EXPECT_THAT(raw.infos[0].positions(), ElementsAreArray(want));
@@ -233,13 +234,13 @@ TEST_F(CompactTest, SinkWindowOnQuantizedNamespaceRoundTrips) {
   kv::Layout kept_layout = lay;
   kept_layout.tokens_per_block = 32;
   auto got = kv::KvSequenceFromRawBlocks(kept_layout, std::vector<std::string>{raw.payloads[0]});
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   // fp16 source for the comparison (what the server received).
   auto src = kv::KvSequenceFromRawBlocks(
       kv::Layout{.num_layers = 2, .num_kv_heads = 2, .head_dim = 64, .tokens_per_block = 32},
       std::vector<std::string>{RawBlock(seq_, 0), RawBlock(seq_, 1), RawBlock(seq_, 2),
                                RawBlock(seq_, 3)});
-  ASSERT_TRUE(src.ok());
+  ASSERT_OK(src);
   double max_err = 0;
   for (uint32_t l = 0; l < 2; ++l) {
     for (uint32_t h = 0; h < 2; ++h) {
@@ -261,16 +262,16 @@ TEST_F(CompactTest, SinkWindowOnQuantizedNamespaceRoundTrips) {
 
   // ENCODED Get: the stored entry, per-head positions recoverable.
   GetResult enc = Get("cq-int8", resp.entry_key(), v1::PAYLOAD_FORMAT_ENCODED);
-  ASSERT_TRUE(enc.status.ok()) << enc.status.error_message();
+  ASSERT_OK(enc.status);
   ASSERT_TRUE(enc.infos[0].found());
   const auto bytes = kv::AsBytes(enc.payloads[0]);
   ASSERT_TRUE(kv::IsCompactedEntry(bytes));
   auto entry = kv::ParseCompactedEntry(bytes);
-  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_OK(entry);
   EXPECT_EQ(entry->policy, kv::CompactionPolicy::kSinkWindow);
   EXPECT_THAT(entry->selection.Head(1, 1), ElementsAreArray(want));
   auto info = kv::ParseHeader(entry->blob);
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->codec, kv::CodecId::kInt8);
   EXPECT_EQ(info->num_tokens, 32u);
 }
@@ -294,25 +295,25 @@ TEST_F(CompactTest, H2oAndSnapKvKeepPerHeadSelections) {
   }
   v1::CompactResponse resp;
   grpc::Status s = Compact(req, &resp);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s);
   EXPECT_EQ(resp.kept_tokens(), 14u);
   std::vector<uint32_t> want_union = {0, 1, 2, 3, 40, 41, 50, 51, 60, 61, 70, 71};
   for (uint32_t t = kTokens - 8; t < kTokens; ++t) want_union.push_back(t);
   EXPECT_THAT(resp.positions(), ElementsAreArray(want_union));
   GetResult enc = Get("cq-fp16", resp.entry_key(), v1::PAYLOAD_FORMAT_ENCODED);
-  ASSERT_TRUE(enc.status.ok());
+  ASSERT_OK(enc.status);
   ASSERT_TRUE(enc.infos[0].found());
   EXPECT_THAT(enc.infos[0].positions(), ElementsAreArray(want_union));
   auto entry = kv::ParseCompactedEntry(kv::AsBytes(enc.payloads[0]));
-  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_OK(entry);
   EXPECT_EQ(entry->selection.Head(1, 0)[4], 60u);
   // fp16 namespace: the gathered K/V are bit-exact copies of the source tokens.
   auto raw = kv::DecodeToString(entry->blob);
-  ASSERT_TRUE(raw.ok());
+  ASSERT_OK(raw);
   kv::Layout kept_layout = KvLayout();
   kept_layout.tokens_per_block = 14;
   auto got = kv::KvSequenceFromRawBlocks(kept_layout, std::vector<std::string>{*raw});
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   const float want_v = kv::KvSequenceFromRawBlocks(KvLayout(), std::vector<std::string>{
                                                                    RawBlock(seq_, 1)})
                            ->Value(1, 0, 60 - 32)[5];
@@ -336,7 +337,7 @@ TEST_F(CompactTest, H2oAndSnapKvKeepPerHeadSelections) {
   }
   v1::CompactResponse sresp;
   s = Compact(sreq, &sresp);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s);
   EXPECT_EQ(sresp.kept_tokens(), 15u);
   EXPECT_TRUE(std::binary_search(sresp.positions().begin(), sresp.positions().end(), 70u));
   EXPECT_NE(sresp.entry_key(), resp.entry_key());
@@ -352,14 +353,14 @@ TEST_F(CompactTest, ReindexReRotatesKeysToContiguousPositions) {
   req.set_rope_theta(10000.0f);
   v1::CompactResponse resp;
   grpc::Status s = Compact(req, &resp);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s);
   GetResult raw = Get("cq-re", resp.entry_key(), v1::PAYLOAD_FORMAT_RAW);
-  ASSERT_TRUE(raw.status.ok());
+  ASSERT_OK(raw.status);
   ASSERT_TRUE(raw.infos[0].found());
   kv::Layout kept_layout = KvLayout();
   kept_layout.tokens_per_block = 16;
   auto got = kv::KvSequenceFromRawBlocks(kept_layout, std::vector<std::string>{raw.payloads[0]});
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   // Token t (original position p) now carries RoPE at position t: rotating it by p - t
   // gives back the stored key (up to fp16 rounding).
   for (uint32_t t = 0; t < 16; ++t) {
@@ -429,7 +430,7 @@ TEST_F(CompactTest, InvalidRequestsAndUnknownKeysStoreNothing) {
       keys_.back(), kv::CompactionParamsString(kv::SinkWindowParams{4, 8},
                                                kv::PositionPolicy::kKeepOriginal, 0));
   GetResult g = Get("cq-bad", key, v1::PAYLOAD_FORMAT_ENCODED);
-  ASSERT_TRUE(g.status.ok());
+  ASSERT_OK(g.status);
   ASSERT_EQ(g.infos.size(), 1u);
   EXPECT_FALSE(g.infos[0].found());
 }

@@ -22,6 +22,7 @@
 #include "tests/testing/http_get.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -92,7 +93,7 @@ TEST(GrafanaDashboardTest, EveryQueriedMetricExistsInALiveScrape) {
   const std::string json = ReadFile(path);
   ASSERT_FALSE(json.empty()) << path;
   google::protobuf::Value dashboard;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &dashboard).ok()) << path;
+  ASSERT_OK(google::protobuf::util::JsonStringToMessage(json, &dashboard)) << path;
   std::vector<std::string> queries;
   CollectQueries(dashboard, &queries);
   std::set<std::string> used;
@@ -106,7 +107,7 @@ TEST(GrafanaDashboardTest, EveryQueriedMetricExistsInALiveScrape) {
   const int metrics_port = testing::PickFreePort();
   auto server = testing::ServerProcess::StartKvtierd(
       dir.Sub("data"), {"--metrics-port", absl::StrCat(metrics_port)});
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
 
   // Some traffic, so every per-namespace family has series.
   kv::Layout layout;
@@ -122,7 +123,7 @@ TEST(GrafanaDashboardTest, EveryQueriedMetricExistsInALiveScrape) {
   *spec.mutable_layout() = client::ToProto(layout);
   o.namespace_spec = spec;
   auto c = client::Client::Connect(o);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   const std::vector<uint8_t> raw(layout.BytesPerBlock(), 0x3c);
   std::vector<std::string> keys = {"dash-key-0000000", "dash-key-0000001"};
   std::vector<client::PutBlock> blocks(2);
@@ -134,14 +135,14 @@ TEST(GrafanaDashboardTest, EveryQueriedMetricExistsInALiveScrape) {
   }
   client::PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE((*c)->PutBlocks("dash", blocks, po).ok());
+  ASSERT_OK((*c)->PutBlocks("dash", blocks, po));
   client::LookupOptions lease;
   lease.lease_ms = 10'000;
   auto lk = (*c)->Lookup("dash", keys, lease);
-  ASSERT_TRUE(lk.ok()) << lk.status();
+  ASSERT_OK(lk);
   client::GetOptions get;
   get.lease_id = lk->blocks(0).lease_id();
-  ASSERT_TRUE((*c)->GetBlocks("dash", keys, get).ok());
+  ASSERT_OK((*c)->GetBlocks("dash", keys, get));
 
   const std::string page = testing::HttpGet(metrics_port);
   ASSERT_THAT(page, ::testing::HasSubstr("200 OK"));

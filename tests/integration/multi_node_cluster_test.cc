@@ -22,13 +22,14 @@
 
 #include "client/client.h"
 #include "client/cluster_client.h"
-#include "protocol/rendezvous.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
+#include "protocol/rendezvous.h"
 #include "tests/testing/poll_until.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -84,7 +85,7 @@ class ClusterTest : public ::testing::Test {
         "  write_through: true\n"
         "}\n";
     auto nodes = StaticPeerCluster::Create(o);
-    ASSERT_TRUE(nodes.ok()) << nodes.status();
+    ASSERT_OK(nodes);
     nodes_.emplace(std::move(*nodes));
     ids_ = nodes_->ids();
     ring_ = protocol::RendezvousRing(ids_);
@@ -101,13 +102,13 @@ class ClusterTest : public ::testing::Test {
   // (Re)starts node i (same port and data dir) and connects clients_[i] to it.
   void StartNode(int i) {
     const absl::Status started = nodes_->StartNode(i);
-    ASSERT_TRUE(started.ok()) << started;
+    ASSERT_OK(started);
     client::ClientOptions o;
     o.server = ids_[i];
     o.num_channels = 1;
     o.default_deadline_ms = 5000;
     auto c = client::Client::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c);
     clients_[i] = std::move(*c);
   }
 
@@ -168,7 +169,7 @@ class ClusterTest : public ::testing::Test {
         client::PutOptions po;
         po.format = v1::PAYLOAD_FORMAT_RAW;
         auto r = clients_[node]->PutBlocks(kNs, blocks, po);
-        ASSERT_TRUE(r.ok()) << r.status();
+        ASSERT_OK(r);
         ASSERT_EQ(r->blocks_stored, blocks.size());
       }
     }
@@ -192,7 +193,7 @@ TEST_F(ClusterTest, PutsLandOnOwnersEvenlyAndEveryNodeGivesTheSameAnswer) {
   for (const Chain& c : chains) {
     for (int n = 0; n < kNodes; ++n) {
       auto r = clients_[n]->Lookup(kNs, c.keys, /*local_only=*/true);
-      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_OK(r);
       for (size_t b = 0; b < c.keys.size(); ++b) {
         const bool here = r->blocks(static_cast<int>(b)).tier() != v1::TIER_NONE;
         EXPECT_EQ(here, ring_.OwnerIds(kNs, c.keys[b], 1)[0] == ids_[n]);
@@ -210,7 +211,7 @@ TEST_F(ClusterTest, PutsLandOnOwnersEvenlyAndEveryNodeGivesTheSameAnswer) {
     std::vector<std::string> answers;
     for (int n = 0; n < kNodes; ++n) {
       auto r = clients_[n]->Lookup(kNs, chains[c].keys);
-      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_OK(r);
       EXPECT_EQ(r->prefix_blocks(), chains[c].keys.size());
       for (size_t b = 0; b < chains[c].keys.size(); ++b) {
         EXPECT_EQ(r->blocks(static_cast<int>(b)).owner(),
@@ -241,7 +242,7 @@ TEST_F(ClusterTest, KilledNodesBlocksAreMissesWithinTheDeadline) {
       client::CallOptions call;
       call.deadline_ms = 3000;
       auto r = clients_[n]->Lookup(kNs, c.keys, false, call);
-      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_OK(r);
       EXPECT_LT(std::chrono::steady_clock::now() - start,
                 std::chrono::milliseconds(kPeerDeadlineMs + 1000));
       ASSERT_NO_FATAL_FAILURE(ExpectMissesExactlyOn(*r, c, 2));
@@ -251,7 +252,7 @@ TEST_F(ClusterTest, KilledNodesBlocksAreMissesWithinTheDeadline) {
       const int owner = IndexOf(ring_.OwnerIds(kNs, c.keys[b], 1)[0]);
       if (owner == 2) continue;
       auto g = clients_[owner]->GetBlocks(kNs, std::vector<std::string>{c.keys[b]});
-      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_OK(g);
       EXPECT_TRUE((*g)[0].info.found());
     }
   }
@@ -278,7 +279,7 @@ TEST_F(ClusterTest, AHungNodeOnceDetectedDoesNotSlowLookupsThroughTheSurvivors) 
   ASSERT_NO_FATAL_FAILURE(PutChains(chains));
   for (const Chain& c : chains) {
     auto r = Lookup(0, c.keys);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     ASSERT_EQ(r->prefix_blocks(), c.keys.size());
   }
 
@@ -294,7 +295,7 @@ TEST_F(ClusterTest, AHungNodeOnceDetectedDoesNotSlowLookupsThroughTheSurvivors) 
     }
     for (std::thread& t : detect) t.join();
     for (int k = 0; k < 2 * kFailuresToDetect; ++k) {
-      ASSERT_TRUE(answers[k].ok()) << answers[k].status();
+      ASSERT_OK(answers[k]);
       ASSERT_NO_FATAL_FAILURE(ExpectMissesExactlyOn(*answers[k], chains[k / 2], 2));
     }
   }
@@ -312,7 +313,7 @@ TEST_F(ClusterTest, AHungNodeOnceDetectedDoesNotSlowLookupsThroughTheSurvivors) 
         EXPECT_LT(std::chrono::steady_clock::now() - start,
                   std::chrono::milliseconds(kLongDeadlineMs / 2))
             << "lookup " << lookups << " through " << ids_[n] << " waited for the hung node";
-        ASSERT_TRUE(r.ok()) << r.status();
+        ASSERT_OK(r);
         ASSERT_NO_FATAL_FAILURE(ExpectMissesExactlyOn(*r, c, 2));
         ++lookups;
       }
@@ -336,7 +337,7 @@ TEST_F(ClusterTest, AHungNodeOnceDetectedDoesNotSlowLookupsThroughTheSurvivors) 
   for (const Chain& c : chains) {
     for (int n = 0; n < kNodes; ++n) {
       auto r = Lookup(n, c.keys);
-      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_OK(r);
       EXPECT_EQ(r->prefix_blocks(), c.keys.size()) << ids_[n];
     }
   }
@@ -350,7 +351,7 @@ TEST_F(ClusterTest, WithTwoReplicasNoBlockIsLostAndARestartedNodeServesItsBlocks
   for (const Chain& c : chains) {
     for (int n = 0; n < 2; ++n) {
       auto r = clients_[n]->Lookup(kNs, c.keys);
-      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_OK(r);
       EXPECT_EQ(r->prefix_blocks(), c.keys.size());
     }
   }
@@ -359,7 +360,7 @@ TEST_F(ClusterTest, WithTwoReplicasNoBlockIsLostAndARestartedNodeServesItsBlocks
   ASSERT_NO_FATAL_FAILURE(StartNode(2));
   for (const Chain& c : chains) {
     auto r = clients_[2]->Lookup(kNs, c.keys, /*local_only=*/true);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     for (size_t b = 0; b < c.keys.size(); ++b) {
       if (ring_.IsOwner(ids_[2], kNs, c.keys[b], 2)) {
         EXPECT_NE(r->blocks(static_cast<int>(b)).tier(), v1::TIER_NONE) << b;
@@ -391,7 +392,7 @@ TEST_F(ClusterTest, WithTwoReplicasNoBlockIsLostAndARestartedNodeServesItsBlocks
   EXPECT_GT(checked, 0);
   EXPECT_TRUE(owner_back);
   auto g = clients_[2]->GetBlocks(kNs, chains[0].keys);
-  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g);
   for (size_t b = 0; b < chains[0].keys.size(); ++b) {
     EXPECT_EQ((*g)[b].info.found(), ring_.IsOwner(ids_[2], kNs, chains[0].keys[b], 2)) << b;
   }
@@ -405,7 +406,7 @@ TEST_F(ClusterTest, EachOwnerLeasesItsPartAndAGetOrReleaseEndsIt) {
   client::LookupOptions lease;
   lease.lease_ms = 60'000;
   auto r = clients_[0]->Lookup(kNs, keys, lease);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks(), keys.size());
   EXPECT_EQ(r->leased_blocks(), keys.size());
   EXPECT_EQ(r->lease_limit(), v1::LEASE_LIMIT_NONE);
@@ -423,7 +424,7 @@ TEST_F(ClusterTest, EachOwnerLeasesItsPartAndAGetOrReleaseEndsIt) {
   ASSERT_EQ(lease_of.size(), static_cast<size_t>(kNodes));  // 30 keys: every node owns some
   for (int n = 0; n < kNodes; ++n) {
     auto st = clients_[n]->Stats();
-    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_OK(st);
     EXPECT_EQ(st->leases().active(), 1u) << ids_[n];
     EXPECT_EQ(st->leases().granted(), 1u) << ids_[n];
     EXPECT_GT(st->leases().leased_bytes(), 0u) << ids_[n];
@@ -433,10 +434,10 @@ TEST_F(ClusterTest, EachOwnerLeasesItsPartAndAGetOrReleaseEndsIt) {
     client::GetOptions get;
     get.lease_id = lease_of[ids_[n]];
     auto got = clients_[n]->GetBlocks(kNs, keys_of[ids_[n]], get);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     for (const client::FetchedBlock& f : *got) EXPECT_TRUE(f.info.found());
     auto st = clients_[n]->Stats();
-    ASSERT_TRUE(st.ok());
+    ASSERT_OK(st);
     EXPECT_EQ(st->leases().active(), 0u) << ids_[n];
     EXPECT_EQ(st->leases().released(), 1u) << ids_[n];
     EXPECT_EQ(st->leases().leased_bytes(), 0u) << ids_[n];
@@ -446,12 +447,12 @@ TEST_F(ClusterTest, EachOwnerLeasesItsPartAndAGetOrReleaseEndsIt) {
   co.node.server = ids_[1];
   co.node.default_deadline_ms = 5000;
   auto cluster = client::ClusterClient::Connect(co);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_OK(cluster);
   auto again = (*cluster)->Lookup(kNs, chains[1].keys, lease);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->leased_blocks(), chains[1].keys.size());
   auto released = (*cluster)->ReleaseLeases(kNs, *again);
-  ASSERT_TRUE(released.ok()) << released.status();
+  ASSERT_OK(released);
   EXPECT_EQ(*released, chains[1].keys.size());
   for (int n = 0; n < kNodes; ++n) EXPECT_EQ(clients_[n]->Stats()->leases().active(), 0u);
 }

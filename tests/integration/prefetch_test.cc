@@ -19,6 +19,7 @@
 #include "tests/testing/poll_until.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -44,7 +45,7 @@ class PrefetchTest : public ::testing::Test {
     extra.push_back("--metrics-port");
     extra.push_back(absl::StrCat(metrics_port_));
     auto p = ServerProcess::StartKvtierd(dir_.Sub("data"), extra);
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
     ClientOptions o;
     o.server = server_->address();
@@ -53,7 +54,7 @@ class PrefetchTest : public ::testing::Test {
     o.num_channels = 1;
     o.shared_memory = false;
     auto c = Client::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c);
     client_ = std::move(*c);
   }
 
@@ -61,9 +62,9 @@ class PrefetchTest : public ::testing::Test {
   Sequence PutColdChain(uint32_t n, uint64_t seed) {
     Sequence s = MakeSequence("pf", MediumLayout(), n, seed);
     auto put = client_->PutBlocks("pf", s.blocks);
-    EXPECT_TRUE(put.ok()) << put.status();
+    EXPECT_OK(put);
     auto moved = client_->Evict("pf", s.keys, /*drop=*/false);
-    EXPECT_TRUE(moved.ok()) << moved.status();
+    EXPECT_OK(moved);
     EXPECT_EQ(*moved, n);
     return s;
   }
@@ -73,13 +74,13 @@ class PrefetchTest : public ::testing::Test {
     lo.keep_compact = true;
     lo.prefetch = prefetch;
     auto r = client_->Lookup("pf", s.keys, lo);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     return r.ok() ? *r : v1::LookupResponse();
   }
 
   v1::PrefetchStats PrefetchStats() {
     auto st = client_->Stats();
-    EXPECT_TRUE(st.ok()) << st.status();
+    EXPECT_OK(st);
     return st.ok() ? st->prefetch() : v1::PrefetchStats();
   }
 
@@ -91,7 +92,7 @@ class PrefetchTest : public ::testing::Test {
   // Gets every block; returns how many were served hot (and checks the bytes).
   int GetServedHot(const Sequence& s) {
     auto got = client_->GetBlocks("pf", s.keys);
-    EXPECT_TRUE(got.ok()) << got.status();
+    EXPECT_OK(got);
     if (!got.ok()) return -1;
     int hot = 0;
     for (size_t i = 0; i < got->size(); ++i) {

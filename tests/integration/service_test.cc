@@ -30,6 +30,7 @@
 #include "tests/testing/layouts.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -59,7 +60,7 @@ std::string RandomRawBlock(uint64_t seed) {
 
 std::string Encode(kv::CodecId codec, uint32_t index, const std::string& raw) {
   auto enc = kv::Encode(codec, testing::SmallLayout(), index, kv::AsBytes(raw));
-  EXPECT_TRUE(enc.ok()) << enc.status();
+  EXPECT_OK(enc);
   return enc.ok() ? *enc : std::string();
 }
 
@@ -93,7 +94,7 @@ class KvtierdTest : public ::testing::Test {
     auto p = ServerProcess::Start(testing::KvtierdPath(),
                                   {"--config", config_path_, "--port", "0", "--data-dir",
                                    dir_.Sub("data"), "--hot-capacity", "32MiB"});
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
@@ -106,7 +107,7 @@ class KvtierdTest : public ::testing::Test {
 
   void RestartServer() {
     auto code = server_->Terminate();
-    ASSERT_TRUE(code.ok()) << code.status();
+    ASSERT_OK(code);
     EXPECT_EQ(*code, 0);
     StartServer();
   }
@@ -230,7 +231,7 @@ class KvtierdTest : public ::testing::Test {
     if (status) {
       *status = s;
     } else {
-      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_OK(s);
     }
     return resp;
   }
@@ -241,7 +242,7 @@ class KvtierdTest : public ::testing::Test {
     v1::StatsResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = admin_->Stats(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_OK(s);
     return resp;
   }
 
@@ -302,36 +303,36 @@ TEST_F(KvtierdTest, HealthIsServingAndHandshakeReturnsHashScheme) {
                                    grpc::internal::RpcMethod::NORMAL_RPC);
   grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       channel_.get(), method, &ctx, req, &resp);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s);
   grpc::Slice out;
-  ASSERT_TRUE(resp.DumpToSingleSlice(&out).ok());
+  ASSERT_OK(resp.DumpToSingleSlice(&out));
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(out.begin()), out.size()),
             std::string("\x08\x01", 2));  // SERVING
 
   v1::RegisterNamespaceResponse reg;
-  ASSERT_TRUE(Register("handshake", v1::CODEC_FP16, &reg).ok());
+  ASSERT_OK(Register("handshake", v1::CODEC_FP16, &reg));
   EXPECT_TRUE(reg.created());
   EXPECT_EQ(reg.hash_scheme(), kv::kHashSchemeVersion);
   EXPECT_EQ(reg.node_id(), server_->address());
   EXPECT_EQ(reg.spec().layout().head_dim(), 64u);
-  ASSERT_TRUE(Register("handshake", v1::CODEC_FP16, &reg).ok());
+  ASSERT_OK(Register("handshake", v1::CODEC_FP16, &reg));
   EXPECT_FALSE(reg.created());
 
   v1::ListNamespacesResponse list;
   grpc::ClientContext lctx;
-  ASSERT_TRUE(admin_->ListNamespaces(&lctx, v1::ListNamespacesRequest(), &list).ok());
+  ASSERT_OK(admin_->ListNamespaces(&lctx, v1::ListNamespacesRequest(), &list));
   std::vector<std::string> names;
   for (const auto& n : list.namespaces()) names.push_back(n.name());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("cfg-ns", "handshake"));
 }
 
 TEST_F(KvtierdTest, PrefixLookupAndBitExactGet) {
-  ASSERT_TRUE(Register("fp16", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("fp16", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(12, 6, kv::CodecId::kFp16, /*raw=*/false, &raw);
   // Alternate chunk sizes so chunks straddle block boundaries.
   for (size_t s = 0; s < seqs.size(); ++s) {
-    ASSERT_TRUE(Put("fp16", v1::PAYLOAD_FORMAT_ENCODED, seqs[s], s % 2 ? 10000 : 1 << 20).ok());
+    ASSERT_OK(Put("fp16", v1::PAYLOAD_FORMAT_ENCODED, seqs[s], s % 2 ? 10000 : 1 << 20));
   }
   for (const auto& seq : seqs) {
     std::vector<std::string> keys = KeysOf(seq);
@@ -353,7 +354,7 @@ TEST_F(KvtierdTest, PrefixLookupAndBitExactGet) {
   std::vector<std::string> keys = KeysOf(seqs[7]);
   keys.insert(keys.begin() + 2, "missing-key");
   GetResult enc = Get("fp16", keys);
-  ASSERT_TRUE(enc.status.ok()) << enc.status.error_message();
+  ASSERT_OK(enc.status);
   ASSERT_EQ(enc.infos.size(), keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(enc.infos[i].key(), keys[i]);
@@ -367,7 +368,7 @@ TEST_F(KvtierdTest, PrefixLookupAndBitExactGet) {
     EXPECT_EQ(enc.payloads[i], Encode(kv::CodecId::kFp16, idx, raw[keys[i]])) << keys[i];
   }
   GetResult dec = Get("fp16", keys, v1::PAYLOAD_FORMAT_RAW);
-  ASSERT_TRUE(dec.status.ok());
+  ASSERT_OK(dec.status);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i] == "missing-key") continue;
     EXPECT_EQ(dec.payloads[i], raw[keys[i]]) << keys[i];
@@ -377,8 +378,8 @@ TEST_F(KvtierdTest, PrefixLookupAndBitExactGet) {
 TEST_F(KvtierdTest, PayloadSplitAtOddOffsetsRoundTripsBitExactly) {
   // The server keeps the received buffers and stores each block from them (one copy into
   // the hot tier): every split, also through the 40-byte codec header, must be invisible.
-  ASSERT_TRUE(Register("fp16", v1::CODEC_FP16).ok());
-  ASSERT_TRUE(Register("fp16-raw", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("fp16", v1::CODEC_FP16));
+  ASSERT_OK(Register("fp16-raw", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   std::vector<Block> enc_seq = MakeSequences(1, 3, kv::CodecId::kFp16, /*raw=*/false, &raw)[0];
   std::vector<Block> raw_seq = MakeSequences(1, 3, kv::CodecId::kFp16, /*raw=*/true, &raw)[0];
@@ -389,7 +390,7 @@ TEST_F(KvtierdTest, PayloadSplitAtOddOffsetsRoundTripsBitExactly) {
   const std::vector<size_t> cuts = {1, 7, 39, 40, 41, 41, 333, b - 1, b + 13, b + 27, 2 * b - 5};
   v1::PutResponse resp;
   grpc::Status st = PutAtCuts("fp16", v1::PAYLOAD_FORMAT_ENCODED, enc_seq, cuts, &resp);
-  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_OK(st);
   EXPECT_EQ(resp.blocks_stored(), 3u);
   EXPECT_EQ(resp.bytes_stored(), 3 * b);
   // Raw fp16 payloads for an fp16 namespace get the codec header in front of the
@@ -397,16 +398,16 @@ TEST_F(KvtierdTest, PayloadSplitAtOddOffsetsRoundTripsBitExactly) {
   const size_t r = kBlockBytes;
   const std::vector<size_t> raw_cuts = {3, 3, 41, r - 7, r + 1, 2 * r + 39};
   st = PutAtCuts("fp16-raw", v1::PAYLOAD_FORMAT_RAW, raw_seq, raw_cuts, &resp);
-  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_OK(st);
   EXPECT_EQ(resp.bytes_stored(), 3 * b);
   for (const std::string ns : {"fp16", "fp16-raw"}) {
     const std::vector<std::string> keys = KeysOf(enc_seq);
     EXPECT_EQ(Lookup(ns, keys).prefix_blocks(), 3u) << ns;
     GetResult enc = Get(ns, keys);
-    ASSERT_TRUE(enc.status.ok()) << enc.status.error_message();
+    ASSERT_OK(enc.status);
     ASSERT_EQ(enc.payloads.size(), 3u);
     GetResult dec = Get(ns, keys, v1::PAYLOAD_FORMAT_RAW);
-    ASSERT_TRUE(dec.status.ok()) << dec.status.error_message();
+    ASSERT_OK(dec.status);
     for (size_t i = 0; i < 3; ++i) {
       ASSERT_TRUE(enc.infos[i].found()) << ns << " " << i;
       EXPECT_EQ(enc.payloads[i], enc_seq[i].payload) << ns << " " << i;
@@ -418,18 +419,18 @@ TEST_F(KvtierdTest, PayloadSplitAtOddOffsetsRoundTripsBitExactly) {
   ev.set_namespace_("fp16");
   v1::EvictResponse ev_resp;
   grpc::ClientContext ev_ctx;
-  ASSERT_TRUE(admin_->Evict(&ev_ctx, ev, &ev_resp).ok());
+  ASSERT_OK(admin_->Evict(&ev_ctx, ev, &ev_resp));
   GetResult cold = Get("fp16", KeysOf(enc_seq));
-  ASSERT_TRUE(cold.status.ok());
+  ASSERT_OK(cold.status);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cold.payloads[i], enc_seq[i].payload) << i;
 }
 
 TEST_F(KvtierdTest, RawPutToQuantizedNamespaceIsTranscoded) {
-  ASSERT_TRUE(Register("kivi", v1::CODEC_KIVI2).ok());
+  ASSERT_OK(Register("kivi", v1::CODEC_KIVI2));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(3, 4, kv::CodecId::kKivi2, /*raw=*/true, &raw);
   v1::PutResponse resp;
-  ASSERT_TRUE(Put("kivi", v1::PAYLOAD_FORMAT_RAW, seqs[1], 7777, 0, &resp).ok());
+  ASSERT_OK(Put("kivi", v1::PAYLOAD_FORMAT_RAW, seqs[1], 7777, 0, &resp));
   EXPECT_EQ(resp.blocks_stored(), 4u);
   // kivi2 (KVTB v2): 3-bit keys and 2-bit values plus int8 group ranges, about 3.6-4.1
   // bits per value here with the exact sink tokens: under 0.3 of the raw fp16 bytes.
@@ -437,16 +438,16 @@ TEST_F(KvtierdTest, RawPutToQuantizedNamespaceIsTranscoded) {
 
   std::vector<std::string> keys = KeysOf(seqs[1]);
   GetResult enc = Get("kivi", keys);
-  ASSERT_TRUE(enc.status.ok());
+  ASSERT_OK(enc.status);
   GetResult dec = Get("kivi", keys, v1::PAYLOAD_FORMAT_RAW);
-  ASSERT_TRUE(dec.status.ok());
+  ASSERT_OK(dec.status);
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_TRUE(enc.infos[i].found());
     EXPECT_EQ(enc.infos[i].codec(), v1::CODEC_KIVI2);
     const std::string expected_blob = Encode(kv::CodecId::kKivi2, i, raw[keys[i]]);
     EXPECT_EQ(enc.payloads[i], expected_blob);
     auto expected_raw = kv::DecodeToString(kv::AsBytes(expected_blob));
-    ASSERT_TRUE(expected_raw.ok());
+    ASSERT_OK(expected_raw);
     EXPECT_EQ(dec.infos[i].size(), kBlockBytes);
     EXPECT_EQ(dec.payloads[i], *expected_raw) << i;
     EXPECT_NE(dec.payloads[i], raw[keys[i]]);  // lossy: this is really kivi2
@@ -455,7 +456,7 @@ TEST_F(KvtierdTest, RawPutToQuantizedNamespaceIsTranscoded) {
   // An fp16 blob put to the kivi2 namespace is transcoded as well.
   std::vector<Block> one = {seqs[2][0]};
   one[0].payload = Encode(kv::CodecId::kFp16, 0, raw[one[0].key]);
-  ASSERT_TRUE(Put("kivi", v1::PAYLOAD_FORMAT_ENCODED, one).ok());
+  ASSERT_OK(Put("kivi", v1::PAYLOAD_FORMAT_ENCODED, one));
   GetResult t = Get("kivi", {one[0].key});
   ASSERT_TRUE(t.infos[0].found());
   EXPECT_EQ(t.payloads[0], Encode(kv::CodecId::kKivi2, 0, raw[one[0].key]));
@@ -467,10 +468,10 @@ void ExpectStatus(const grpc::Status& s, grpc::StatusCode code, const std::strin
 }
 
 TEST_F(KvtierdTest, BadInputGetsItsStatusAndChangesNothing) {
-  ASSERT_TRUE(Register("ns", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("ns", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(2, 3, kv::CodecId::kFp16, /*raw=*/true, &raw);
-  ASSERT_TRUE(Put("ns", v1::PAYLOAD_FORMAT_RAW, seqs[0]).ok());
+  ASSERT_OK(Put("ns", v1::PAYLOAD_FORMAT_RAW, seqs[0]));
   const v1::StatsResponse before = Stats("ns");
   const std::vector<Block>& fresh = seqs[1];  // never stored successfully
 
@@ -507,7 +508,7 @@ TEST_F(KvtierdTest, BadInputGetsItsStatusAndChangesNothing) {
     big.num_layers = 1;
     std::string blob_raw(big.BytesPerBlock(), '\0');
     auto blob = kv::Encode(kv::CodecId::kFp16, big, 0, kv::AsBytes(blob_raw));
-    ASSERT_TRUE(blob.ok());
+    ASSERT_OK(blob);
     std::vector<Block> bad = {fresh[0], fresh[1]};
     bad[1].payload = *blob;
     ExpectStatus(
@@ -603,18 +604,18 @@ TEST_F(KvtierdTest, BadInputGetsItsStatusAndChangesNothing) {
   EXPECT_EQ(after.namespaces(0).hot().blocks() + after.namespaces(0).cold().blocks(),
             before.namespaces(0).hot().blocks() + before.namespaces(0).cold().blocks());
   GetResult old = Get("ns", KeysOf(seqs[0]), v1::PAYLOAD_FORMAT_RAW);
-  ASSERT_TRUE(old.status.ok());
+  ASSERT_OK(old.status);
   for (size_t i = 0; i < seqs[0].size(); ++i) EXPECT_EQ(old.payloads[i], seqs[0][i].payload);
   // And the server keeps serving writes.
-  ASSERT_TRUE(Put("ns", v1::PAYLOAD_FORMAT_RAW, fresh).ok());
+  ASSERT_OK(Put("ns", v1::PAYLOAD_FORMAT_RAW, fresh));
   EXPECT_EQ(Lookup("ns", KeysOf(fresh)).prefix_blocks(), 3u);
 }
 
 TEST_F(KvtierdTest, RestartServesColdBlocks) {
-  ASSERT_TRUE(Register("persist", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("persist", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(4, 3, kv::CodecId::kFp16, /*raw=*/true, &raw);
-  for (const auto& seq : seqs) ASSERT_TRUE(Put("persist", v1::PAYLOAD_FORMAT_RAW, seq).ok());
+  for (const auto& seq : seqs) ASSERT_OK(Put("persist", v1::PAYLOAD_FORMAT_RAW, seq));
   RestartServer();  // SIGTERM flushes the hot tier to RocksDB; exit code checked
 
   for (const auto& seq : seqs) {
@@ -624,7 +625,7 @@ TEST_F(KvtierdTest, RestartServesColdBlocks) {
   }
   for (const auto& seq : seqs) {
     GetResult g = Get("persist", KeysOf(seq), v1::PAYLOAD_FORMAT_RAW);
-    ASSERT_TRUE(g.status.ok());
+    ASSERT_OK(g.status);
     for (size_t i = 0; i < seq.size(); ++i) {
       ASSERT_TRUE(g.infos[i].found());
       EXPECT_EQ(g.payloads[i], seq[i].payload);
@@ -632,19 +633,19 @@ TEST_F(KvtierdTest, RestartServesColdBlocks) {
   }
   // Namespaces registered by RPC survive the restart too.
   v1::RegisterNamespaceResponse reg;
-  ASSERT_TRUE(Register("persist", v1::CODEC_FP16, &reg).ok());
+  ASSERT_OK(Register("persist", v1::CODEC_FP16, &reg));
   EXPECT_FALSE(reg.created());
 }
 
 TEST_F(KvtierdTest, StatsMatchTheTraffic) {
-  ASSERT_TRUE(Register("st", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("st", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(5, 4, kv::CodecId::kFp16, /*raw=*/true, &raw);
   // Sequences 0..4 share 0..4 base blocks; distinct keys: 4 + 4 + 3 + 2 + 1... count them.
   std::set<std::string> distinct;
   int put_blocks = 0;
   for (const auto& seq : seqs) {
-    ASSERT_TRUE(Put("st", v1::PAYLOAD_FORMAT_RAW, seq).ok());
+    ASSERT_OK(Put("st", v1::PAYLOAD_FORMAT_RAW, seq));
     put_blocks += static_cast<int>(seq.size());
     for (const auto& b : seq) distinct.insert(b.key);
   }
@@ -682,17 +683,17 @@ TEST_F(KvtierdTest, StatsMatchTheTraffic) {
 }
 
 TEST_F(KvtierdTest, PinDeleteEvictAndFlush) {
-  ASSERT_TRUE(Register("adm", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("adm", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(2, 3, kv::CodecId::kFp16, /*raw=*/true, &raw);
-  for (const auto& seq : seqs) ASSERT_TRUE(Put("adm", v1::PAYLOAD_FORMAT_RAW, seq).ok());
+  for (const auto& seq : seqs) ASSERT_OK(Put("adm", v1::PAYLOAD_FORMAT_RAW, seq));
 
   grpc::ClientContext c1;
   v1::PinRequest pin;
   pin.set_namespace_("adm");
   for (const auto& k : KeysOf(seqs[0])) pin.add_keys(k);
   v1::PinResponse pinned;
-  ASSERT_TRUE(kv_->Pin(&c1, pin, &pinned).ok());
+  ASSERT_OK(kv_->Pin(&c1, pin, &pinned));
   EXPECT_EQ(pinned.blocks(), 3u);
 
   grpc::ClientContext c2;
@@ -700,7 +701,7 @@ TEST_F(KvtierdTest, PinDeleteEvictAndFlush) {
   ev.set_namespace_("adm");
   for (const auto& k : KeysOf(seqs[1])) ev.add_keys(k);
   v1::EvictResponse evicted;
-  ASSERT_TRUE(admin_->Evict(&c2, ev, &evicted).ok());
+  ASSERT_OK(admin_->Evict(&c2, ev, &evicted));
   EXPECT_EQ(evicted.blocks(), 3u);
   v1::LookupResponse r = Lookup("adm", KeysOf(seqs[1]));
   EXPECT_EQ(r.prefix_blocks(), 3u);
@@ -712,7 +713,7 @@ TEST_F(KvtierdTest, PinDeleteEvictAndFlush) {
   del.add_keys(seqs[1][2].key);
   del.add_keys("not-there");
   v1::DeleteResponse deleted;
-  ASSERT_TRUE(kv_->Delete(&c3, del, &deleted).ok());
+  ASSERT_OK(kv_->Delete(&c3, del, &deleted));
   EXPECT_EQ(deleted.blocks(), 1u);
   EXPECT_EQ(Lookup("adm", KeysOf(seqs[1])).prefix_blocks(), 2u);
   EXPECT_EQ(Lookup("adm", KeysOf(seqs[0])).prefix_blocks(), 3u);
@@ -720,7 +721,7 @@ TEST_F(KvtierdTest, PinDeleteEvictAndFlush) {
   grpc::ClientContext c4;
   v1::FlushResponse fr;
   v1::FlushRequest freq;
-  ASSERT_TRUE(admin_->Flush(&c4, freq, &fr).ok());
+  ASSERT_OK(admin_->Flush(&c4, freq, &fr));
 
   grpc::ClientContext c5;
   v1::ReportScoresRequest rs;
@@ -731,14 +732,14 @@ TEST_F(KvtierdTest, PinDeleteEvictAndFlush) {
 
   grpc::ClientContext c6;
   v1::ClusterStatusResponse cs;
-  ASSERT_TRUE(admin_->ClusterStatus(&c6, v1::ClusterStatusRequest(), &cs).ok());
+  ASSERT_OK(admin_->ClusterStatus(&c6, v1::ClusterStatusRequest(), &cs));
   ASSERT_EQ(cs.peers_size(), 1);
   EXPECT_EQ(cs.peers(0).node_id(), server_->address());
   EXPECT_TRUE(cs.peers(0).healthy());
 }
 
 TEST_F(KvtierdTest, ConcurrentStreamsStayIsolated) {
-  ASSERT_TRUE(Register("conc", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("conc", v1::CODEC_FP16));
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -775,18 +776,18 @@ TEST_F(KvtierdTest, ConcurrentStreamsStayIsolated) {
 TEST_F(KvtierdTest, PrometheusMetricsReflectTheTraffic) {
   const int metrics_port = testing::PickFreePort();
   auto code = server_->Terminate();
-  ASSERT_TRUE(code.ok());
+  ASSERT_OK(code);
   auto p = ServerProcess::Start(testing::KvtierdPath(),
                                 {"--config", config_path_, "--port", "0", "--data-dir",
                                  dir_.Sub("data"), "--metrics-port", std::to_string(metrics_port)});
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   server_ = std::make_unique<ServerProcess>(std::move(*p));
   channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
   kv_ = v1::KvCache::NewStub(channel_);
-  ASSERT_TRUE(Register("prom", v1::CODEC_FP16).ok());
+  ASSERT_OK(Register("prom", v1::CODEC_FP16));
   std::map<std::string, std::string> raw;
   auto seqs = MakeSequences(1, 3, kv::CodecId::kFp16, /*raw=*/true, &raw);
-  ASSERT_TRUE(Put("prom", v1::PAYLOAD_FORMAT_RAW, seqs[0]).ok());
+  ASSERT_OK(Put("prom", v1::PAYLOAD_FORMAT_RAW, seqs[0]));
   Lookup("prom", {seqs[0][0].key, "nope"});
 
   const std::string page = testing::HttpGet(metrics_port);

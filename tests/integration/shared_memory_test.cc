@@ -27,6 +27,7 @@
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -66,7 +67,7 @@ class SharedMemoryTest : public ::testing::Test {
                                      dir_.Sub("data")};
     args.insert(args.end(), extra.begin(), extra.end());
     auto p = ServerProcess::Start(testing::KvtierdPath(), args);
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
@@ -81,7 +82,7 @@ class SharedMemoryTest : public ::testing::Test {
     o.shared_memory_bytes = region_bytes;
     o.shared_memory_socket = std::move(socket);
     auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -107,13 +108,13 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
       continue;
     }
     auto b = shm->AllocateSharedBuffer(c.encoded[i].size());
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b);
     std::memcpy(b->data(), c.encoded[i].data(), c.encoded[i].size());
     payloads.push_back(std::span<const uint8_t>(b->data(), b->size()));
     shared.push_back(std::move(*b));
   }
   auto put = shm->PutBlocks("fp16", WithPayloads(c, payloads));
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, 8u);
 
   // Into private buffers (staged), into SharedBuffers, and over TCP: all bit-exact.
@@ -123,13 +124,13 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   for (size_t i = 0; i < 8; ++i) {
     priv_spans.emplace_back(reinterpret_cast<uint8_t*>(priv[i].data()), priv[i].size());
     auto b = shm->AllocateSharedBuffer(priv[i].size());
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b);
     shared_spans.push_back(b->span());
     into.push_back(std::move(*b));
   }
   for (const auto& spans : {priv_spans, shared_spans}) {
     auto infos = shm->GetBlocksInto("fp16", c.keys, spans);
-    ASSERT_TRUE(infos.ok()) << infos.status();
+    ASSERT_OK(infos);
     for (size_t i = 0; i < 8; ++i) {
       ASSERT_TRUE((*infos)[i].found()) << i;
       EXPECT_EQ((*infos)[i].tier(), v1::TIER_HOT);
@@ -137,14 +138,14 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
     }
   }
   auto over_tcp = tcp->GetBlocks("fp16", c.keys);
-  ASSERT_TRUE(over_tcp.ok()) << over_tcp.status();
+  ASSERT_OK(over_tcp);
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ((*over_tcp)[i].data, c.encoded[i]) << i;
 
   // A miss leaves its buffer alone and says so; a too-small buffer is OUT_OF_RANGE.
   std::vector<std::string> keys = {c.keys[0], std::string(32, 'z')};
   std::memset(shared_spans[1].data(), 0x5a, 16);
   auto mixed = shm->GetBlocksInto("fp16", keys, std::span(shared_spans).first(2));
-  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  ASSERT_OK(mixed);
   EXPECT_TRUE((*mixed)[0].found());
   EXPECT_FALSE((*mixed)[1].found());
   EXPECT_EQ(shared_spans[1][0], 0x5a);
@@ -155,7 +156,7 @@ TEST_F(SharedMemoryTest, SameHostClientRoundTripsBitExactlyThroughSharedMemory) 
   EXPECT_TRUE(shm->uses_shared_memory());
   EXPECT_GT(shm->shared_memory_socket_calls(), 0u);  // the calls went as socket frames
   auto stats = tcp->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->shm_sessions(), 1u);  // `shm`'s; `tcp` has none
 }
 
@@ -169,7 +170,7 @@ TEST_F(SharedMemoryTest, LookupsGoOverTheSocketAndAnswerAsOverGrpc) {
   auto tcp = Connect("fp16", v1::CODEC_FP16, /*shared_memory=*/false);
   ASSERT_NE(tcp, nullptr);
   const Sequence c = MakeSequence("fp16", kLayout, 6, 31);
-  ASSERT_TRUE(tcp->PutBlocks("fp16", std::span(c.blocks).first(4)).ok());
+  ASSERT_OK(tcp->PutBlocks("fp16", std::span(c.blocks).first(4)));
   std::vector<std::string> keys = c.keys;  // blocks 4 and 5 are not stored
   keys.push_back(std::string(32, 'x'));
 
@@ -179,8 +180,8 @@ TEST_F(SharedMemoryTest, LookupsGoOverTheSocketAndAnswerAsOverGrpc) {
     const uint64_t before = shm->shared_memory_socket_calls();
     auto over_socket = shm->Lookup("fp16", keys, lo);
     auto over_grpc = tcp->Lookup("fp16", keys, lo);
-    ASSERT_TRUE(over_socket.ok()) << over_socket.status();
-    ASSERT_TRUE(over_grpc.ok()) << over_grpc.status();
+    ASSERT_OK(over_socket);
+    ASSERT_OK(over_grpc);
     EXPECT_EQ(shm->shared_memory_socket_calls(), before + 1) << "compact " << compact;
     EXPECT_EQ(over_socket->prefix_blocks(), 4u);
     EXPECT_EQ(over_socket->SerializeAsString(), over_grpc->SerializeAsString())
@@ -191,15 +192,15 @@ TEST_F(SharedMemoryTest, LookupsGoOverTheSocketAndAnswerAsOverGrpc) {
   LookupOptions leased;
   leased.lease_ms = 60000;
   auto held = shm->Lookup("fp16", keys, leased);
-  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_OK(held);
   EXPECT_EQ(held->leased_blocks(), 4u);
   ASSERT_EQ(held->blocks_size(), 7);
   EXPECT_NE(held->blocks(0).lease_id(), 0u);
   auto stats = tcp->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->leases().active(), 1u);
   auto released = shm->ReleaseLease("fp16", held->blocks(0).lease_id());
-  ASSERT_TRUE(released.ok()) << released.status();
+  ASSERT_OK(released);
   EXPECT_EQ(*released, 4u);
 
   // Bad input: the same status and message both ways, and nothing changes.
@@ -214,16 +215,16 @@ TEST_F(SharedMemoryTest, LookupsGoOverTheSocketAndAnswerAsOverGrpc) {
   }
   EXPECT_THAT(std::string(shm->Lookup("fp16", bad).status().message()), HasSubstr("keys[1]"));
   auto again = shm->Lookup("fp16", c.keys);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->prefix_blocks(), 4u);
 
   // Malformed Lookup frames, sent by hand: refused, and nothing changes. (A Lookup frame's
   // session only carries the caller's identity, so with auth off it is not checked.)
   auto stats_now = tcp->Stats();
-  ASSERT_TRUE(stats_now.ok());
+  ASSERT_OK(stats_now);
   auto region = SharedRegion::Open(stats_now->shared_memory().socket_path(), 1 << 20,
                                    stats_now->shared_memory().instance_id());
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_OK(region);
   namespace shm_wire = protocol::shm;
   struct Case {
     std::string body;
@@ -238,12 +239,12 @@ TEST_F(SharedMemoryTest, LookupsGoOverTheSocketAndAnswerAsOverGrpc) {
   };
   for (const Case& k : cases) {
     auto reply = (*region)->Call(shm_wire::FrameOp::kLookup, k.body, 0);
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_EQ(reply->code, static_cast<int>(k.code)) << reply->message;
     EXPECT_THAT(reply->message, HasSubstr(k.text));
   }
   auto after = shm->Lookup("fp16", c.keys);
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_EQ(after->prefix_blocks(), 4u);
 }
 
@@ -254,14 +255,14 @@ TEST_F(SharedMemoryTest, WithSocketCallsOffTheRegionGoesOverGrpcStreams) {
   o.namespace_spec = Spec("fp16");
   o.shared_memory_socket_calls = false;
   auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_OK(client);
   ASSERT_TRUE((*client)->uses_shared_memory());
   const Sequence c = MakeSequence("fp16", kLayout, 3, 17);
-  ASSERT_TRUE((*client)->PutBlocks("fp16", c.blocks).ok());
+  ASSERT_OK((*client)->PutBlocks("fp16", c.blocks));
   std::vector<std::string> bufs(3, std::string(c.encoded[0].size(), '\0'));
   std::vector<std::span<uint8_t>> spans;
   for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
-  ASSERT_TRUE((*client)->GetBlocksInto("fp16", c.keys, spans).ok());
+  ASSERT_OK((*client)->GetBlocksInto("fp16", c.keys, spans));
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(bufs[i], c.encoded[i]) << i;
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
 }
@@ -276,17 +277,17 @@ TEST_F(SharedMemoryTest, CallsLargerThanTheRegionFallBackToTcp) {
   ASSERT_TRUE(small->uses_shared_memory());
   const Sequence c = MakeSequence("fp16", kLayout, 6, 16);
   auto put = small->PutBlocks("fp16", c.blocks);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, 6u);
   std::vector<std::string> bufs(6, std::string(c.encoded[0].size(), '\0'));
   std::vector<std::span<uint8_t>> spans;
   for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
   auto infos = small->GetBlocksInto("fp16", c.keys, spans);
-  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_OK(infos);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(bufs[i], c.encoded[i]) << i;
   EXPECT_TRUE(small->uses_shared_memory());  // still in use for calls that fit
   auto one = small->GetBlocksInto("fp16", std::span(c.keys).first(1), std::span(spans).first(1));
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_OK(one);
   EXPECT_EQ(bufs[0], c.encoded[0]);
 }
 
@@ -300,17 +301,17 @@ TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
   for (const auto& r : c.raw) raw.push_back(kv::AsBytes(r));
   PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE(shm->PutBlocks("int8", WithPayloads(c, raw), po).ok());
+  ASSERT_OK(shm->PutBlocks("int8", WithPayloads(c, raw), po));
 
   GetOptions go;
   go.format = v1::PAYLOAD_FORMAT_RAW;
   auto want = tcp->GetBlocks("int8", c.keys, go);
-  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_OK(want);
   std::vector<std::string> got(4, std::string(kLayout.BytesPerBlock(), '\0'));
   std::vector<std::span<uint8_t>> spans;
   for (auto& g : got) spans.emplace_back(reinterpret_cast<uint8_t*>(g.data()), g.size());
   auto infos = shm->GetBlocksInto("int8", c.keys, spans, go);
-  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_OK(infos);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE((*infos)[i].found());
     EXPECT_EQ((*infos)[i].codec(), v1::CODEC_INT8);
@@ -360,7 +361,7 @@ class RawCalls : public SharedMemoryTest {
                                    const google::protobuf::Message& request,
                                    const grpc::Status& want) {
     auto reply = region.Call(op, request.SerializeAsString(), 0);
-    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_OK(reply);
     EXPECT_EQ(reply->code, static_cast<int>(want.error_code())) << reply->message;
     EXPECT_EQ(reply->message, want.error_message());
     EXPECT_EQ(reply->details, want.error_details());
@@ -380,18 +381,18 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   auto client = Connect("fp16");
   ASSERT_NE(client, nullptr);
   const Sequence c = MakeSequence("fp16", kLayout, 1, 13);
-  ASSERT_TRUE(client->PutBlocks("fp16", c.blocks).ok());
+  ASSERT_OK(client->PutBlocks("fp16", c.blocks));
 
   // A session of our own, opened the way Client does.
   v1::StatsResponse stats;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(v1::KvCacheAdmin::NewStub(channel_)->Stats(&ctx, {}, &stats).ok());
+    ASSERT_OK(v1::KvCacheAdmin::NewStub(channel_)->Stats(&ctx, {}, &stats));
   }
   ASSERT_FALSE(stats.shared_memory().socket_path().empty());
   auto region = SharedRegion::Open(stats.shared_memory().socket_path(), 1 << 20,
                                    stats.shared_memory().instance_id());
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_OK(region);
   std::memset((*region)->base(), 0x33, 1 << 20);  // garbage that must never be stored
 
   v1::PutHeader h;
@@ -461,21 +462,21 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
   v1::GetRequest no_session = g;
   no_session.clear_shm_session();  // over the socket, payloads must go to a region
   auto reply = (*region)->Call(protocol::shm::FrameOp::kGet, no_session.SerializeAsString(), 0);
-  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_OK(reply);
   EXPECT_EQ(reply->code, static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
   EXPECT_THAT(reply->message, HasSubstr("shm_session is empty"));
 
   // The stored block is unchanged, and a well-formed shared-memory Get delivers it.
   g.set_shm_session((*region)->session());
   s = GetHeaderOnly(g, &gh);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_OK(s);
   ASSERT_EQ(gh.blocks_size(), 1);
   ASSERT_TRUE(gh.blocks(0).found());
   EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, gh.blocks(0).size()),
             c.encoded[0]);
   std::memset((*region)->base(), 0, c.encoded[0].size());
   reply = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
-  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_OK(reply);
   ASSERT_EQ(reply->code, 0) << reply->message;
   EXPECT_EQ(AsString({(*region)->base(), c.encoded[0].size()}, c.encoded[0].size()), c.encoded[0]);
 }
@@ -486,15 +487,15 @@ TEST_F(RawCalls, BadSharedMemoryRequestsGetTheirStatusAndChangeNothing) {
 TEST_F(RawCalls, AClientKilledMidCallLeavesNothingPartial) {
   auto client = Connect("fp16");
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->PutBlocks("fp16", MakeSequence("fp16", kLayout, 1, 20).blocks).ok());
+  ASSERT_OK(client->PutBlocks("fp16", MakeSequence("fp16", kLayout, 1, 20).blocks));
   v1::StatsResponse stats;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(v1::KvCacheAdmin::NewStub(channel_)->Stats(&ctx, {}, &stats).ok());
+    ASSERT_OK(v1::KvCacheAdmin::NewStub(channel_)->Stats(&ctx, {}, &stats));
   }
   auto region = SharedRegion::Open(stats.shared_memory().socket_path(), 1 << 20,
                                    stats.shared_memory().instance_id());
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_OK(region);
   const Sequence c = MakeSequence("fp16", kLayout, 4, 21);
   v1::PutRequest req;
   v1::PutHeader* h = req.mutable_header();
@@ -534,7 +535,7 @@ TEST_F(RawCalls, AClientKilledMidCallLeavesNothingPartial) {
   size_t found = 0;
   for (int attempt = 0; attempt < 500 && found < c.keys.size(); ++attempt) {
     auto got = client->GetBlocks("fp16", c.keys);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     found = 0;
     for (size_t i = 0; i < c.keys.size(); ++i) {
       if (!(*got)[i].info.found()) continue;
@@ -545,7 +546,7 @@ TEST_F(RawCalls, AClientKilledMidCallLeavesNothingPartial) {
   }
   EXPECT_EQ(found, c.keys.size());
   auto again = (*region)->Call(protocol::shm::FrameOp::kPut, req.SerializeAsString(), 0);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->code, 0) << again->message;
 }
 
@@ -554,23 +555,23 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->uses_shared_memory());
   const Sequence c = MakeSequence("fp16", kLayout, 2, 14);
-  ASSERT_TRUE(client->PutBlocks("fp16", std::span(c.blocks).first(1)).ok());
+  ASSERT_OK(client->PutBlocks("fp16", std::span(c.blocks).first(1)));
   EXPECT_EQ(client->shared_memory_socket_calls(), 1u);
 
   const int port = server_->port();
   auto code = server_->Terminate();
-  ASSERT_TRUE(code.ok()) << code.status();
+  ASSERT_OK(code);
   StartServer(port);  // same address and data dir; the old session is gone
-  ASSERT_TRUE(client->Stats().ok());  // retried until the channel reconnects
+  ASSERT_OK(client->Stats());  // retried until the channel reconnects
 
   auto put = client->PutBlocks("fp16", std::span(c.blocks).subspan(1));
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_FALSE(client->uses_shared_memory());
   std::vector<std::string> bufs(2, std::string(c.encoded[0].size(), '\0'));
   std::vector<std::span<uint8_t>> spans;
   for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
   auto infos = client->GetBlocksInto("fp16", c.keys, spans);
-  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_OK(infos);
   EXPECT_EQ(bufs[0], c.encoded[0]);  // persisted across the restart
   EXPECT_EQ(bufs[1], c.encoded[1]);
   EXPECT_EQ(client->shared_memory_socket_calls(), 1u);  // the socket died with the server
@@ -580,7 +581,7 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   ASSERT_NE(fresh, nullptr);
   ASSERT_TRUE(fresh->uses_shared_memory());
   auto again = fresh->GetBlocksInto("fp16", c.keys, spans);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(bufs[1], c.encoded[1]);
   EXPECT_GT(fresh->shared_memory_socket_calls(), 0u);
 }
@@ -591,22 +592,22 @@ TEST_F(SharedMemoryTest, WithAuthAnUnboundSessionIsRefusedOverTheSocket) {
   std::ofstream(dir_.Sub("auth.textproto"))
       << "tenants { tenant: \"team-a\" token_sha256: "
          "\"a70bf50e531ce1a817561f2f5d5b6645d4e806becf58ccc5e8cf6b8045a090a8\" }\n";  // token-a
-  ASSERT_TRUE(server_->Terminate().ok());
+  ASSERT_OK(server_->Terminate());
   StartServer(testing::PickFreePort(), {"--config", dir_.Sub("auth.textproto")});
   ClientOptions o;
   o.server = server_->address();
   o.auth_token = "token-a";
   o.namespace_spec = testing::NamespaceSpecOf("fp16", kLayout, v1::CODEC_FP16, "team-a");
   auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_OK(client);
   ASSERT_TRUE((*client)->uses_shared_memory());
 
   // A region opened by hand: no gRPC call has named its session.
   auto stats = (*client)->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   auto region = SharedRegion::Open(stats->shared_memory().socket_path(), 1 << 20,
                                    stats->shared_memory().instance_id());
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_OK(region);
   v1::GetRequest g;
   g.set_namespace_("fp16");
   g.add_keys(std::string(32, 'k'));
@@ -614,42 +615,42 @@ TEST_F(SharedMemoryTest, WithAuthAnUnboundSessionIsRefusedOverTheSocket) {
   v1::ShmRange* d = g.add_shm_destinations();
   d->set_capacity(4096);
   auto reply = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
-  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_OK(reply);
   EXPECT_EQ(reply->code, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
   EXPECT_THAT(reply->message, HasSubstr("no authenticated gRPC call has used yet"));
   // A refused frame binds nothing: the next one is refused too (it once ran as an
   // operator, with every tenant's namespaces).
   auto second = (*region)->Call(protocol::shm::FrameOp::kGet, g.SerializeAsString(), 0);
-  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_OK(second);
   EXPECT_EQ(second->code, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED)) << second->message;
 
   // A Lookup before any Put or Get: its session is unbound, the socket refuses it and the
   // client asks over gRPC.
   const Sequence c = MakeSequence("fp16", kLayout, 2, 22);
   auto before = (*client)->Lookup("fp16", c.keys);
-  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_OK(before);
   EXPECT_EQ(before->prefix_blocks(), 0u);
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
 
   // The client's first call binds its session over gRPC; the next ones take the socket.
-  ASSERT_TRUE((*client)->PutBlocks("fp16", std::span(c.blocks).first(1)).ok());
+  ASSERT_OK((*client)->PutBlocks("fp16", std::span(c.blocks).first(1)));
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 0u);
-  ASSERT_TRUE((*client)->PutBlocks("fp16", std::span(c.blocks).subspan(1)).ok());
+  ASSERT_OK((*client)->PutBlocks("fp16", std::span(c.blocks).subspan(1)));
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 1u);
   // Once a socket call was answered, Lookups take the socket again.
   auto after = (*client)->Lookup("fp16", c.keys);
-  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_OK(after);
   EXPECT_EQ(after->prefix_blocks(), 2u);
   EXPECT_EQ((*client)->shared_memory_socket_calls(), 2u);
   auto got = (*client)->GetBlocks("fp16", c.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ((*got)[i].data, c.encoded[i]) << i;
 }
 
 TEST_F(SharedMemoryTest, ASocketOfAnotherServerIsNotUsed) {
   TempDir other_dir;
   auto other = ServerProcess::StartKvtierd(other_dir.Sub("data"));
-  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_OK(other);
   auto client = Connect("fp16", v1::CODEC_FP16, true, other_dir.Sub("data/kvtierd.sock"));
   ASSERT_NE(client, nullptr);
   EXPECT_FALSE(client->uses_shared_memory());
@@ -657,22 +658,22 @@ TEST_F(SharedMemoryTest, ASocketOfAnotherServerIsNotUsed) {
   EXPECT_EQ(client->AllocateSharedBuffer(4096).status().code(),
             absl::StatusCode::kFailedPrecondition);
   const Sequence c = MakeSequence("fp16", kLayout, 1, 15);
-  ASSERT_TRUE(client->PutBlocks("fp16", c.blocks).ok());
+  ASSERT_OK(client->PutBlocks("fp16", c.blocks));
   auto got = client->GetBlocks("fp16", c.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data, c.encoded[0]);
 }
 
 TEST_F(SharedMemoryTest, ShmSocketOffOffersNothing) {
   auto code = server_->Terminate();
-  ASSERT_TRUE(code.ok()) << code.status();
+  ASSERT_OK(code);
   StartServer(testing::PickFreePort(), {"--shm-socket", "off"});
   auto client = Connect("fp16");
   ASSERT_NE(client, nullptr);
   EXPECT_FALSE(client->uses_shared_memory());
   EXPECT_EQ(client->connect_info().shared_memory_error, "");
   auto stats = client->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->shared_memory().socket_path(), "");
 }
 

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
@@ -42,7 +43,7 @@ std::vector<std::string> RowOf(const std::string& table, const std::string& firs
 TEST(StatsCliTest, LookupAndGetColumnsAndDistinctBlocks) {
   testing::TempDir dir;
   auto server = testing::ServerProcess::StartKvtierd(dir.Sub("data"));
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   kv::Layout layout;
   layout.num_layers = 1;
   layout.num_kv_heads = 1;
@@ -56,7 +57,7 @@ TEST(StatsCliTest, LookupAndGetColumnsAndDistinctBlocks) {
   *spec.mutable_layout() = client::ToProto(layout);
   o.namespace_spec = spec;
   auto c = client::Client::Connect(o);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   const std::vector<uint8_t> raw(layout.BytesPerBlock(), 0x3c);
   const std::vector<std::string> keys = {"cli-key-00000000", "cli-key-00000001",
                                          "cli-key-00000002"};
@@ -69,10 +70,10 @@ TEST(StatsCliTest, LookupAndGetColumnsAndDistinctBlocks) {
   }
   client::PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE((*c)->PutBlocks("cli", blocks, po).ok());
-  ASSERT_TRUE((*c)->Flush("cli").ok());  // every block now in both tiers
+  ASSERT_OK((*c)->PutBlocks("cli", blocks, po));
+  ASSERT_OK((*c)->Flush("cli"));  // every block now in both tiers
   const std::vector<std::string> half = {keys[0], "cli-key-absent00"};
-  ASSERT_TRUE((*c)->Lookup("cli", half).ok());  // one lookup, 50% hit, no get
+  ASSERT_OK((*c)->Lookup("cli", half));  // one lookup, 50% hit, no get
 
   const std::string table = RunCommand(absl::StrCat(Kvtier(), " stats --server ", server->address()));
   const std::vector<std::string> header = RowOf(table, "NAMESPACE");
@@ -96,8 +97,8 @@ TEST(StatsCliTest, LookupAndGetColumnsAndDistinctBlocks) {
 
   // The prefix split by tier: demote the last block, look the whole chain up. The
   // counters add up over both lookups: 5 keys asked, 4 in the prefix, 3 of them hot.
-  ASSERT_TRUE((*c)->Evict("cli", std::vector<std::string>{keys[2]}, /*drop=*/false).ok());
-  ASSERT_TRUE((*c)->Lookup("cli", keys).ok());
+  ASSERT_OK((*c)->Evict("cli", std::vector<std::string>{keys[2]}, /*drop=*/false));
+  ASSERT_OK((*c)->Lookup("cli", keys));
   const std::string split =
       RunCommand(absl::StrCat(Kvtier(), " stats --server ", server->address()));
   ASSERT_GE(RowOf(split, "cli").size(), 7u) << split;
@@ -105,7 +106,7 @@ TEST(StatsCliTest, LookupAndGetColumnsAndDistinctBlocks) {
   EXPECT_THAT(RowOf(split, "hot"), ::testing::Contains("60.0%")) << split;
   EXPECT_THAT(RowOf(split, "cold"), ::testing::Contains("20.0%")) << split;
   auto stats = (*c)->Stats("cli");
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   ASSERT_EQ(stats->namespaces_size(), 1);
   EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks(), 4u);
   EXPECT_EQ(stats->namespaces(0).lookup_prefix_hit_blocks_hot(), 3u);

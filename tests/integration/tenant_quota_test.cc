@@ -16,6 +16,7 @@
 #include "tests/testing/layouts.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -54,7 +55,7 @@ class TenantQuotaTest : public ::testing::Test {
         << kQuotaBlocks * block_bytes_ << " }\n";
     auto p = ServerProcess::StartKvtierd(dir_.Sub("data"),
                                          {"--config", dir_.Sub("kvtierd.textproto")});
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
     a_ = Connect("token-a", "a-ns");
     b_ = Connect("token-b", "b-ns");
@@ -69,7 +70,7 @@ class TenantQuotaTest : public ::testing::Test {
     o.num_channels = 1;
     o.max_attempts = 1;
     auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? *std::move(c) : nullptr;
   }
 
@@ -81,11 +82,11 @@ class TenantQuotaTest : public ::testing::Test {
     for (int r = 0; r < rounds; ++r) {
       for (int s = 0; s < a_blocks / kChain; ++s) {
         const Sequence seq = MakeSequence("a-ns", kLayout, kChain, next_a_seed_++);
-        EXPECT_TRUE(a_->PutBlocks("a-ns", seq.blocks).ok());
+        EXPECT_OK(a_->PutBlocks("a-ns", seq.blocks));
       }
       for (const Sequence& seq : b_set_) {
         auto got = b_->GetBlocks("b-ns", seq.keys);
-        EXPECT_TRUE(got.ok()) << got.status();
+        EXPECT_OK(got);
       }
     }
     uint64_t hot1 = 0, gets1 = 0;
@@ -95,7 +96,7 @@ class TenantQuotaTest : public ::testing::Test {
 
   void StatsOfB(uint64_t* hot_hits, uint64_t* gets) {
     auto st = b_->Stats("b-ns");
-    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_OK(st);
     ASSERT_EQ(st->namespaces_size(), 1);
     *hot_hits = st->namespaces(0).hot().hits();
     *gets = st->namespaces(0).gets();
@@ -112,7 +113,7 @@ class TenantQuotaTest : public ::testing::Test {
 TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQuota) {
   for (int s = 0; s < kBSequences; ++s) {
     b_set_.push_back(MakeSequence("b-ns", kLayout, kChain, 1000 + s));
-    ASSERT_TRUE(b_->PutBlocks("b-ns", b_set_.back().blocks).ok());
+    ASSERT_OK(b_->PutBlocks("b-ns", b_set_.back().blocks));
   }
   const double idle = ReplayB(3, 0);
   // A writes eight times its hot quota (more than the hot tier's high watermark, so
@@ -122,7 +123,7 @@ TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQu
   EXPECT_NEAR(flooded, idle, 0.01);
 
   auto sb = b_->Stats();
-  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_OK(sb);
   ASSERT_EQ(sb->namespaces_size(), 1);  // B sees only its own namespace and tenant
   EXPECT_EQ(sb->namespaces(0).demotions(), 0u);
   EXPECT_EQ(sb->namespaces(0).evictions_hot_capacity(), 0u);
@@ -132,7 +133,7 @@ TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQu
   EXPECT_EQ(sb->tenants(0).hot_limit_bytes(), 0u);
 
   auto sa = a_->Stats();
-  ASSERT_TRUE(sa.ok()) << sa.status();
+  ASSERT_OK(sa);
   ASSERT_EQ(sa->tenants_size(), 1);
   const v1::TenantStats& ta = sa->tenants(0);
   EXPECT_EQ(ta.tenant(), "team-a");
@@ -150,7 +151,7 @@ TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQu
     }
   }
   auto pinned = a_->Pin("a-ns", a_keys, /*ttl_ms=*/0);
-  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  ASSERT_OK(pinned);
   EXPECT_EQ(*pinned, static_cast<uint64_t>(kQuotaBlocks));
   const Sequence extra = MakeSequence("a-ns", kLayout, 1, 999999);
   auto refused = a_->PutBlocks("a-ns", extra.blocks);
@@ -163,7 +164,7 @@ TEST_F(TenantQuotaTest, ANoisyTenantNeverEvictsAnothersBlocksAndIsRefusedAtItsQu
   EXPECT_EQ(a_->Stats()->tenants(0).quota_rejections(), 1u);
   // B still puts and hits.
   const Sequence more = MakeSequence("b-ns", kLayout, kChain, 5000);
-  EXPECT_TRUE(b_->PutBlocks("b-ns", more.blocks).ok());
+  EXPECT_OK(b_->PutBlocks("b-ns", more.blocks));
   EXPECT_NEAR(ReplayB(1, 0), 1.0, 1e-9);
 }
 

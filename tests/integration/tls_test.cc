@@ -20,6 +20,7 @@
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_certs.h"
 
@@ -76,23 +77,23 @@ class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto ca = TestCa::Create(dir_.path(), "good");
-    ASSERT_TRUE(ca.ok()) << ca.status();
+    ASSERT_OK(ca);
     auto other = TestCa::Create(dir_.path(), "other");
-    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_OK(other);
     ca_ = std::make_unique<TestCa>(*ca);
     other_ca_ = std::make_unique<TestCa>(*other);
     auto server = ca_->Issue("server", "kvtier-server", kLocalSans);
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_cert_ = *server;
     // The client certificate names its holder in a SAN; the CN is only informative.
     auto a = ca_->Issue("client-a", "alice", {"DNS:client-a"});
-    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_OK(a);
     client_a_ = *a;
     auto op = ca_->Issue("operator", "operator", {});
-    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_OK(op);
     operator_ = *op;
     auto forged = other_ca_->Issue("forged-a", "alice", {"DNS:client-a"});
-    ASSERT_TRUE(forged.ok()) << forged.status();
+    ASSERT_OK(forged);
     forged_a_ = *forged;
   }
 
@@ -100,7 +101,7 @@ class TlsTest : public ::testing::Test {
     std::ofstream(dir_.Sub("kvtierd.textproto")) << config;
     auto p =
         ServerProcess::StartKvtierd(dir_.Sub("data"), {"--config", dir_.Sub("kvtierd.textproto")});
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
@@ -126,7 +127,7 @@ TEST_F(TlsTest, PlaintextUntrustedAndCertificateLessClientsFail) {
   EXPECT_FALSE(Client::Connect(TlsOptions(server_->address(), ca_->ca_file())).ok());
   EXPECT_FALSE(Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &forged_a_)).ok());
   auto ok = Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &client_a_));
-  EXPECT_TRUE(ok.ok()) << ok.status();
+  EXPECT_OK(ok);
 
   // `kvtier health`, the exec probe of deploy/components/tls: SERVING over mutual TLS
   // with a certificate (health needs no tenant), a failure without one.
@@ -143,16 +144,16 @@ TEST_F(TlsTest, PlaintextUntrustedAndCertificateLessClientsFail) {
 TEST_F(TlsTest, TheClientCertificateNamesTheTenant) {
   StartServer(absl::StrCat(kTokenB, TlsBlock(server_cert_, ca_->ca_file(), kIdentities)));
   auto op = Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &operator_));
-  ASSERT_TRUE(op.ok()) << op.status();
-  ASSERT_TRUE((*op)->RegisterNamespace(Spec("a-ns", "tenant-a")).ok());
-  ASSERT_TRUE((*op)->RegisterNamespace(Spec("b-ns", "tenant-b")).ok());
+  ASSERT_OK(op);
+  ASSERT_OK((*op)->RegisterNamespace(Spec("a-ns", "tenant-a")));
+  ASSERT_OK((*op)->RegisterNamespace(Spec("b-ns", "tenant-b")));
 
   auto a = Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &client_a_));
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   const Sequence seq = MakeSequence("a-ns", kLayout, 3, 31);
-  ASSERT_TRUE((*a)->PutBlocks("a-ns", seq.blocks).ok());
+  ASSERT_OK((*a)->PutBlocks("a-ns", seq.blocks));
   auto got = (*a)->GetBlocks("a-ns", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[2].data, seq.encoded[2]);
   EXPECT_EQ((*a)->Lookup("b-ns", seq.keys).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ((*a)->PutBlocks("b-ns", seq.blocks).status().code(),
@@ -167,7 +168,7 @@ TEST_F(TlsTest, TheClientCertificateNamesTheTenant) {
   EXPECT_THAT(mixed.status().message(), HasSubstr("must agree"));
   // A certificate whose names map to two tenants names none.
   auto two = ca_->Issue("two-names", "client-a", {"DNS:operator"});
-  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_OK(two);
   auto ambiguous = Client::Connect(TlsOptions(server_->address(), ca_->ca_file(), &*two));
   EXPECT_EQ(ambiguous.status().code(), absl::StatusCode::kUnauthenticated) << ambiguous.status();
   EXPECT_THAT(ambiguous.status().message(), HasSubstr("two tenants"));
@@ -180,11 +181,11 @@ TEST_F(TlsTest, TheClientCertificateNamesTheTenant) {
 TEST_F(TlsTest, ARotatedCertificateIsServedToNewConnectionsWithoutARestart) {
   StartServer(TlsBlock(server_cert_, ca_->ca_file(), ""));
   auto before = Client::Connect(TlsOptions(server_->address(), ca_->ca_file()));
-  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_OK(before);
   EXPECT_FALSE(Client::Connect(TlsOptions(server_->address(), other_ca_->ca_file())).ok());
 
   // Replace the server's files in place with a certificate of the other CA.
-  ASSERT_TRUE(other_ca_->Issue("server", "kvtier-server", kLocalSans).ok());
+  ASSERT_OK(other_ca_->Issue("server", "kvtier-server", kLocalSans));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   absl::Status rotated = absl::UnknownError("not tried");
   while (std::chrono::steady_clock::now() < deadline) {
@@ -192,9 +193,9 @@ TEST_F(TlsTest, ARotatedCertificateIsServedToNewConnectionsWithoutARestart) {
     if (rotated.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // polling, bounded
   }
-  EXPECT_TRUE(rotated.ok()) << rotated;
+  EXPECT_OK(rotated);
   // The connection made before the rotation keeps working; the pid is the same.
-  EXPECT_TRUE((*before)->Stats().ok());
+  EXPECT_OK((*before)->Stats());
   EXPECT_GT(server_->pid(), 0);
 }
 
@@ -209,9 +210,9 @@ std::string NodeTls(const CertFiles& node, const std::string& ca) {
 
 TEST_F(TlsTest, AThreeNodeClusterWorksOverMutualTls) {
   auto node = ca_->Issue("node", "kvtier-node", kLocalSans);
-  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_OK(node);
   auto rogue = other_ca_->Issue("rogue", "kvtier-node", kLocalSans);
-  ASSERT_TRUE(rogue.ok()) << rogue.status();
+  ASSERT_OK(rogue);
 
   testing::StaticPeerCluster::Options o;
   o.num_nodes = 3;
@@ -219,20 +220,20 @@ TEST_F(TlsTest, AThreeNodeClusterWorksOverMutualTls) {
   o.node_config = {NodeTls(*node, ca_->ca_file()), NodeTls(*node, ca_->ca_file()),
                    NodeTls(*node, ca_->ca_file())};
   auto cluster = testing::StaticPeerCluster::Create(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(cluster->StartAll().ok());
+  ASSERT_OK(cluster);
+  ASSERT_OK(cluster->StartAll());
 
   ClusterClientOptions co;
   co.node = TlsOptions(cluster->ids()[0], ca_->ca_file(), &client_a_);
   co.node.namespace_spec = Spec("a-ns");
   auto cc = ClusterClient::Connect(co);
-  ASSERT_TRUE(cc.ok()) << cc.status();
+  ASSERT_OK(cc);
   const Sequence seq = MakeSequence("a-ns", kLayout, 12, 32);
-  ASSERT_TRUE((*cc)->PutBlocks("a-ns", seq.blocks).ok());
+  ASSERT_OK((*cc)->PutBlocks("a-ns", seq.blocks));
   auto c = Client::Connect(TlsOptions(cluster->ids()[1], ca_->ca_file(), &client_a_));
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   auto l = (*c)->Lookup("a-ns", seq.keys);
-  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_OK(l);
   EXPECT_EQ(l->prefix_blocks(), 12u);  // the other nodes' blocks came over mutual TLS
   std::set<std::string> owners;
   for (const auto& b : l->blocks()) owners.insert(b.owner());
@@ -243,26 +244,26 @@ TEST_F(TlsTest, AThreeNodeClusterWorksOverMutualTls) {
 // SANs must name the peer's address in the membership).
 TEST_F(TlsTest, AClusterRejectsPeersWithACertificateFromAnotherCaOrForAnotherHost) {
   auto node = ca_->Issue("node", "kvtier-node", kLocalSans);
-  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_OK(node);
   // Same name and SANs as the real nodes, signed by another CA.
   auto rogue = other_ca_->Issue("rogue", "kvtier-node", kLocalSans);
-  ASSERT_TRUE(rogue.ok()) << rogue.status();
+  ASSERT_OK(rogue);
   // Signed by the cluster CA, but naming another host than the peer's address.
   auto misnamed = ca_->Issue("misnamed", "kvtier-node", {"DNS:elsewhere.example"});
-  ASSERT_TRUE(misnamed.ok()) << misnamed.status();
+  ASSERT_OK(misnamed);
   testing::StaticPeerCluster::Options o;
   o.num_nodes = 4;
   o.root_dir = dir_.path();
   o.node_config = {NodeTls(*node, ca_->ca_file()), NodeTls(*node, ca_->ca_file()),
                    NodeTls(*rogue, ca_->ca_file()), NodeTls(*misnamed, ca_->ca_file())};
   auto cluster = testing::StaticPeerCluster::Create(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(cluster->StartAll().ok());
+  ASSERT_OK(cluster);
+  ASSERT_OK(cluster->StartAll());
 
   auto c = Client::Connect(TlsOptions(cluster->ids()[0], ca_->ca_file(), &client_a_));
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   auto status = (*c)->ClusterStatus();
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_OK(status);
   ASSERT_EQ(status->peers_size(), 4);
   for (const v1::PeerStatus& p : status->peers()) {
     // A peer that did not answer has empty stats and was never seen.

@@ -28,6 +28,7 @@
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/static_peer_cluster.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/synthetic_blocks.h"
 
@@ -54,7 +55,7 @@ class UcxTest : public ::testing::Test {
   void StartServer(std::vector<std::string> extra = {"--ucx"}) {
     extra.insert(extra.end(), {"--hot-capacity", "64MiB", "--shm-socket", "off"});
     auto p = ServerProcess::StartKvtierd(dir_.Sub("data"), extra);
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     server_ = std::make_unique<ServerProcess>(std::move(*p));
   }
 
@@ -76,7 +77,7 @@ class UcxTest : public ::testing::Test {
 
   std::unique_ptr<Client> Connect(const ClientOptions& o) {
     auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -94,7 +95,7 @@ class UcxTest : public ::testing::Test {
         grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     v1::StatsResponse resp;
-    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &resp).ok());
+    EXPECT_OK(stub->Stats(&ctx, v1::StatsRequest(), &resp));
     return resp;
   }
 
@@ -126,7 +127,7 @@ class UcxTest : public ::testing::Test {
   // How many of seq's blocks the server holds.
   uint32_t Resident(Client& c, const Sequence& seq) {
     auto l = c.Lookup("fp16", seq.keys, /*local_only=*/true);
-    EXPECT_TRUE(l.ok()) << l.status();
+    EXPECT_OK(l);
     return l.ok() ? l->prefix_blocks() : 0;
   }
 
@@ -135,7 +136,7 @@ class UcxTest : public ::testing::Test {
     auto ch = UcxChannel::Open("127.0.0.1", static_cast<uint16_t>(st.ucx().port()),
                                st.ucx().instance_id(), "tcp",
                                std::chrono::system_clock::now() + std::chrono::seconds(5));
-    EXPECT_TRUE(ch.ok()) << ch.status();
+    EXPECT_OK(ch);
     return ch.ok() ? std::move(*ch) : nullptr;
   }
 
@@ -151,11 +152,11 @@ TEST_F(UcxTest, EncodedAndRawBlocksRoundTripBitExactlyOverUcx) {
   EXPECT_FALSE(c->uses_shared_memory());
   const Sequence seq = MakeSequence("fp16", kLayout, 12, 7);
   auto put = c->PutBlocks("fp16", seq.blocks);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, 12u);
 
   auto got = c->GetBlocks("fp16", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 12u);
   for (size_t i = 0; i < 12; ++i) {
     ASSERT_TRUE((*got)[i].info.found()) << i;
@@ -171,7 +172,7 @@ TEST_F(UcxTest, EncodedAndRawBlocksRoundTripBitExactlyOverUcx) {
   GetOptions raw;
   raw.format = v1::PAYLOAD_FORMAT_RAW;
   auto into = c->GetBlocksInto("fp16", keys, spans, raw);
-  ASSERT_TRUE(into.ok()) << into.status();
+  ASSERT_OK(into);
   for (size_t i = 0; i < 12; ++i) EXPECT_EQ(bufs[i], seq.raw[i]) << i;
   EXPECT_FALSE((*into)[12].found());
   uint64_t encoded_bytes = 0;
@@ -185,9 +186,9 @@ TEST_F(UcxTest, EncodedAndRawBlocksRoundTripBitExactlyOverUcx) {
   for (size_t i = 0; i < raw_blocks.size(); ++i) raw_blocks[i].payload = kv::AsBytes(raw_seq.raw[i]);
   PutOptions raw_put;
   raw_put.format = v1::PAYLOAD_FORMAT_RAW;
-  ASSERT_TRUE(c->PutBlocks("fp16", raw_blocks, raw_put).ok());
+  ASSERT_OK(c->PutBlocks("fp16", raw_blocks, raw_put));
   got = c->GetBlocks("fp16", raw_seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*got)[i].data, raw_seq.encoded[i]) << i;
 
   const v1::StatsResponse st = Stats();
@@ -276,16 +277,16 @@ TEST_F(UcxTest, RawPutsAreTranscodedIntoTheNamespaceCodec) {
   PutOptions po;
   po.format = v1::PAYLOAD_FORMAT_RAW;
   auto put = c->PutBlocks("int8", blocks, po);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   auto got = c->GetBlocks("int8", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE((*got)[i].info.found());
     EXPECT_EQ((*got)[i].info.codec(), v1::CODEC_INT8);
     // The server's encoding of the raw block, bit for bit.
     auto want = kv::Encode(kv::CodecId::kInt8, kLayout, static_cast<uint32_t>(i),
                            kv::AsBytes(seq.raw[i]));
-    ASSERT_TRUE(want.ok());
+    ASSERT_OK(want);
     EXPECT_EQ((*got)[i].data, *want) << i;
   }
 }
@@ -321,7 +322,7 @@ TEST_F(UcxTest, BadInputGetsTheSameStatusAsOverTheStream) {
   EXPECT_EQ(Resident(*tcp, seq), 0u);
   EXPECT_TRUE(ucx->uses_ucx());  // refusals are no UCX failure
   // The channel still works after them.
-  ASSERT_TRUE(ucx->PutBlocks("fp16", seq.blocks).ok());
+  ASSERT_OK(ucx->PutBlocks("fp16", seq.blocks));
   EXPECT_EQ(Resident(*tcp, seq), 2u);
 }
 
@@ -361,13 +362,13 @@ TEST_F(UcxTest, UnknownStaleOrMismatchedTransfersAreRefusedAndStoreNothing) {
   s = RawUcxPut(seq, ch->session(), 6);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_TRUE(HasReason(s, v1::UCX_TRANSFER_FAILED));
-  EXPECT_TRUE(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)).ok());
+  EXPECT_OK(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)));
 
   // A stale transfer: one whose Put already ended. Its late payloads change nothing.
   s = RawUcxPut(seq, ch->session(), 7);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   sends = ch->SendPut(7, payloads);
-  EXPECT_TRUE(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)).ok());
+  EXPECT_OK(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)));
 
   // A payload of another size than its header declares.
   std::vector<std::span<const uint8_t>> short_payloads = payloads;
@@ -375,14 +376,14 @@ TEST_F(UcxTest, UnknownStaleOrMismatchedTransfersAreRefusedAndStoreNothing) {
   sends = ch->SendPut(8, short_payloads);
   s = RawUcxPut(seq, ch->session(), 8);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-  EXPECT_TRUE(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)).ok());
+  EXPECT_OK(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   EXPECT_EQ(Resident(*c, seq), 0u);
 
   // The same session and payloads with the right transfer id are stored.
   sends = ch->SendPut(9, payloads);
   s = RawUcxPut(seq, ch->session(), 9);
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  EXPECT_TRUE(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)).ok());
+  EXPECT_OK(s);
+  EXPECT_OK(sends->Wait(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   EXPECT_EQ(Resident(*c, seq), 3u);
 
   // A Get naming an unknown session is refused the same way.
@@ -455,7 +456,7 @@ TEST_F(UcxTest, AClientGoneMidTransferReleasesItsReservation) {
          std::chrono::steady_clock::now() < released_by) {
   }
   EXPECT_LE(Stats().hot_used_bytes() + announced, held);
-  EXPECT_TRUE(c->PutBlocks("fp16", MakeSequence("fp16", kLayout, 300, 999).blocks).ok());
+  EXPECT_OK(c->PutBlocks("fp16", MakeSequence("fp16", kLayout, 300, 999).blocks));
   EXPECT_EQ(Stats().ucx_sessions(), 1u);
 }
 
@@ -465,18 +466,18 @@ TEST_F(UcxTest, UcxOffOnEitherSideFallsBackToTheStream) {
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->uses_ucx());
   const Sequence seq = MakeSequence("fp16", kLayout, 4, 13);
-  ASSERT_TRUE(c->PutBlocks("fp16", seq.blocks).ok());
+  ASSERT_OK(c->PutBlocks("fp16", seq.blocks));
   auto got = c->GetBlocks("fp16", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ((*got)[i].data, seq.encoded[i]);
-  ASSERT_TRUE(server_->Terminate().ok());
+  ASSERT_OK(server_->Terminate());
 
   StartServer();
   auto off = Connect("fp16", v1::CODEC_FP16, /*ucx=*/false);
   ASSERT_NE(off, nullptr);
   EXPECT_FALSE(off->uses_ucx());
   got = off->GetBlocks("fp16", seq.keys);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ((*got)[i].data, seq.encoded[i]);
   EXPECT_EQ(Stats().ucx_get_bytes(), 0u);
 }
@@ -507,8 +508,8 @@ TEST_F(UcxTest, AThreeNodeClusterWithTwoReplicasServesOverUcxWithANodeKilled) {
   o.root_dir = dir_.path();
   o.extra_config = "ucx { enabled: true }\nshm_socket: \"off\"\n";
   auto nodes = testing::StaticPeerCluster::Create(o);
-  ASSERT_TRUE(nodes.ok()) << nodes.status();
-  ASSERT_TRUE(nodes->StartAll().ok());
+  ASSERT_OK(nodes);
+  ASSERT_OK(nodes->StartAll());
   ClusterClientOptions co;
   co.node.server = nodes->ids()[0];
   co.node.num_channels = 1;
@@ -517,11 +518,11 @@ TEST_F(UcxTest, AThreeNodeClusterWithTwoReplicasServesOverUcxWithANodeKilled) {
   co.node.shared_memory = false;
   co.node.ucx_transports = "tcp";
   auto cluster = ClusterClient::Connect(co);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_OK(cluster);
   ASSERT_EQ((*cluster)->members().size(), 3u);
   const Sequence seq = MakeSequence("fp16", kLayout, 24, 31);
   auto put = (*cluster)->PutBlocks("fp16", seq.blocks);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored, 48u);  // two copies of each
   // Every node received its copies over UCX, none in the gRPC stream.
   auto node_stats = [&](int i) {
@@ -529,7 +530,7 @@ TEST_F(UcxTest, AThreeNodeClusterWithTwoReplicasServesOverUcxWithANodeKilled) {
         grpc::CreateChannel(nodes->ids()[i], grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     v1::StatsResponse resp;
-    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &resp).ok());
+    EXPECT_OK(stub->Stats(&ctx, v1::StatsRequest(), &resp));
     return resp;
   };
   uint64_t ucx_put = 0;
@@ -545,7 +546,7 @@ TEST_F(UcxTest, AThreeNodeClusterWithTwoReplicasServesOverUcxWithANodeKilled) {
   nodes->node(2).Kill();  // SIGKILL
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second with node 2 known down
     auto got = (*cluster)->GetBlocks("fp16", seq.keys, {.deadline_ms = 4000});
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     for (size_t i = 0; i < seq.keys.size(); ++i) {
       ASSERT_TRUE((*got)[i].info.found()) << i;
       EXPECT_TRUE((*got)[i].info.ucx()) << i;

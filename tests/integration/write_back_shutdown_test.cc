@@ -25,6 +25,7 @@
 #include "tests/testing/layouts.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -55,7 +56,7 @@ std::unique_ptr<Client> MustConnect(const std::string& address,
   o.num_channels = 1;
   o.shared_memory = false;
   auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
+  EXPECT_OK(c);
   return c.ok() ? std::move(*c) : nullptr;
 }
 
@@ -88,7 +89,7 @@ TEST(WriteBackShutdownTest, SigtermWithFullDebtExitsWithinGraceAndKeepsEveryBloc
   const std::vector<std::string> args = {"--config", config, "--hot-capacity", "256MiB",
                                          "--shm-socket", "off"};
   auto server = ServerProcess::StartKvtierd(dir.Sub("data"), args);
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   auto client = MustConnect(server->address(), Spec("wb", MediumLayout()));
   ASSERT_NE(client, nullptr);
 
@@ -102,9 +103,9 @@ TEST(WriteBackShutdownTest, SigtermWithFullDebtExitsWithinGraceAndKeepsEveryBloc
   for (uint32_t start = 0; start < n; start += 64) {
     const uint32_t len = std::min<uint32_t>(64, n - start);
     auto put = client->PutBlocks("wb", std::span(seq.blocks).subspan(start, len));
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     auto st = client->Stats();
-    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_OK(st);
     ASSERT_EQ(st->max_unflushed_bytes(), bounds.max_unflushed_bytes);
     ASSERT_LE(st->unflushed_bytes(), bounds.max_unflushed_bytes) << "after block " << start;
     debt_at_signal = st->unflushed_bytes();
@@ -121,19 +122,19 @@ TEST(WriteBackShutdownTest, SigtermWithFullDebtExitsWithinGraceAndKeepsEveryBloc
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now() - t0)
                       .count();
-  ASSERT_TRUE(code.ok()) << code.status() << " after " << ms << " ms";
+  ASSERT_OK(code) << code.status() << " after " << ms << " ms";
   EXPECT_EQ(*code, 0);
   std::printf("SIGTERM to exit: %lld ms (grace %u ms)\n", static_cast<long long>(ms), kGraceMs);
 
   // Every acknowledged block is durable: restart and read them all back from cold.
   auto again = ServerProcess::StartKvtierd(dir.Sub("data"), args);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   client = MustConnect(again->address(), std::nullopt);
   ASSERT_NE(client, nullptr);
   for (uint32_t start = 0; start < n; start += 64) {
     const uint32_t len = std::min<uint32_t>(64, n - start);
     auto got = client->GetBlocks("wb", std::span(seq.keys).subspan(start, len));
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     for (uint32_t i = 0; i < len; ++i) {
       ASSERT_TRUE((*got)[i].info.found()) << "block " << start + i;
       ASSERT_EQ((*got)[i].data, seq.encoded[start + i]) << "block " << start + i;
@@ -148,7 +149,7 @@ TEST(WriteBackShutdownTest, LongFlushUnderShortDeadlinesReportsProgress) {
       WriteConfig(dir, "max_unflushed_bytes: 1099511627776\nmax_unflushed_blocks: 1000000000\n");
   auto server = ServerProcess::StartKvtierd(
       dir.Sub("data"), {"--config", config, "--hot-capacity", "64MiB", "--shm-socket", "off"});
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   auto client = MustConnect(server->address(), Spec("tiny", TinyLayout()));
   ASSERT_NE(client, nullptr);
   constexpr uint32_t kChains = 40;
@@ -156,10 +157,10 @@ TEST(WriteBackShutdownTest, LongFlushUnderShortDeadlinesReportsProgress) {
   for (uint32_t c = 0; c < kChains; ++c) {
     const Sequence seq = MakeSequence("tiny", TinyLayout(), kChainBlocks, 100 + c);
     auto put = client->PutBlocks("tiny", seq.blocks);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
   }
   auto st = client->Stats();
-  ASSERT_TRUE(st.ok());
+  ASSERT_OK(st);
   ASSERT_EQ(st->unflushed_blocks(), kChains * kChainBlocks);
 
   // Each call is bounded by the server (max_ms) well inside its deadline, so the test
@@ -175,7 +176,7 @@ TEST(WriteBackShutdownTest, LongFlushUnderShortDeadlinesReportsProgress) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::steady_clock::now() - t0)
                         .count();
-    ASSERT_TRUE(r.ok()) << "call " << calls << ": " << r.status() << " after " << ms << " ms";
+    ASSERT_OK(r) << "call " << calls << ": " << r.status() << " after " << ms << " ms";
     EXPECT_LE(ms, kDeadlineMs);
     ++calls;
     flushed += r->flushed_blocks();
@@ -192,7 +193,7 @@ TEST(WriteBackShutdownTest, LongFlushUnderShortDeadlinesReportsProgress) {
   EXPECT_EQ(flushed, uint64_t{kChains * kChainBlocks});
   EXPECT_EQ(remaining, 0u);
   st = client->Stats();
-  ASSERT_TRUE(st.ok());
+  ASSERT_OK(st);
   EXPECT_EQ(st->unflushed_blocks(), 0u);
   EXPECT_EQ(st->unflushed_bytes(), 0u);
 }
@@ -213,12 +214,12 @@ TEST(WriteBackShutdownTest, CliFlushLoopsWithProgressUntilDone) {
       WriteConfig(dir, "max_unflushed_bytes: 1099511627776\nmax_unflushed_blocks: 1000000000\n");
   auto server = ServerProcess::StartKvtierd(
       dir.Sub("data"), {"--config", config, "--hot-capacity", "64MiB", "--shm-socket", "off"});
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   auto client = MustConnect(server->address(), Spec("cli", TinyLayout()));
   ASSERT_NE(client, nullptr);
   for (uint32_t c = 0; c < 10; ++c) {
     const Sequence seq = MakeSequence("cli", TinyLayout(), 1000, 900 + c);
-    ASSERT_TRUE(client->PutBlocks("cli", seq.blocks).ok());
+    ASSERT_OK(client->PutBlocks("cli", seq.blocks));
   }
   // 1 ms per call: many calls, each reporting progress, the last one done.
   const std::string out =
@@ -228,7 +229,7 @@ TEST(WriteBackShutdownTest, CliFlushLoopsWithProgressUntilDone) {
   EXPECT_NE(out.find("flushed 10000 blocks in "), std::string::npos) << out;
   EXPECT_NE(out.find("0 unflushed blocks (0 bytes) remain"), std::string::npos) << out;
   auto st = client->Stats();
-  ASSERT_TRUE(st.ok());
+  ASSERT_OK(st);
   EXPECT_EQ(st->unflushed_blocks(), 0u);
 }
 
@@ -245,11 +246,11 @@ TEST(WriteBackShutdownTest, HealthIsNotServingUntilTheIndexIsLoaded) {
     o.hot_capacity_bytes = 16ull << 20;
     o.hot_allocator = "malloc";
     auto store = storage::TieredStore::Open(o);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     auto ns = service::NamespaceFromProto(spec, "spec");
-    ASSERT_TRUE(ns.ok()) << ns.status();
+    ASSERT_OK(ns);
     ns->write_through = true;
-    ASSERT_TRUE((*store)->RegisterNamespace(*ns).ok());
+    ASSERT_OK((*store)->RegisterNamespace(*ns));
     for (uint32_t c = 0; c < kChains; ++c) {
       const Sequence seq = MakeSequence("load", TinyLayout(), kChainBlocks, 500 + c);
       std::vector<storage::BlockPut> puts;
@@ -260,7 +261,7 @@ TEST(WriteBackShutdownTest, HealthIsNotServingUntilTheIndexIsLoaded) {
                         .payload = std::string_view(reinterpret_cast<const char*>(b.payload.data()),
                                                     b.payload.size())});
       }
-      ASSERT_TRUE((*store)->Put("load", puts).ok());
+      ASSERT_OK((*store)->Put("load", puts));
       if (c == 0) first_chain = seq.keys;
     }
   }
@@ -270,7 +271,7 @@ TEST(WriteBackShutdownTest, HealthIsNotServingUntilTheIndexIsLoaded) {
       {"--port", "0", "--data-dir", dir.Sub("data"), "--hot-capacity", "64MiB", "--shm-socket",
        "off"},
       20000, ServerProcess::kBoundPrefix);
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   // Bound, still loading: NOT_SERVING, and data / admin calls are refused as loading.
   EXPECT_EQ(HealthStatus(channel.get()), 2);
@@ -294,11 +295,11 @@ TEST(WriteBackShutdownTest, HealthIsNotServingUntilTheIndexIsLoaded) {
   auto client = MustConnect(server->address(), std::nullopt);
   ASSERT_NE(client, nullptr);
   auto st = client->Stats("load");
-  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_OK(st);
   ASSERT_EQ(st->namespaces_size(), 1);
   EXPECT_EQ(st->namespaces(0).distinct_blocks(), uint64_t{kChains * kChainBlocks});
   auto lookup = client->Lookup("load", first_chain);
-  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  ASSERT_OK(lookup);
   EXPECT_EQ(lookup->prefix_blocks(), kChainBlocks);
 }
 

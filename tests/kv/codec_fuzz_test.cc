@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "kv/codec.h"
 #include "kv/half.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::kv {
 namespace {
@@ -40,7 +41,7 @@ std::vector<std::string> Seeds() {
       if (codec == CodecId::kBf16 && s.dtype != Dtype::kBf16) continue;
       for (uint32_t block : {0u, 1u}) {
         auto enc = Encode(codec, layout, block, bytes);
-        EXPECT_TRUE(enc.ok()) << enc.status();
+        EXPECT_OK(enc);
         if (enc.ok()) blobs.push_back(*enc);
       }
     }
@@ -56,14 +57,14 @@ std::vector<std::string> Seeds() {
   std::vector<uint16_t> flat(layout.ElementsPerBlock(), FloatToHalf(0.75f));
   auto flat_enc = Encode(CodecId::kLossless, layout, 0,
                          {reinterpret_cast<const uint8_t*>(flat.data()), flat.size() * 2});
-  EXPECT_TRUE(flat_enc.ok()) << flat_enc.status();
+  EXPECT_OK(flat_enc);
   if (flat_enc.ok()) blobs.push_back(*flat_enc);
   layout.tokens_per_block = 1200;  // 153600 elements: more than one 128 KiB zstd block
   std::vector<uint16_t> big(layout.ElementsPerBlock());
   for (uint16_t& v : big) v = FloatToHalf(normal(rng));
   auto big_enc = Encode(CodecId::kLossless, layout, 1,
                         {reinterpret_cast<const uint8_t*>(big.data()), big.size() * 2});
-  EXPECT_TRUE(big_enc.ok()) << big_enc.status();
+  EXPECT_OK(big_enc);
   if (big_enc.ok()) blobs.push_back(*big_enc);
   return blobs;
 }

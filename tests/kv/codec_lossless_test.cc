@@ -13,6 +13,7 @@
 #include "kv/codec.h"
 #include "kv/codec_kernels.h"
 #include "kv/half.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::kv {
 namespace {
@@ -51,12 +52,12 @@ std::string RoundTrip(const Layout& layout, uint32_t block_index, const std::str
   for (const CodecKernels* k : KernelSets()) {
     auto enc =
         internal::EncodeWithKernels(*k, CodecId::kLossless, layout, block_index, AsBytes(raw), {});
-    EXPECT_TRUE(enc.ok()) << what << ": " << enc.status();
+    EXPECT_OK(enc) << what << ": " << enc.status();
     if (!enc.ok()) return "";
     std::string dec(raw.size(), '\x55');
     absl::Status st = internal::DecodeWithKernels(
         *k, AsBytes(*enc), {reinterpret_cast<uint8_t*>(dec.data()), dec.size()});
-    EXPECT_TRUE(st.ok()) << what << ": " << st;
+    EXPECT_OK(st) << what << ": " << st;
     EXPECT_TRUE(dec == raw) << what << ": decode is not bit-exact";
     if (first.empty()) {
       first = *enc;
@@ -121,7 +122,7 @@ TEST(CodecLosslessTest, RandomBlocksOfSeveralLayoutsRoundTrip) {
           const std::string blob = RoundTrip(layout, block, raw, what);
           ASSERT_FALSE(blob.empty()) << what;
           auto info = ParseHeader(AsBytes(blob));
-          ASSERT_TRUE(info.ok()) << what << ": " << info.status();
+          ASSERT_OK(info) << what << ": " << info.status();
           EXPECT_EQ(info->codec, CodecId::kLossless);
           EXPECT_EQ(info->layout.dtype, dtype);
           EXPECT_EQ(info->num_tokens, s.tokens);
@@ -132,11 +133,10 @@ TEST(CodecLosslessTest, RandomBlocksOfSeveralLayoutsRoundTrip) {
           // Unaligned input and output give the same bytes.
           const std::string shifted = "x" + raw;
           auto unaligned = Encode(CodecId::kLossless, layout, block, AsBytes(shifted).subspan(1));
-          ASSERT_TRUE(unaligned.ok());
+          ASSERT_OK(unaligned);
           EXPECT_EQ(*unaligned, blob);
           std::string out(raw.size() + 1, '\0');
-          ASSERT_TRUE(
-              Decode(AsBytes(blob), {reinterpret_cast<uint8_t*>(out.data()) + 1, raw.size()}).ok());
+          ASSERT_OK(Decode(AsBytes(blob), {reinterpret_cast<uint8_t*>(out.data()) + 1, raw.size()}));
           EXPECT_EQ(out.substr(1), raw) << what;
         }
       }
@@ -153,7 +153,8 @@ TEST(CodecLosslessTest, KvLikeDataCompressesAndNoiseDoesNotGrow) {
   for (uint16_t& x : noise) x = static_cast<uint16_t>(rng());
   auto kv_blob = Encode(CodecId::kLossless, layout, 1, AsBytes(Bytes(kv)));
   auto noise_blob = Encode(CodecId::kLossless, layout, 1, AsBytes(Bytes(noise)));
-  ASSERT_TRUE(kv_blob.ok() && noise_blob.ok());
+  ASSERT_OK(kv_blob);
+  ASSERT_OK(noise_blob);
   // N(0,1) fp16: the high byte carries about 5.5 of its 8 bits (sign, exponent, two
   // uniform mantissa bits), so about 16 / 13.5 = 1.18x.
   EXPECT_GT(static_cast<double>(kv.size() * 2) / kv_blob->size(), 1.15);
@@ -173,7 +174,7 @@ TEST(CodecLosslessTest, MalformedPlaneDirectoryIsDataLoss) {
     std::string out(v.size() * 2, '\0');
     return Decode(AsBytes(blob), {reinterpret_cast<uint8_t*>(out.data()), out.size()});
   };
-  ASSERT_TRUE(decode(good).ok());
+  ASSERT_OK(decode(good));
   auto with = [&](size_t offset, uint8_t value) {
     std::string s = good;
     s[offset] = static_cast<char>(value);

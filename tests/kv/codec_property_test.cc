@@ -13,6 +13,7 @@
 #include "kv/codec.h"
 #include "kv/codec_kernels.h"
 #include "kv/half.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::kv {
 namespace {
@@ -334,11 +335,10 @@ TEST(CodecPropertyTest, AdversarialBlocksDecodeFiniteAndWithinTheBound) {
           std::string first_blob, first_dec;
           for (const CodecKernels* k : sets) {
             auto enc = internal::EncodeWithKernels(*k, codec, layout, 1, AsBytes(raw), {});
-            ASSERT_TRUE(enc.ok()) << where << ": " << enc.status();
+            ASSERT_OK(enc) << where << ": " << enc.status();
             std::string dec(raw.size(), '\0');
-            ASSERT_TRUE(internal::DecodeWithKernels(
-                            *k, AsBytes(*enc), {reinterpret_cast<uint8_t*>(dec.data()), dec.size()})
-                            .ok())
+            ASSERT_OK(internal::DecodeWithKernels(
+                            *k, AsBytes(*enc), {reinterpret_cast<uint8_t*>(dec.data()), dec.size()}))
                 << where;
             CheckBounds(codec, layout, raw, dec, where + (k == sets[0] ? "/baseline" : "/avx2"));
             if (k == sets[0]) {
@@ -370,9 +370,9 @@ TEST(CodecPropertyTest, ReportedOverflowsNowDecodeToTheMaximum) {
     const std::string raw = Pack(Dtype::kFp16, *v);
     for (CodecId codec : {CodecId::kInt8, CodecId::kInt4, CodecId::kKivi2, CodecId::kKivi4}) {
       auto enc = Encode(codec, layout, 1, AsBytes(raw));
-      ASSERT_TRUE(enc.ok()) << enc.status();
+      ASSERT_OK(enc);
       auto dec = DecodeToString(AsBytes(*enc));
-      ASSERT_TRUE(dec.ok()) << dec.status();
+      ASSERT_OK(dec);
       EXPECT_EQ(At(Dtype::kFp16, *dec, 0), 65504.0f) << CodecName(codec);
       for (size_t i = 0; i < v->size(); ++i) {
         ASSERT_TRUE(std::isfinite(At(Dtype::kFp16, *dec, i))) << CodecName(codec) << " " << i;
@@ -393,9 +393,9 @@ TEST(CodecPropertyTest, Fp8RoundingPastTheDtypeMaximumSaturates) {
     CodecOptions opts;
     opts.fp8_scales = {top / 15.6f, top / 15.6f};
     auto enc = Encode(CodecId::kFp8E4M3, layout, 1, AsBytes(raw), opts);
-    ASSERT_TRUE(enc.ok()) << enc.status();
+    ASSERT_OK(enc);
     auto dec = DecodeToString(AsBytes(*enc));
-    ASSERT_TRUE(dec.ok());
+    ASSERT_OK(dec);
     EXPECT_EQ(At(dt, *dec, 0), top) << DtypeName(dt);
     EXPECT_EQ(At(dt, *dec, 1), -top) << DtypeName(dt);
     for (size_t i = 0; i < v.size(); ++i) {

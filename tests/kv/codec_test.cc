@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kv/half.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::kv {
 namespace {
@@ -195,7 +196,7 @@ TEST_P(CodecRoundTrip, DecodesWithinBoundsAndSizesAreExact) {
   const std::string raw = RandomBlock(layout, c.tokens, 1234 + c.head_dim + c.tokens);
   const CodecId codec = c.codec;
   auto enc = Encode(codec, layout, c.block_index, AsBytes(raw));
-  ASSERT_TRUE(enc.ok()) << CaseName(c) << ": " << enc.status();
+  ASSERT_OK(enc) << CaseName(c) << ": " << enc.status();
   const uint32_t r = ProtectedTokens(layout, c.block_index, c.tokens, {});
   EXPECT_EQ(r, c.block_index == 0 ? std::min(4u, c.tokens) : 0u);
   if (codec == CodecId::kLossless) {
@@ -205,7 +206,7 @@ TEST_P(CodecRoundTrip, DecodesWithinBoundsAndSizesAreExact) {
   }
 
   auto info = ParseHeader(AsBytes(*enc));
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->codec, codec);
   EXPECT_EQ(info->num_tokens, c.tokens);
   EXPECT_EQ(info->layout.num_layers, c.layers);
@@ -220,7 +221,7 @@ TEST_P(CodecRoundTrip, DecodesWithinBoundsAndSizesAreExact) {
   EXPECT_EQ(info->raw_tokens, is_raw ? c.tokens : r);
 
   auto dec = DecodeToString(AsBytes(*enc));
-  ASSERT_TRUE(dec.ok()) << dec.status();
+  ASSERT_OK(dec);
   ASSERT_EQ(dec->size(), raw.size());
   if (is_raw) {
     EXPECT_EQ(*dec, raw);
@@ -229,7 +230,7 @@ TEST_P(CodecRoundTrip, DecodesWithinBoundsAndSizesAreExact) {
   CheckErrorBounds(c, layout, c.tokens, r, raw, *dec);
   // Deterministic: encoding again yields identical bytes.
   auto enc2 = Encode(codec, layout, c.block_index, AsBytes(raw));
-  ASSERT_TRUE(enc2.ok());
+  ASSERT_OK(enc2);
   EXPECT_EQ(*enc, *enc2);
 }
 
@@ -273,7 +274,7 @@ TEST(CodecTest, NamesRoundTrip) {
   EXPECT_STREQ(CodecName(CodecId::kLossless), "lossless");
   for (CodecId codec : AllCodecs()) {
     auto parsed = ParseCodecName(CodecName(codec));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, codec);
   }
   auto bad = ParseCodecName("int3");
@@ -305,7 +306,7 @@ TEST(CodecTest, Kivi2BitsPerElement) {
   const uint64_t elements = layout.ElementsPerBlock();
   const std::string raw = RandomBlock(layout, 32, 7);
   auto enc = Encode(CodecId::kKivi2, layout, /*block_index=*/1, AsBytes(raw));
-  ASSERT_TRUE(enc.ok()) << enc.status();
+  ASSERT_OK(enc);
   EXPECT_EQ(enc->size(), EncodedSize(CodecId::kKivi2, layout, 32, 0));
   // Per head and 32 tokens: keys 2 chunks of (2 + 256 + 128 * 6) bytes, values 32 tokens of
   // (2 + 16 + 32) bytes: 3652 bytes for 8192 elements = 3.566 bits; the header adds 0.0002.
@@ -354,10 +355,10 @@ TEST(CodecTest, Kivi2FormatVersion1StillDecodes) {
   blob[4] = 1;  // format version 1
   blob += body;
   auto info = ParseHeader(AsBytes(blob));
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->format_version, 1);
   auto dec = DecodeToString(AsBytes(blob));
-  ASSERT_TRUE(dec.ok()) << dec.status();
+  ASSERT_OK(dec);
   for (uint32_t t = 0; t < 4; ++t) {
     for (uint32_t c = 0; c < 32; ++c) {
       ASSERT_EQ(ValueAt(*dec, Dtype::kFp16, layout.Index(0, 0, 0, t, c, 4)), t - 1.0f);
@@ -382,10 +383,11 @@ TEST(CodecTest, SinkTokensOnlyInBlockZeroAndOnlyWithKeepSinks) {
   const std::string raw = RandomBlock(layout, 8, 99);
   auto with = Encode(CodecId::kKivi2, layout, 0, AsBytes(raw));
   auto without = Encode(CodecId::kKivi2, layout, 0, AsBytes(raw), off);
-  ASSERT_TRUE(with.ok() && without.ok());
+  ASSERT_OK(with);
+  ASSERT_OK(without);
   EXPECT_GT(with->size(), without->size());
   auto dec = DecodeToString(AsBytes(*without));
-  ASSERT_TRUE(dec.ok());
+  ASSERT_OK(dec);
   // Without protection the large sink token is quantized and no longer exact.
   bool all_exact = true;
   for (uint32_t c = 0; c < 32; ++c) {
@@ -406,9 +408,9 @@ TEST(CodecTest, ConstantGroupsDecodeExactly) {
     for (CodecId codec : {CodecId::kInt8, CodecId::kInt4, CodecId::kKivi2, CodecId::kKivi4,
                           CodecId::kFp8E4M3}) {
       auto enc = Encode(codec, layout, 1, AsBytes(raw));
-      ASSERT_TRUE(enc.ok());
+      ASSERT_OK(enc);
       auto dec = DecodeToString(AsBytes(*enc));
-      ASSERT_TRUE(dec.ok());
+      ASSERT_OK(dec);
       EXPECT_EQ(*dec, raw) << CodecName(codec) << " " << DtypeName(dtype);
     }
   }
@@ -423,9 +425,9 @@ TEST(CodecTest, Fp8KeepsNanSaturatesInfAndUsesCalibratedScales) {
   v[16] = FloatToHalf(100.0f);      // V slab
   std::string raw(reinterpret_cast<const char*>(v.data()), v.size() * 2);
   auto enc = Encode(CodecId::kFp8E4M3, layout, 1, AsBytes(raw));
-  ASSERT_TRUE(enc.ok()) << enc.status();
+  ASSERT_OK(enc);
   auto dec = DecodeToString(AsBytes(*enc));
-  ASSERT_TRUE(dec.ok());
+  ASSERT_OK(dec);
   EXPECT_TRUE(std::isnan(ValueAt(*dec, Dtype::kFp16, 0)));
   EXPECT_EQ(ValueAt(*dec, Dtype::kFp16, 1), 2.0f);  // saturates at 448 * (2 / 448)
   EXPECT_EQ(ValueAt(*dec, Dtype::kFp16, 2), -2.0f);
@@ -435,9 +437,9 @@ TEST(CodecTest, Fp8KeepsNanSaturatesInfAndUsesCalibratedScales) {
   CodecOptions opts;
   opts.fp8_scales = {1.0f / 64, 1.0f};  // K: max 7, V: max 448
   auto cal = Encode(CodecId::kFp8E4M3, layout, 1, AsBytes(raw), opts);
-  ASSERT_TRUE(cal.ok()) << cal.status();
+  ASSERT_OK(cal);
   auto dcal = DecodeToString(AsBytes(*cal));
-  ASSERT_TRUE(dcal.ok());
+  ASSERT_OK(dcal);
   EXPECT_EQ(ValueAt(*dcal, Dtype::kFp16, 1), 7.0f);     // inf saturates at 448 / 64
   EXPECT_EQ(ValueAt(*dcal, Dtype::kFp16, 2), -2.0f);
   EXPECT_EQ(ValueAt(*dcal, Dtype::kFp16, 16), 96.0f);   // 100 rounds to 96 in e4m3
@@ -466,10 +468,10 @@ TEST(CodecTest, Fp8ScaleIsPerLayerKvHead) {
   }
   std::string raw(reinterpret_cast<const char*>(v.data()), v.size() * 2);
   auto enc = Encode(CodecId::kFp8E4M3, layout, 1, AsBytes(raw));
-  ASSERT_TRUE(enc.ok());
+  ASSERT_OK(enc);
   EXPECT_EQ(enc->size(), 40 + 8 * (4 + slab));
   auto dec = DecodeToString(AsBytes(*enc));
-  ASSERT_TRUE(dec.ok());
+  ASSERT_OK(dec);
   for (size_t i = 0; i < v.size(); ++i) {
     const float x = HalfToFloat(v[i]);
     ASSERT_NEAR(ValueAt(*dec, Dtype::kFp16, i), x, std::fabs(x) / 16 + HalfUlp(Dtype::kFp16, x))
@@ -495,16 +497,16 @@ TEST(CodecTest, IntegerCodecsRejectNonFinite) {
   v[5] = FloatToBf16(-5e37f);  // below 2^126: fine, and decodes finite
   std::string big(reinterpret_cast<const char*>(v.data()), v.size() * 2);
   auto big_enc = Encode(CodecId::kInt8, layout, 1, AsBytes(big));
-  ASSERT_TRUE(big_enc.ok()) << big_enc.status();
+  ASSERT_OK(big_enc);
   auto big_dec = DecodeToString(AsBytes(*big_enc));
-  ASSERT_TRUE(big_dec.ok());
+  ASSERT_OK(big_dec);
   for (uint64_t i = 0; i < v.size(); ++i) {
     ASSERT_TRUE(std::isfinite(ValueAt(*big_dec, Dtype::kBf16, i))) << i;
   }
   EXPECT_NEAR(ValueAt(*big_dec, Dtype::kBf16, 5), -5e37f, 5e37f / 256);
   // Raw codecs store them as is.
   auto enc = Encode(CodecId::kBf16, layout, 1, AsBytes(raw));
-  ASSERT_TRUE(enc.ok());
+  ASSERT_OK(enc);
   EXPECT_EQ(*DecodeToString(AsBytes(*enc)), raw);
 }
 
@@ -555,9 +557,9 @@ TEST(CodecTest, PartialAndOversizedPayloadsEncode) {
   for (uint32_t tokens : {1u, 5u, 12u}) {
     const std::string raw = RandomBlock(layout, tokens, tokens);
     auto enc = Encode(CodecId::kInt4, layout, 0, AsBytes(raw));
-    ASSERT_TRUE(enc.ok()) << enc.status();
+    ASSERT_OK(enc);
     auto info = ParseHeader(AsBytes(*enc));
-    ASSERT_TRUE(info.ok());
+    ASSERT_OK(info);
     EXPECT_EQ(info->num_tokens, tokens);
     EXPECT_EQ(info->raw_tokens, std::min(tokens, 4u));
   }
@@ -567,7 +569,7 @@ TEST(CodecTest, DecodeRejectsWrongOutputSize) {
   const Layout layout = MakeLayout(1, 1, 8, 4, Dtype::kFp16);
   const std::string raw = RandomBlock(layout, 4, 1);
   auto enc = Encode(CodecId::kInt8, layout, 0, AsBytes(raw));
-  ASSERT_TRUE(enc.ok());
+  ASSERT_OK(enc);
   std::string out(raw.size() + 2, '\0');
   absl::Status st = Decode(AsBytes(*enc), {reinterpret_cast<uint8_t*>(out.data()), out.size()});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -579,16 +581,15 @@ TEST(CodecTest, UnalignedBuffersGiveTheSameResult) {
   const std::string raw = RandomBlock(layout, 9, 5);
   for (CodecId codec : {CodecId::kFp8E4M3, CodecId::kInt8, CodecId::kKivi2}) {
     auto aligned = Encode(codec, layout, 0, AsBytes(raw));
-    ASSERT_TRUE(aligned.ok());
+    ASSERT_OK(aligned);
     std::string shifted_raw = "x" + raw;
     auto unaligned = Encode(codec, layout, 0, AsBytes(shifted_raw).subspan(1));
-    ASSERT_TRUE(unaligned.ok());
+    ASSERT_OK(unaligned);
     EXPECT_EQ(*aligned, *unaligned);
     std::string shifted_enc = "x" + *aligned;
     std::string out_buf(raw.size() + 1, '\0');
-    ASSERT_TRUE(Decode(AsBytes(shifted_enc).subspan(1),
-                       {reinterpret_cast<uint8_t*>(out_buf.data()) + 1, raw.size()})
-                    .ok());
+    ASSERT_OK(Decode(AsBytes(shifted_enc).subspan(1),
+                       {reinterpret_cast<uint8_t*>(out_buf.data()) + 1, raw.size()}));
     EXPECT_EQ(out_buf.substr(1), *DecodeToString(AsBytes(*aligned))) << CodecName(codec);
   }
 }
@@ -597,7 +598,7 @@ TEST(CodecTest, ParseHeaderRejectsBadHeaders) {
   const Layout layout = MakeLayout(1, 1, 8, 4, Dtype::kFp16);
   const std::string raw = RandomBlock(layout, 4, 1);
   const std::string good = *Encode(CodecId::kKivi4, layout, 1, AsBytes(raw));
-  ASSERT_TRUE(ParseHeader(AsBytes(good)).ok());
+  ASSERT_OK(ParseHeader(AsBytes(good)));
   auto with = [&](size_t offset, uint8_t value) {
     std::string s = good;
     s[offset] = static_cast<char>(value);

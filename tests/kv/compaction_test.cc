@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kv/codec.h"
 #include "kv/layout.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::kv {
 namespace {
@@ -36,7 +37,7 @@ std::vector<float> RandomVec(std::mt19937& rng, size_t n) {
 
 // Checks the structural invariants every selection must satisfy.
 void ExpectWellFormed(const Selection& sel, uint32_t n_sink, uint32_t want_kept) {
-  ASSERT_TRUE(sel.Validate().ok()) << sel.Validate();
+  ASSERT_OK(sel.Validate());
   EXPECT_EQ(sel.kept, want_kept);
   for (uint32_t l = 0; l < sel.num_layers; ++l) {
     for (uint32_t h = 0; h < sel.num_kv_heads; ++h) {
@@ -50,7 +51,7 @@ void ExpectWellFormed(const Selection& sel, uint32_t n_sink, uint32_t want_kept)
 
 TEST(SinkWindowTest, KeepsSinksAndLastWindow) {
   auto sel = SelectSinkWindow(2, 3, 20, {.n_sink = 4, .window = 5});
-  ASSERT_TRUE(sel.ok()) << sel.status();
+  ASSERT_OK(sel);
   EXPECT_EQ(sel->kept, 9u);
   EXPECT_TRUE(sel->Uniform());
   EXPECT_THAT(sel->Head(1, 2), ElementsAre(0, 1, 2, 3, 15, 16, 17, 18, 19));
@@ -59,10 +60,10 @@ TEST(SinkWindowTest, KeepsSinksAndLastWindow) {
 
 TEST(SinkWindowTest, NoSinksIsPlainWindowAndLargeBudgetKeepsAll) {
   auto window = SelectSinkWindow(1, 1, 10, {.n_sink = 0, .window = 3});
-  ASSERT_TRUE(window.ok());
+  ASSERT_OK(window);
   EXPECT_THAT(window->Head(0, 0), ElementsAre(7, 8, 9));
   auto all = SelectSinkWindow(1, 2, 10, {.n_sink = 4, .window = 6});
-  ASSERT_TRUE(all.ok());
+  ASSERT_OK(all);
   EXPECT_EQ(all->kept, 10u);
   EXPECT_THAT(all->Head(0, 1), ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9));
 }
@@ -76,7 +77,7 @@ TEST(H2oTest, KeepsHeavyHittersPerHead) {
   scores[12 + 8] = 4.0f;
   scores[12 + 10] = 9.0f;  // inside the recent window: kept anyway, not counted as heavy
   auto sel = SelectH2o(1, 2, 12, {.n_sink = 2, .heavy = 2, .recent = 2}, scores);
-  ASSERT_TRUE(sel.ok()) << sel.status();
+  ASSERT_OK(sel);
   EXPECT_THAT(sel->Head(0, 0), ElementsAre(0, 1, 5, 7, 10, 11));
   EXPECT_THAT(sel->Head(0, 1), ElementsAre(0, 1, 6, 8, 10, 11));
   EXPECT_FALSE(sel->Uniform());
@@ -87,7 +88,7 @@ TEST(H2oTest, SinksKeptEvenWithZeroScore) {
   std::vector<float> scores(16, 1.0f);
   scores[0] = scores[1] = 0.0f;
   auto sel = SelectH2o(1, 1, 16, {.n_sink = 2, .heavy = 1, .recent = 0}, scores);
-  ASSERT_TRUE(sel.ok());
+  ASSERT_OK(sel);
   EXPECT_THAT(sel->Head(0, 0), ElementsAre(0, 1, 2));  // tie -> earliest position
 }
 
@@ -106,7 +107,7 @@ TEST(SnapKvTest, VotesFindNeedleAndPoolingKeepsNeighbours) {
   SnapKvParams p{.n_sink = 4, .obs_window = obs, .pool_kernel = 3, .capacity = 11,
                  .num_query_heads = 2};
   auto votes = SnapKvVotes(kv, p, q);
-  ASSERT_TRUE(votes.ok()) << votes.status();
+  ASSERT_OK(votes);
   uint32_t argmax = 0;
   for (uint32_t j = 0; j < T; ++j) {
     if ((*votes)[j] > (*votes)[argmax]) argmax = j;
@@ -114,7 +115,7 @@ TEST(SnapKvTest, VotesFindNeedleAndPoolingKeepsNeighbours) {
   EXPECT_EQ(argmax, 30u);
   for (uint32_t j = T - obs; j < T; ++j) EXPECT_EQ((*votes)[j], 0.0f);
   auto sel = SelectSnapKv(kv, p, q);
-  ASSERT_TRUE(sel.ok()) << sel.status();
+  ASSERT_OK(sel);
   ExpectWellFormed(*sel, 4, 11);
   // 11 = 4 sinks + 4 window + 3 prefix tokens: the needle and its pooled neighbours.
   EXPECT_THAT(sel->Head(0, 0), ElementsAre(0, 1, 2, 3, 29, 30, 31, 60, 61, 62, 63));
@@ -132,7 +133,9 @@ TEST(SnapKvTest, GqaVotesAreMeanOverGroup) {
   auto both = SnapKvVotes(kv, p2, q2);
   auto a = SnapKvVotes(kv, p1, std::span<const float>(q2).subspan(0, obs * d));
   auto b = SnapKvVotes(kv, p1, std::span<const float>(q2).subspan(obs * d, obs * d));
-  ASSERT_TRUE(both.ok() && a.ok() && b.ok());
+  ASSERT_OK(both);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   for (uint32_t j = 0; j < T; ++j) {
     EXPECT_NEAR((*both)[j], 0.5f * ((*a)[j] + (*b)[j]), 1e-6f) << j;
   }
@@ -159,7 +162,7 @@ TEST(CompactionPropertyTest, SinksKeptUnderEveryPolicyAndBudget) {
     const uint32_t window = rng() % (T + 3);
     if (n_sink + window > 0) {
       auto sw = SelectSinkWindow(layers, heads, T, {.n_sink = n_sink, .window = window});
-      ASSERT_TRUE(sw.ok()) << sw.status();
+      ASSERT_OK(sw);
       ExpectWellFormed(*sw, n_sink, std::min(T, n_sink + window));
     }
 
@@ -173,7 +176,7 @@ TEST(CompactionPropertyTest, SinksKeptUnderEveryPolicyAndBudget) {
     if (n_sink + heavy + recent > 0) {
       auto h2o = SelectH2o(layers, heads, T, {.n_sink = n_sink, .heavy = heavy, .recent = recent},
                            scores);
-      ASSERT_TRUE(h2o.ok()) << h2o.status();
+      ASSERT_OK(h2o);
       ExpectWellFormed(*h2o, n_sink, std::min(T, n_sink + heavy + recent));
       // The recent window is kept too.
       for (uint32_t t = T - std::min(T, recent); t < T; ++t) {
@@ -191,7 +194,7 @@ TEST(CompactionPropertyTest, SinksKeptUnderEveryPolicyAndBudget) {
                              {.n_sink = n_sink, .obs_window = obs, .pool_kernel = kernel,
                               .capacity = capacity, .num_query_heads = heads * group},
                              q);
-    ASSERT_TRUE(snap.ok()) << snap.status();
+    ASSERT_OK(snap);
     ExpectWellFormed(*snap, n_sink, std::min(T, capacity));
     if (capacity < T) {  // the whole observation window is kept
       for (uint32_t t = T - obs; t < T; ++t) {
@@ -207,9 +210,9 @@ TEST(GatherTest, PositionsMatchSourceTokens) {
   KvSequence kv = RandomKv(rng, L, H, d, T);
   std::vector<float> scores = RandomVec(rng, L * H * T);
   auto sel = SelectH2o(L, H, T, {.n_sink = 3, .heavy = 5, .recent = 4}, scores);
-  ASSERT_TRUE(sel.ok());
+  ASSERT_OK(sel);
   auto g = Gather(kv, *sel);
-  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g);
   ASSERT_EQ(g->num_tokens, 12u);
   for (uint32_t l = 0; l < L; ++l) {
     for (uint32_t h = 0; h < H; ++h) {
@@ -230,7 +233,7 @@ TEST(InvalidArgumentTest, BadParametersAndShapes) {
   std::vector<float> q = RandomVec(rng, 1 * 4 * 8 * 4);
   SnapKvParams good{.n_sink = 4, .obs_window = 8, .pool_kernel = 5, .capacity = 20,
                     .num_query_heads = 4};
-  ASSERT_TRUE(SelectSnapKv(kv, good, q).ok());
+  ASSERT_OK(SelectSnapKv(kv, good, q));
 
   auto expect_invalid = [](const absl::Status& s, const std::string& field) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -278,10 +281,10 @@ TEST(ReindexTest, ReRotationEqualsRopeAtNewPosition) {
   KvSequence stored = base;
   for (uint32_t t = 0; t < T; ++t) RopeRotate(stored.Key(0, 0, t), d, t, theta);
   auto sel = SelectSinkWindow(1, 1, T, {.n_sink = 4, .window = 6});
-  ASSERT_TRUE(sel.ok());
+  ASSERT_OK(sel);
   auto g = Gather(stored, *sel);
-  ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(ReindexKeys(*g, *sel, theta).ok());
+  ASSERT_OK(g);
+  ASSERT_OK(ReindexKeys(*g, *sel, theta));
   for (uint32_t t = 0; t < sel->kept; ++t) {
     std::vector<float> want(base.Key(0, 0, sel->Head(0, 0)[t]),
                             base.Key(0, 0, sel->Head(0, 0)[t]) + d);
@@ -316,7 +319,7 @@ TEST(RawTest, Fp16AndBf16RoundTripAndBlocksConcatenate) {
       blocks.push_back(raw);
     }
     auto kv = KvSequenceFromRawBlocks(layout, blocks);
-    ASSERT_TRUE(kv.ok()) << kv.status();
+    ASSERT_OK(kv);
     ASSERT_EQ(kv->num_tokens, 8u);
     // Token 4 is token 1 of block 1; compare element (l=1, V, h=1, c=2).
     KvSequence one = *KvSequenceFromRawBlocks(layout, std::vector<std::string>{blocks[1]});
@@ -324,11 +327,11 @@ TEST(RawTest, Fp16AndBf16RoundTripAndBlocksConcatenate) {
     // Re-splitting the concatenated sequence back gives the same bytes per block.
     std::string all = KvSequenceToRaw(*kv, dtype);
     auto back = KvSequenceFromRawBlocks(layout, std::vector<std::string>{all});
-    ASSERT_TRUE(back.ok());
+    ASSERT_OK(back);
     EXPECT_EQ(back->data, kv->data);
     for (size_t b = 0; b < blocks.size(); ++b) {
       auto single = KvSequenceFromRawBlocks(layout, std::vector<std::string>{blocks[b]});
-      ASSERT_TRUE(single.ok());
+      ASSERT_OK(single);
       EXPECT_EQ(KvSequenceToRaw(*single, dtype), blocks[b]) << DtypeName(dtype) << " " << b;
     }
   }
@@ -362,7 +365,7 @@ TEST(EntryTest, SerializeParseRoundTrip) {
   for (bool uniform : {true, false}) {
     auto sel = uniform ? SelectSinkWindow(2, 3, 20, {.n_sink = 4, .window = 4})
                        : SelectH2o(2, 3, 20, {.n_sink = 4, .heavy = 2, .recent = 2}, scores);
-    ASSERT_TRUE(sel.ok());
+    ASSERT_OK(sel);
     // A real blob of the kept tokens (fp16, layout L2 H3 D4, 8 tokens).
     Layout blob_layout{.num_layers = 2, .num_kv_heads = 3, .head_dim = 4,
                        .tokens_per_block = sel->kept, .sink_tokens = 0};
@@ -370,15 +373,15 @@ TEST(EntryTest, SerializeParseRoundTrip) {
     KvSequence kept = RandomKv(brng, 2, 3, 4, sel->kept);
     auto blob = Encode(CodecId::kFp16, blob_layout, 0,
                        AsBytes(KvSequenceToRaw(kept, Dtype::kFp16)));
-    ASSERT_TRUE(blob.ok()) << blob.status();
+    ASSERT_OK(blob);
     auto payload = SerializeCompactedEntry(CompactionPolicy::kH2o, PositionPolicy::kReindex,
                                            *sel, *blob);
-    ASSERT_TRUE(payload.ok()) << payload.status();
+    ASSERT_OK(payload);
     auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload->data()),
                                           payload->size());
     EXPECT_TRUE(IsCompactedEntry(bytes));
     auto entry = ParseCompactedEntry(bytes);
-    ASSERT_TRUE(entry.ok()) << entry.status();
+    ASSERT_OK(entry);
     EXPECT_EQ(entry->policy, CompactionPolicy::kH2o);
     EXPECT_EQ(entry->position_policy, PositionPolicy::kReindex);
     EXPECT_EQ(entry->selection.positions, sel->positions);
@@ -397,10 +400,10 @@ TEST(EntryTest, SerializeParseRoundTrip) {
     other.num_kv_heads = 1;
     auto other_blob = Encode(CodecId::kFp16, other, 0,
                              AsBytes(std::string(other.BytesPerToken() * sel->kept, '\0')));
-    ASSERT_TRUE(other_blob.ok());
+    ASSERT_OK(other_blob);
     auto mismatched = SerializeCompactedEntry(CompactionPolicy::kH2o, PositionPolicy::kReindex,
                                               *sel, *other_blob);
-    ASSERT_TRUE(mismatched.ok());
+    ASSERT_OK(mismatched);
     EXPECT_FALSE(ParseCompactedEntry(AsBytes(*mismatched)).ok());
     // A corrupted position (not ascending) is rejected.
     std::string bad = *payload;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::kv {
 namespace {
@@ -37,7 +38,7 @@ TEST(PrefixKeyTest, SeedKnownAnswer) {
 TEST(PrefixKeyTest, FullBlocksKnownAnswer) {
   const PrefixSeed seed = MakePrefixSeed("llama3-8b@rev1", "tenant-salt");
   auto keys = ComputePrefixKeys(seed, kTokens, 4);
-  ASSERT_TRUE(keys.ok());
+  ASSERT_OK(keys);
   ASSERT_EQ(keys->size(), 2u);  // the 2 trailing tokens form no key
   EXPECT_EQ(PrefixKeyHex((*keys)[0]), "6356fc4510e080a29bb61b73d61d9c42");
   EXPECT_EQ(PrefixKeyHex((*keys)[1]), "079a18f1cdaa25eddfc70e4521312296");
@@ -47,7 +48,7 @@ TEST(PrefixKeyTest, FullBlocksKnownAnswer) {
 TEST(PrefixKeyTest, ExtraKeysKnownAnswer) {
   const PrefixSeed seed = MakePrefixSeed("llama3-8b@rev1", "tenant-salt");
   auto keys = ComputePrefixKeys(seed, kTokens, 4, Bytes("lora:42"));
-  ASSERT_TRUE(keys.ok());
+  ASSERT_OK(keys);
   ASSERT_EQ(keys->size(), 2u);
   EXPECT_EQ(PrefixKeyHex((*keys)[0]), "37b63977301e6cd0dab2747a78090c78");
   EXPECT_EQ(PrefixKeyHex((*keys)[1]), "b92b54eb35a29f65a4e2d0c3bc1fc8eb");
@@ -57,7 +58,7 @@ TEST(PrefixKeyTest, TokensAreLittleEndianUint32) {
   const PrefixSeed seed = MakePrefixSeed("", "");
   const std::vector<uint32_t> tokens = {0xffffffffu, 1};
   auto keys = ComputePrefixKeys(seed, tokens, 1);
-  ASSERT_TRUE(keys.ok());
+  ASSERT_OK(keys);
   ASSERT_EQ(keys->size(), 2u);
   EXPECT_EQ(PrefixKeyHex((*keys)[0]), "f5ffd1ce29dde71893b3617bebd38869");
   EXPECT_EQ(PrefixKeyHex((*keys)[1]), "638de51e05c45a080e1f49c92f89fc8d");
@@ -66,7 +67,7 @@ TEST(PrefixKeyTest, TokensAreLittleEndianUint32) {
 TEST(PrefixKeyTest, ChainMatchesBulkAndSharedPrefixesShareKeys) {
   const PrefixSeed seed = MakePrefixSeed("ns", "salt");
   auto keys = ComputePrefixKeys(seed, kTokens, 3);
-  ASSERT_TRUE(keys.ok());
+  ASSERT_OK(keys);
   ASSERT_EQ(keys->size(), 3u);
   PrefixKey k0 = ChainPrefixKey(seed, std::span(kTokens).subspan(0, 3));
   PrefixKey k1 = ChainPrefixKey(k0, std::span(kTokens).subspan(3, 3));
@@ -76,20 +77,20 @@ TEST(PrefixKeyTest, ChainMatchesBulkAndSharedPrefixesShareKeys) {
   std::vector<uint32_t> other = kTokens;
   other[4] += 1;
   auto other_keys = ComputePrefixKeys(seed, other, 3);
-  ASSERT_TRUE(other_keys.ok());
+  ASSERT_OK(other_keys);
   EXPECT_EQ((*other_keys)[0], (*keys)[0]);
   EXPECT_NE((*other_keys)[1], (*keys)[1]);
   EXPECT_NE((*other_keys)[2], (*keys)[2]);  // the chain carries the difference forward
   // Another tenant salt changes every key.
   auto salted = ComputePrefixKeys(MakePrefixSeed("ns", "salt2"), kTokens, 3);
-  ASSERT_TRUE(salted.ok());
+  ASSERT_OK(salted);
   EXPECT_NE((*salted)[0], (*keys)[0]);
 }
 
 TEST(PrefixKeyTest, EdgeCases) {
   const PrefixSeed seed = MakePrefixSeed("ns", "");
   auto none = ComputePrefixKeys(seed, std::span(kTokens).subspan(0, 3), 4);
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_TRUE(none->empty());
   auto bad = ComputePrefixKeys(seed, kTokens, 0);
   ASSERT_FALSE(bad.ok());

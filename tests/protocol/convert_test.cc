@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::protocol {
 namespace {
@@ -23,7 +24,7 @@ kv::Layout Small() {
 
 TEST(ConvertTest, LayoutRoundTrips) {
   auto back = FromProto(ToProto(Small()));
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, Small());
 }
 
@@ -40,7 +41,7 @@ TEST(ConvertTest, FromProtoRejectsUnspecifiedDtypeAndInvalidLayouts) {
 TEST(ConvertTest, EveryCodecOfTheStorageLayerConvertsBothWays) {
   for (const kv::CodecId c : kv::AllCodecs()) {
     auto back = CodecFromProto(CodecToProto(c), "spec.codec");
-    ASSERT_TRUE(back.ok()) << kv::CodecName(c);
+    ASSERT_OK(back) << kv::CodecName(c);
     EXPECT_EQ(*back, c);
   }
   EXPECT_FALSE(CodecFromProto(v1::CODEC_UNSPECIFIED, "spec.codec").ok());
@@ -54,7 +55,7 @@ TEST(ConvertTest, CheckSpecMatchesNamesTheFirstDifferingField) {
   a.set_name("ns");
   *a.mutable_layout() = ToProto(Small());
   v1::NamespaceSpec b = a;
-  EXPECT_TRUE(CheckSpecMatches(a, b).ok());
+  EXPECT_OK(CheckSpecMatches(a, b));
   b.mutable_layout()->set_head_dim(128);
   absl::Status s = CheckSpecMatches(a, b);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -68,7 +69,7 @@ TEST(ConvertTest, CheckSpecMatchesNamesTheFirstDifferingField) {
   b.set_codec(v1::CODEC_BF16);
   EXPECT_THAT(std::string(CheckSpecMatches(a, b).message()), HasSubstr("codec"));
   b.set_codec(v1::CODEC_UNSPECIFIED);  // only compared when both name one
-  EXPECT_TRUE(CheckSpecMatches(a, b).ok());
+  EXPECT_OK(CheckSpecMatches(a, b));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "google/protobuf/any.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::protocol {
 namespace {
@@ -43,9 +44,9 @@ TEST(ErrorDetailTest, MessageTextAloneCarriesNoReason) {
 }
 
 TEST(ErrorDetailTest, OkStaysOk) {
-  EXPECT_TRUE(WithErrorDetail(absl::OkStatus(), v1::SHM_SESSION_UNKNOWN, "f").ok());
-  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
-  EXPECT_TRUE(FromGrpcStatus("Get", grpc::Status::OK).ok());
+  EXPECT_OK(WithErrorDetail(absl::OkStatus(), v1::SHM_SESSION_UNKNOWN, "f"));
+  EXPECT_OK(ToGrpcStatus(absl::OkStatus()));
+  EXPECT_OK(FromGrpcStatus("Get", grpc::Status::OK));
 }
 
 }  // namespace

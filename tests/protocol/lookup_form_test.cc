@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::protocol {
 namespace {
@@ -51,7 +52,7 @@ TEST(LookupFormTest, SingleOwnerWithoutLeaseNeedsNoIndex) {
   EXPECT_EQ(compact.owner_index_size(), 0);
   EXPECT_EQ(compact.owner_lease_ids_size(), 0);
   EXPECT_EQ(compact.prefix_blocks(), 2u);
-  ASSERT_TRUE(ExpandLookup(&compact).ok());
+  ASSERT_OK(ExpandLookup(&compact));
   EXPECT_FALSE(IsCompactLookup(compact));
   ExpectSameBlocks(compact, verbose);
 }
@@ -68,7 +69,7 @@ TEST(LookupFormTest, SeveralOwnersAndLeasesRoundTrip) {
   EXPECT_EQ(compact.owners_size(), 4);  // (n1, 0), (n2, 7), ("", 0), (n1, 9)
   EXPECT_EQ(compact.owner_lease_ids_size(), 4);
   EXPECT_EQ(compact.owner_index_size(), 6);
-  ASSERT_TRUE(ExpandLookup(&compact).ok());
+  ASSERT_OK(ExpandLookup(&compact));
   ExpectSameBlocks(compact, verbose);
 }
 
@@ -81,7 +82,7 @@ TEST(LookupFormTest, ClusterAnswerNamesOwnersOfAbsentKeys) {
   v1::LookupResponse compact = Compact(verbose);
   EXPECT_EQ(compact.owner_index_size(), 2);
   EXPECT_EQ(LookupOwner(compact, 1), "n3");
-  ASSERT_TRUE(ExpandLookup(&compact).ok());
+  ASSERT_OK(ExpandLookup(&compact));
   ExpectSameBlocks(compact, verbose);
 }
 
@@ -101,8 +102,8 @@ TEST(LookupFormTest, OneNodesAnswerMatchesCompactOfVerbose) {
     }
     // One lease over every resident key still needs no owner_index.
     EXPECT_EQ(encoded.owner_index_size(), leases.back() == 0 && leases[1] != 0 ? 6 : 0);
-    ASSERT_TRUE(CheckLookup(encoded).ok());
-    ASSERT_TRUE(ExpandLookup(&encoded).ok());
+    ASSERT_OK(CheckLookup(encoded));
+    ASSERT_OK(ExpandLookup(&encoded));
     ExpectSameBlocks(encoded, verbose);
   }
   v1::LookupResponse plain;
@@ -115,7 +116,7 @@ TEST(LookupFormTest, VerboseIsLeftAloneAndBadIndexIsDataLoss) {
   v1::LookupResponse verbose;
   AddBlock(&verbose, v1::TIER_HOT, "n1", 0);
   v1::LookupResponse copy = verbose;
-  ASSERT_TRUE(ExpandLookup(&copy).ok());
+  ASSERT_OK(ExpandLookup(&copy));
   ExpectSameBlocks(copy, verbose);
 
   v1::LookupResponse bad;
@@ -284,7 +285,7 @@ TEST(LookupFormTest, AnswersEncodeToTheSameBlocksInEitherForm) {
     EXPECT_EQ(verbose.blocks(static_cast<int>(i)).owner(), answers[i].owner) << i;
     EXPECT_EQ(verbose.blocks(static_cast<int>(i)).lease_id(), answers[i].lease_id) << i;
   }
-  ASSERT_TRUE(ExpandLookup(&compact).ok());
+  ASSERT_OK(ExpandLookup(&compact));
   ExpectSameBlocks(compact, verbose);
 }
 

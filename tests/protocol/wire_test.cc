@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::protocol {
 namespace {
@@ -128,9 +129,9 @@ TEST(GetStreamParserTest, RoutesChunksIntoDestinationsBitExact) {
   });
   for (const auto& m : stream.messages) {
     auto slices = RandomSlices(m, rng);
-    ASSERT_TRUE(parser.Consume(slices).ok());
+    ASSERT_OK(parser.Consume(slices));
   }
-  ASSERT_TRUE(parser.Finish().ok());
+  ASSERT_OK(parser.Finish());
   EXPECT_EQ(asked, (std::vector<size_t>{0, 3, 4}));
   for (size_t i : asked) {
     EXPECT_EQ(dest[i].substr(0, stream.payloads[i].size()), stream.payloads[i]) << i;
@@ -156,27 +157,27 @@ TEST(GetStreamParserTest, RejectsMalformedStreams) {
   }
   {  // second header
     GetStreamParser p(dest);
-    ASSERT_TRUE(p.Consume(One(stream.messages[0])).ok());
+    ASSERT_OK(p.Consume(One(stream.messages[0])));
     EXPECT_FALSE(p.Consume(One(stream.messages[0])).ok());
   }
   {  // stream ends short
     GetStreamParser p(dest);
-    ASSERT_TRUE(p.Consume(One(stream.messages[0])).ok());
-    ASSERT_TRUE(p.Consume(One(stream.messages[1])).ok());
+    ASSERT_OK(p.Consume(One(stream.messages[0])));
+    ASSERT_OK(p.Consume(One(stream.messages[1])));
     EXPECT_FALSE(p.Finish().ok());
   }
   {  // more bytes than announced
     GetStreamParser p(dest);
-    ASSERT_TRUE(p.Consume(One(stream.messages[0])).ok());
+    ASSERT_OK(p.Consume(One(stream.messages[0])));
     for (size_t i = 1; i < stream.messages.size(); ++i) {
-      ASSERT_TRUE(p.Consume(One(stream.messages[i])).ok());
+      ASSERT_OK(p.Consume(One(stream.messages[i])));
     }
-    EXPECT_TRUE(p.Finish().ok());
+    EXPECT_OK(p.Finish());
     EXPECT_FALSE(p.Consume(One(stream.messages[1])).ok());
   }
   {  // truncated length prefix
     GetStreamParser p(dest);
-    ASSERT_TRUE(p.Consume(One(stream.messages[0])).ok());
+    ASSERT_OK(p.Consume(One(stream.messages[0])));
     EXPECT_FALSE(p.Consume(One(stream.messages[1].substr(0, 10))).ok());
   }
   {  // destination too small

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "service/limits.h"
 #include "service/metrics.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_certs.h"
 
@@ -40,7 +41,7 @@ constexpr char kNamespaceText[] = R"pb(
 
 TEST(ConfigTest, NoArgumentsServesLocalhostWithDefaults) {
   auto cl = ParseCommandLine({});
-  ASSERT_TRUE(cl.ok()) << cl.status();
+  ASSERT_OK(cl);
   EXPECT_EQ(cl->mode, CommandLine::Mode::kServe);
   EXPECT_EQ(cl->config.listen_address(), "127.0.0.1");
   EXPECT_EQ(cl->config.port(), 50051u);
@@ -62,7 +63,7 @@ TEST(ConfigTest, FlagsOverrideTheFileAndPortZeroOnlyViaFlag) {
                                      "eviction_policy: \"lfu\"\n" +
                                          std::string(kNamespaceText));
   auto file_only = ParseCommandLine({"--config", path});
-  ASSERT_TRUE(file_only.ok()) << file_only.status();
+  ASSERT_OK(file_only);
   EXPECT_EQ(file_only->config.port(), 50051u);  // 0 in a file means the default
   EXPECT_EQ(file_only->config.data_dir(), "/var/lib/kvtier");
   EXPECT_EQ(file_only->config.hot_capacity_bytes(), 1ull << 30);
@@ -73,7 +74,7 @@ TEST(ConfigTest, FlagsOverrideTheFileAndPortZeroOnlyViaFlag) {
       ParseCommandLine({"--config=" + path, "--port", "0", "--data-dir", "/tmp/x", "--hot-capacity",
                         "64MiB", "--cold-capacity=2G", "--policy", "heavy_hitter", "--metrics-port",
                         "9100", "--node-id", "n1", "--listen", "0.0.0.0"});
-  ASSERT_TRUE(flags.ok()) << flags.status();
+  ASSERT_OK(flags);
   EXPECT_EQ(flags->config.port(), 0u);
   EXPECT_EQ(flags->config.data_dir(), "/tmp/x");
   EXPECT_EQ(flags->config.hot_capacity_bytes(), 64ull << 20);
@@ -87,7 +88,7 @@ TEST(ConfigTest, FlagsOverrideTheFileAndPortZeroOnlyViaFlag) {
 TEST(ConfigTest, CheckConfigModeValidatesTheFile) {
   testing::TempDir dir;
   auto good = ParseCommandLine({"--check-config", WriteFile(dir, "g", kNamespaceText)});
-  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_OK(good);
   EXPECT_EQ(good->mode, CommandLine::Mode::kCheckConfig);
 
   auto syntax = ParseCommandLine({"--check-config", WriteFile(dir, "s", "port: \"abc\"\n")});
@@ -145,7 +146,7 @@ TEST(ConfigTest, InvalidConfigsNameTheField) {
   };
   for (const BadConfig& c : cases) {
     auto config = ParseConfigText(c.text);
-    ASSERT_TRUE(config.ok()) << c.text << ": " << config.status();
+    ASSERT_OK(config) << c.text << ": " << config.status();
     ApplyDefaults(*config);
     absl::Status s = ValidateConfig(*config);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
@@ -155,11 +156,11 @@ TEST(ConfigTest, InvalidConfigsNameTheField) {
 
 TEST(ConfigTest, EventsFlagsAndDefaults) {
   auto off = ParseCommandLine({});
-  ASSERT_TRUE(off.ok()) << off.status();
+  ASSERT_OK(off);
   EXPECT_TRUE(off->config.events().endpoint().empty());  // off by default
   auto on = ParseCommandLine({"--events-endpoint", "tcp://127.0.0.1:*",
                               "--events-replay-endpoint=tcp://127.0.0.1:*"});
-  ASSERT_TRUE(on.ok()) << on.status();
+  ASSERT_OK(on);
   const events::EventsConfig e = ToEventsConfig(on->config, "node-1");
   EXPECT_EQ(e.endpoint, "tcp://127.0.0.1:*");
   EXPECT_EQ(e.replay_endpoint, "tcp://127.0.0.1:*");
@@ -168,9 +169,9 @@ TEST(ConfigTest, EventsFlagsAndDefaults) {
   EXPECT_EQ(e.format, defaults.format);
   EXPECT_EQ(e.batch_ms, defaults.batch_ms);
   EXPECT_EQ(e.send_hwm, defaults.send_hwm);
-  EXPECT_TRUE(e.Validate().ok()) << e.Validate();
+  EXPECT_OK(e.Validate());
   auto array = ParseConfigText("events { endpoint: \"tcp://*:1\" format: \"array\" batch_ms: 7 }");
-  ASSERT_TRUE(array.ok());
+  ASSERT_OK(array);
   EXPECT_EQ(ToEventsConfig(*array, "n").format, events::BatchFormat::kArray);
   EXPECT_EQ(ToEventsConfig(*array, "n").batch_ms, 7u);
   // What llm-d's indexer needs: the array form by default, a pod id and rank of one's
@@ -182,14 +183,14 @@ TEST(ConfigTest, EventsFlagsAndDefaults) {
   auto llmd = ParseConfigText(
       "events { endpoint: \"tcp://*:1\" pod_id: \"10.0.0.7\" data_parallel_rank: 0 "
       "parent_wait_ms: 0 send_all_blocks_cleared: true }");
-  ASSERT_TRUE(llmd.ok()) << llmd.status();
+  ASSERT_OK(llmd);
   const events::EventsConfig l = ToEventsConfig(*llmd, "n");
   EXPECT_EQ(l.node_id, "10.0.0.7");
   EXPECT_EQ(l.data_parallel_rank, 0);
   EXPECT_EQ(l.parent_wait_ms, 0u);
   EXPECT_TRUE(l.send_all_blocks_cleared);
   auto flag = ParseCommandLine({"--events-endpoint", "tcp://*:1", "--events-pod-id", "pod-3"});
-  ASSERT_TRUE(flag.ok()) << flag.status();
+  ASSERT_OK(flag);
   EXPECT_EQ(ToEventsConfig(flag->config, "n").node_id, "pod-3");
   EXPECT_THAT(UsageText(), HasSubstr("--events-endpoint"));
 }
@@ -214,7 +215,7 @@ TEST(ConfigTest, BadFlagsAreRejected) {
 
 TEST(ConfigTest, SizeFlagsUseTheCommonByteSizeSyntax) {
   auto cl = ParseCommandLine({"--hot-capacity", "64M", "--cold-capacity=1T"});
-  ASSERT_TRUE(cl.ok()) << cl.status();
+  ASSERT_OK(cl);
   EXPECT_EQ(cl->config.hot_capacity_bytes(), 64ull << 20);
   EXPECT_EQ(cl->config.cold_capacity_bytes(), 1ull << 40);
   auto decimal = ParseCommandLine({"--hot-capacity", "64MB"});
@@ -224,10 +225,10 @@ TEST(ConfigTest, SizeFlagsUseTheCommonByteSizeSyntax) {
 
 TEST(ConfigTest, PrefetchOnLookupIsOffUnlessTheFlagTurnsItOn) {
   auto plain = ParseCommandLine({});
-  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_OK(plain);
   EXPECT_FALSE(ServiceLimits::FromConfig(plain->config).prefetch_on_lookup);
   auto on = ParseCommandLine({"--prefetch-on-lookup"});
-  ASSERT_TRUE(on.ok()) << on.status();
+  ASSERT_OK(on);
   EXPECT_TRUE(on->config.prefetch_on_lookup());
   EXPECT_TRUE(ServiceLimits::FromConfig(on->config).prefetch_on_lookup);
   EXPECT_THAT(UsageText(), HasSubstr("--prefetch-on-lookup"));
@@ -254,13 +255,14 @@ TEST(ConfigTest, HelpListsEveryEvictionPolicyAndTheSizeSyntax) {
 TEST(ConfigTest, TlsFlagsAreCheckedAgainstTheFiles) {
   testing::TempDir dir;
   auto ca = testing::TestCa::Create(dir.path(), "ca");
-  ASSERT_TRUE(ca.ok()) << ca.status();
+  ASSERT_OK(ca);
   auto a = ca->Issue("a", "a", {"DNS:a"});
   auto b = ca->Issue("b", "b", {"DNS:b"});
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   auto ok = ParseCommandLine({"--tls-cert", a->cert_file, "--tls-key", a->key_file,
                               "--tls-client-ca", ca->ca_file(), "--tls-require-client-cert"});
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_OK(ok);
   EXPECT_TRUE(ok->config.tls().require_client_cert());
   EXPECT_EQ(ok->config.tls().client_ca_file(), ca->ca_file());
 
@@ -310,10 +312,10 @@ TEST(ConfigTest, DefaultsComeFromStoreOptionsAndServiceLimits) {
 
 TEST(ConfigTest, NamespaceRoundTripAndStoreOptions) {
   auto config = ParseConfigText(kNamespaceText);
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   ApplyDefaults(*config);
   auto ns = NamespaceFromProto(config->namespaces(0), "ns");
-  ASSERT_TRUE(ns.ok()) << ns.status();
+  ASSERT_OK(ns);
   EXPECT_EQ(ns->codec, kv::CodecId::kKivi2);
   EXPECT_EQ(ns->tenant, "default");
   EXPECT_EQ(ns->layout.BytesPerBlock(), 2ull << 20);
@@ -321,7 +323,7 @@ TEST(ConfigTest, NamespaceRoundTripAndStoreOptions) {
   EXPECT_EQ(ns->sink_blocks, 1u);
   v1::NamespaceSpec back = NamespaceToProto(*ns);
   auto again = NamespaceFromProto(back, "ns");
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->layout, ns->layout);
   EXPECT_EQ(back.codec(), v1::CODEC_KIVI2);
 
@@ -342,7 +344,7 @@ TEST(ConfigTest, NamespaceRoundTripAndStoreOptions) {
   ASSERT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("spec.sink_blocks"));
   many_sinks.set_sink_blocks(storage::kMaxSinkBlocks);
-  EXPECT_TRUE(NamespaceFromProto(many_sinks, "spec").ok());
+  EXPECT_OK(NamespaceFromProto(many_sinks, "spec"));
 
   config->set_eviction_policy("lfu");
   storage::StoreOptions so = ToStoreOptions(*config);

@@ -18,6 +18,7 @@
 #include "service/config.h"
 #include "service/server.h"
 #include "tests/testing/layouts.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::service {
@@ -39,7 +40,7 @@ class FairAdmissionTest : public ::testing::Test {
     auto cl = ParseCommandLine({"--port", "0", "--data-dir", dir_.Sub("data"), "--hot-capacity",
                                 "64MiB", "--executor-threads", "2", "--max-message-bytes",
                                 "64KiB", "--shm-socket", "off"});
-    ASSERT_TRUE(cl.ok()) << cl.status();
+    ASSERT_OK(cl);
     v1::ServerConfig config = cl->config;
     config.set_memory_quota_bytes(kBudget);
     config.set_max_put_bytes(kMaxPut);
@@ -50,11 +51,11 @@ class FairAdmissionTest : public ::testing::Test {
     auto* b = config.add_tenants();
     b->set_tenant("team-b");
     b->set_token_sha256(kShaB);
-    ASSERT_TRUE(ValidateConfig(config).ok());
+    ASSERT_OK(ValidateConfig(config));
     auto server = KvtierServer::Start(config);
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = *std::move(server);
-    ASSERT_TRUE(server_->OpenStore().ok());
+    ASSERT_OK(server_->OpenStore());
     stub_ = v1::KvCache::NewStub(
         grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
     for (const char* t : {"a", "b"}) {
@@ -65,7 +66,7 @@ class FairAdmissionTest : public ::testing::Test {
       grpc::ClientContext ctx;
       Authorize(&ctx, t);
       const grpc::Status s = stub_->RegisterNamespace(&ctx, req, &resp);
-      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_OK(s);
     }
   }
 
@@ -155,7 +156,7 @@ TEST_F(FairAdmissionTest, AFloodingTenantIsHeldToItsShareWhileAnotherPutsAndMayU
   ASSERT_TRUE(Send(b.get(), 7));
   b->writer->WritesDone();
   const grpc::Status b_done = b->writer->Finish();
-  EXPECT_TRUE(b_done.ok()) << b_done.error_message();
+  EXPECT_OK(b_done);
   EXPECT_EQ(b->resp.blocks_stored(), 8u);
   // Alone again, a may take more than half of the budget.
   ASSERT_TRUE(WaitBuffered(2 * per_stream * kBlock));

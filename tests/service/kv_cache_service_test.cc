@@ -23,6 +23,7 @@
 #include "tests/testing/in_process_server.h"
 #include "tests/testing/layouts.h"
 #include "tests/testing/poll_until.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::service {
@@ -45,7 +46,7 @@ class KvCacheServiceTest : public ::testing::Test {
   void SetUp() override {
     auto server = testing::StartSmallServer(dir_.Sub("data"),
                                             [this](v1::ServerConfig& c) { Configure(c); });
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     server_ = *std::move(server);
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::KvCache::NewStub(channel_);
@@ -115,7 +116,7 @@ TEST_F(KvCacheServiceTest, PutInOddChunksThenGetInBoundedFramesRoundTripsBitExac
   for (int i = 0; i < 8; ++i) payloads.push_back(RandomBytes(block, 100 + i));
   v1::PutResponse put;
   grpc::Status ps = Put(PutMessages(payloads, 10007), &put);
-  ASSERT_TRUE(ps.ok()) << ps.error_message();
+  ASSERT_OK(ps);
   EXPECT_EQ(put.blocks_stored(), 8u);
 
   v1::GetRequest req;
@@ -125,7 +126,7 @@ TEST_F(KvCacheServiceTest, PutInOddChunksThenGetInBoundedFramesRoundTripsBitExac
   req.add_keys("missing");
   std::vector<v1::GetResponse> messages;
   grpc::Status gs = Get(req, &messages);
-  ASSERT_TRUE(gs.ok()) << gs.error_message();
+  ASSERT_OK(gs);
   ASSERT_FALSE(messages.empty());
   ASSERT_TRUE(messages[0].has_header());
   const v1::GetHeader& header = messages[0].header();
@@ -201,7 +202,7 @@ TEST_F(KvCacheServiceTest, BadPutsNameTheFieldAndStoreNothing) {
   req.set_namespace_("ns");
   req.add_keys("k0");
   std::vector<v1::GetResponse> messages;
-  ASSERT_TRUE(Get(req, &messages).ok());
+  ASSERT_OK(Get(req, &messages));
   ASSERT_EQ(messages.size(), 1u);
   EXPECT_FALSE(messages[0].header().blocks(0).found());
 }
@@ -293,7 +294,7 @@ TEST_F(KvCacheServiceTest, UnaryRequestsThatDoNotParseAreInvalidArgumentNamingTh
   auto admin = v1::KvCacheAdmin::NewStub(channel_);
   grpc::ClientContext ctx;
   v1::ListNamespacesResponse list;
-  ASSERT_TRUE(admin->ListNamespaces(&ctx, v1::ListNamespacesRequest(), &list).ok());
+  ASSERT_OK(admin->ListNamespaces(&ctx, v1::ListNamespacesRequest(), &list));
   ASSERT_EQ(list.namespaces_size(), 1);
   EXPECT_EQ(list.namespaces(0).name(), "ns");
 }
@@ -312,7 +313,7 @@ TEST_F(KvCacheServiceTest, LookupAnswersEveryEncodingAsProtobufReadsIt) {
         channel_.get(), method, &ctx, request, &response);
     if (s.ok()) {
       std::vector<grpc::Slice> slices;
-      EXPECT_TRUE(response.Dump(&slices).ok());
+      EXPECT_OK(response.Dump(&slices));
       std::string flat;
       for (const grpc::Slice& sl : slices)
         flat.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
@@ -327,7 +328,7 @@ TEST_F(KvCacheServiceTest, LookupAnswersEveryEncodingAsProtobufReadsIt) {
   req.set_compact(true);
   std::string bytes = req.SerializeAsString() + std::string("\xa0\x06\x07", 3);  // field 100
   v1::LookupResponse resp;
-  ASSERT_TRUE(lookup(bytes, &resp).ok());
+  ASSERT_OK(lookup(bytes, &resp));
   EXPECT_EQ(resp.tiers().size(), 2u);  // compact, as asked
   EXPECT_EQ(resp.prefix_blocks(), 0u);
 
@@ -387,7 +388,7 @@ TEST_F(PutAdmissionTest, IdleHeaderOnlyStreamsNeitherStarveOtherPutsNorLiveForev
     for (int i = 0; i < 64; ++i) payloads.push_back(RandomBytes(block, 1000 * round + i));
     v1::PutResponse resp;
     grpc::Status ps = Put(PutMessages(payloads, 1 << 15), &resp);
-    ASSERT_TRUE(ps.ok()) << "round " << round << ": " << ps.error_message();
+    ASSERT_OK(ps) << "round " << round << ": " << ps.error_message();
     EXPECT_EQ(resp.blocks_stored(), 64u);
   }
   // Each idle stream is finished by the progress timeout, with a status naming it.
@@ -402,7 +403,7 @@ TEST_F(PutAdmissionTest, IdleHeaderOnlyStreamsNeitherStarveOtherPutsNorLiveForev
   for (size_t i = 0; i < n; ++i) large.push_back(RandomBytes(block, 90000 + i));
   v1::PutResponse resp;
   const grpc::Status ps = Put(PutMessages(large, 1 << 15), &resp);
-  ASSERT_TRUE(ps.ok()) << ps.error_message();
+  ASSERT_OK(ps);
   EXPECT_EQ(resp.blocks_stored(), n);
 }
 
@@ -423,7 +424,7 @@ TEST_F(PutAdmissionTest, AStreamThatStallsMidPayloadIsCutWithAStatusNamingTheTim
   // The same put, complete, goes through.
   v1::PutResponse resp;
   grpc::Status ps = Put(messages, &resp);
-  EXPECT_TRUE(ps.ok()) << ps.error_message();
+  EXPECT_OK(ps);
 }
 
 // At most four Put streams per connection.
@@ -473,7 +474,7 @@ TEST_F(PutConnectionCapTest, OneConnectionCannotOpenMorePutsThanTheCapOthersStil
     for (const auto& m : PutMessages(payloads, 1 << 15)) ASSERT_TRUE(writer->Write(m));
     writer->WritesDone();
     const grpc::Status s = writer->Finish();
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_OK(s);
   }
   // Once the four streams end, the first connection may put again.
   for (auto& stream : open) {
@@ -481,7 +482,7 @@ TEST_F(PutConnectionCapTest, OneConnectionCannotOpenMorePutsThanTheCapOthersStil
     EXPECT_EQ(stream->writer->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   const grpc::Status again = Put(PutMessages(payloads, 1 << 15), &resp);
-  EXPECT_TRUE(again.ok()) << again.error_message();
+  EXPECT_OK(again);
 }
 
 }  // namespace

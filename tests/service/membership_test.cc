@@ -10,11 +10,12 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
-#include "common/mutex.h"
 #include "tests/testing/fake_resolver.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::service {
 namespace {
@@ -32,10 +33,10 @@ std::vector<std::string> Ids(const std::vector<Peer>& peers) {
 TEST(SplitHostPortTest, AcceptsHostPortAndBracketedIpv6) {
   std::string host;
   uint32_t port = 0;
-  ASSERT_TRUE(SplitHostPort("10.0.0.1:50051", "f", &host, &port).ok());
+  ASSERT_OK(SplitHostPort("10.0.0.1:50051", "f", &host, &port));
   EXPECT_EQ(host, "10.0.0.1");
   EXPECT_EQ(port, 50051u);
-  ASSERT_TRUE(SplitHostPort("[::1]:7", "f", &host, &port).ok());
+  ASSERT_OK(SplitHostPort("[::1]:7", "f", &host, &port));
   EXPECT_EQ(host, "::1");
   EXPECT_EQ(port, 7u);
   for (const char* bad : {"nohost", ":1", "h:", "h:0", "h:70000", "::1:5", "[::1", "h:x"}) {
@@ -47,10 +48,10 @@ TEST(SplitHostPortTest, AcceptsHostPortAndBracketedIpv6) {
 
 TEST(ValidateClusterConfigTest, NamesTheBadField) {
   v1::ClusterConfig c;
-  EXPECT_TRUE(ValidateClusterConfig(c).ok());
+  EXPECT_OK(ValidateClusterConfig(c));
   c.add_static_peers("a:1");
   c.add_static_peers("b:2");
-  EXPECT_TRUE(ValidateClusterConfig(c).ok());
+  EXPECT_OK(ValidateClusterConfig(c));
   c.set_replication_factor(3);
   EXPECT_THAT(std::string(ValidateClusterConfig(c).message()),
               HasSubstr("cluster.replication_factor"));
@@ -68,7 +69,7 @@ TEST(ValidateClusterConfigTest, NamesTheBadField) {
   c.set_peer_dns("kvtier-peers:50051");
   EXPECT_EQ(ValidateClusterConfig(c).code(), absl::StatusCode::kInvalidArgument);
   c.set_peer_dns("kvtier-peers.kvtier.svc.cluster.local");
-  EXPECT_TRUE(ValidateClusterConfig(c).ok());
+  EXPECT_OK(ValidateClusterConfig(c));
 }
 
 TEST(MembershipTest, StaticListFindsSelfByIdOrByLocalAddressAndPort) {
@@ -80,7 +81,7 @@ TEST(MembershipTest, StaticListFindsSelfByIdOrByLocalAddressAndPort) {
   o.static_peers = {"127.0.0.1:3", "127.0.0.1:1", "127.0.0.1:2"};
   o.resolver = &resolver;
   auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_OK(m);
   EXPECT_EQ((*m)->self_id(), "127.0.0.1:2");
   const std::vector<Peer> peers = (*m)->peers();
   EXPECT_THAT(Ids(peers), ElementsAre("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"));
@@ -93,7 +94,7 @@ TEST(MembershipTest, StaticListFindsSelfByIdOrByLocalAddressAndPort) {
   o.self_id = "c:1";
   o.self_port = 1;
   auto lone = Membership::Create(o);
-  ASSERT_TRUE(lone.ok());
+  ASSERT_OK(lone);
   EXPECT_THAT(Ids((*lone)->peers()), ElementsAre("a:1", "b:1", "c:1"));
 }
 
@@ -123,7 +124,7 @@ TEST(MembershipTest, DnsMembersAreNamedByReverseDnsAndFollowJoinsAndLeaves) {
   o.peer_dns = dns;
   o.resolver = &r;
   auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_OK(m);
   EXPECT_THAT(Ids((*m)->peers()),
               ElementsAre("kvtier-0.kvtier-peers.kvtier.svc.cluster.local:50051",
                           "kvtier-1.kvtier-peers.kvtier.svc.cluster.local:50051"));
@@ -133,14 +134,14 @@ TEST(MembershipTest, DnsMembersAreNamedByReverseDnsAndFollowJoinsAndLeaves) {
 
   // A new pod without a PTR record yet joins under its IP.
   r.Set(dns, {"10.0.0.1", "10.0.0.2", "10.0.0.3"});
-  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_OK((*m)->Refresh());
   EXPECT_EQ((*m)->ring()->size(), 3u);
   EXPECT_EQ((*m)->peers().front().id, "10.0.0.3:50051");  // ids sort; digits first
   EXPECT_GT((*m)->version(), v1);
 
   // Same answer: no change. A DNS failure keeps the list.
   const uint64_t v2 = (*m)->version();
-  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_OK((*m)->Refresh());
   EXPECT_EQ((*m)->version(), v2);
   r.Fail(absl::UnavailableError("dns down"));
   EXPECT_FALSE((*m)->Refresh().ok());
@@ -149,11 +150,11 @@ TEST(MembershipTest, DnsMembersAreNamedByReverseDnsAndFollowJoinsAndLeaves) {
 
   // kvtier-1 is deleted; then it restarts with a new IP but the same name: same id.
   r.Set(dns, {"10.0.0.1", "10.0.0.3"});
-  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_OK((*m)->Refresh());
   EXPECT_EQ((*m)->ring()->size(), 2u);
   r.Set(dns, {"10.0.0.1", "10.0.0.3", "10.0.0.9"});
   r.SetReverse("10.0.0.9", "kvtier-1.kvtier-peers.kvtier.svc.cluster.local");
-  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_OK((*m)->Refresh());
   const std::vector<Peer> peers = (*m)->peers();
   ASSERT_EQ(peers.size(), 3u);
   EXPECT_EQ(peers[2].id, "kvtier-1.kvtier-peers.kvtier.svc.cluster.local:50051");
@@ -171,7 +172,7 @@ TEST(MembershipTest, StartedMembershipRefreshesInTheBackground) {
   o.dns_refresh_ms = 1;
   o.resolver = &r;
   auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   EXPECT_EQ((*m)->ring()->size(), 1u);
   r.Set("peers", {"10.0.0.1", "10.0.0.2"});
   (*m)->Start();

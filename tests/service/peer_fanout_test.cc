@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
-#include "common/mutex.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fake_resolver.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::service {
 namespace {
@@ -190,7 +191,7 @@ class FanoutTest : public ::testing::Test {
     o.self_port = 1;
     o.static_peers = {"self:1", a_->address(), b_->address()};
     auto m = Membership::Create(o);
-    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_OK(m);
     membership_ = std::move(*m);
     for (int i = 0; i < 60; ++i) keys_.push_back(absl::StrCat("block-", i));
   }
@@ -491,7 +492,7 @@ TEST_F(FanoutTest, StubsAreCachedPerAddressAndOwnedByTheCaller) {
   req.set_local_only(true);
   req.add_keys("k");
   v1::LookupResponse resp;
-  EXPECT_TRUE(s->kv->Lookup(&ctx, req, &resp).ok());
+  EXPECT_OK(s->kv->Lookup(&ctx, req, &resp));
   EXPECT_EQ(resp.blocks_size(), 1);
 }
 
@@ -510,7 +511,7 @@ TEST(PeerFanoutStubsTest, StubsHeldAcrossAMembershipChangeStayUsable) {
       static_cast<uint32_t>(std::stoi(peer.address().substr(peer.address().rfind(':') + 1)));
   o.resolver = &resolver;
   auto m = Membership::Create(o);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_OK(m);
   ASSERT_EQ((*m)->peers().size(), 2u);
   PeerFanout fanout(m->get(), FanoutOptions());
   const std::vector<std::string> keys = {"k"};
@@ -518,7 +519,7 @@ TEST(PeerFanoutStubsTest, StubsHeldAcrossAMembershipChangeStayUsable) {
   std::shared_ptr<PeerStubs> held = fanout.StubsFor(peer.address());
 
   resolver.Set("peers", {});  // the peer leaves
-  ASSERT_TRUE((*m)->Refresh().ok());
+  ASSERT_OK((*m)->Refresh());
   ASSERT_EQ((*m)->peers().size(), 1u);
   const v1::LookupResponse after = fanout.Lookup("ns", keys, {});  // sees the change
   EXPECT_EQ(after.blocks(0).tier(), v1::TIER_NONE);
@@ -531,7 +532,7 @@ TEST(PeerFanoutStubsTest, StubsHeldAcrossAMembershipChangeStayUsable) {
   req.set_local_only(true);
   req.add_keys("k");
   v1::LookupResponse resp;
-  ASSERT_TRUE(held->kv->Lookup(&ctx, req, &resp).ok());
+  ASSERT_OK(held->kv->Lookup(&ctx, req, &resp));
   EXPECT_EQ(resp.blocks(0).tier(), v1::TIER_HOT);
 }
 

@@ -3,6 +3,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::service {
 namespace {
@@ -15,8 +16,8 @@ TEST(PutBudgetTest, ATenantAloneMayUseTheWholeBudget) {
   PutBudget budget;
   budget.OpenStream("a");
   budget.OpenStream("a");
-  EXPECT_TRUE(budget.Charge("a", 600, kBudget).ok());
-  EXPECT_TRUE(budget.Charge("a", 400, kBudget).ok());
+  EXPECT_OK(budget.Charge("a", 600, kBudget));
+  EXPECT_OK(budget.Charge("a", 400, kBudget));
   const absl::Status full = budget.Charge("a", 1, kBudget);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(full.message(), HasSubstr("would exceed put_budget_bytes (1000)"));
@@ -29,19 +30,19 @@ TEST(PutBudgetTest, ATenantAloneMayUseTheWholeBudget) {
 TEST(PutBudgetTest, AFloodingTenantIsHeldToItsShareWhileAnotherPuts) {
   PutBudget budget;
   budget.OpenStream("a");
-  EXPECT_TRUE(budget.Charge("a", 300, kBudget).ok());
+  EXPECT_OK(budget.Charge("a", 300, kBudget));
   budget.OpenStream("b");  // b starts putting: a's share is now half the budget
-  EXPECT_TRUE(budget.Charge("a", 200, kBudget).ok());
+  EXPECT_OK(budget.Charge("a", 200, kBudget));
   const absl::Status over = budget.Charge("a", 1, kBudget);
   EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(over.message(), HasSubstr("tenant 'a'"));
   EXPECT_THAT(over.message(), HasSubstr("its share (500)"));
   // b gets its half although a asked first.
-  EXPECT_TRUE(budget.Charge("b", 500, kBudget).ok());
+  EXPECT_OK(budget.Charge("b", 500, kBudget));
   EXPECT_FALSE(budget.Charge("b", 1, kBudget).ok());
   // Once b is done, a may grow again.
   budget.CloseStream("b", 500);
-  EXPECT_TRUE(budget.Charge("a", 500, kBudget).ok());
+  EXPECT_OK(budget.Charge("a", 500, kBudget));
   EXPECT_EQ(budget.bytes_in_flight(), 1000u);
   budget.CloseStream("a", 1000);
   EXPECT_EQ(budget.bytes_in_flight(), 0u);
@@ -50,9 +51,9 @@ TEST(PutBudgetTest, AFloodingTenantIsHeldToItsShareWhileAnotherPuts) {
 TEST(PutBudgetTest, ATenantThatFilledTheBudgetAloneCannotLockOthersOut) {
   PutBudget budget;
   budget.OpenStream("a");
-  ASSERT_TRUE(budget.Charge("a", 1000, kBudget).ok());  // e.g. stalled streams
+  ASSERT_OK(budget.Charge("a", 1000, kBudget));  // e.g. stalled streams
   budget.OpenStream("b");
-  EXPECT_TRUE(budget.Charge("b", 400, kBudget).ok());  // over the full budget, in its share
+  EXPECT_OK(budget.Charge("b", 400, kBudget));  // over the full budget, in its share
   EXPECT_FALSE(budget.Charge("b", 101, kBudget).ok());
   EXPECT_FALSE(budget.Charge("a", 1, kBudget).ok());
   EXPECT_EQ(budget.bytes_in_flight(), 1400u);  // at most twice the budget

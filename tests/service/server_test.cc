@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "service/config.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::service {
@@ -41,14 +42,14 @@ int HealthStatus(grpc::Channel* channel, const std::string& service = "") {
 v1::ServerConfig TestConfig(const testing::TempDir& dir) {
   auto cl = ParseCommandLine({"--port", "0", "--data-dir", dir.Sub("data"), "--hot-capacity",
                               "8MiB", "--executor-threads", "2"});
-  EXPECT_TRUE(cl.ok()) << cl.status();
+  EXPECT_OK(cl);
   return cl->config;
 }
 
 TEST(KvtierServerTest, NotServingUntilTheStoreIsOpen) {
   testing::TempDir dir;
   auto server = KvtierServer::Start(TestConfig(dir));
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   ASSERT_GT((*server)->port(), 0);
   auto channel = grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
   EXPECT_EQ(HealthStatus(channel.get()), 2);  // NOT_SERVING
@@ -67,7 +68,7 @@ TEST(KvtierServerTest, NotServingUntilTheStoreIsOpen) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   }
 
-  ASSERT_TRUE((*server)->OpenStore().ok());
+  ASSERT_OK((*server)->OpenStore());
   EXPECT_EQ(HealthStatus(channel.get()), 1);  // SERVING
   EXPECT_EQ(HealthStatus(channel.get(), "kvtier.v1.KvCache"), 1);
   EXPECT_EQ(HealthStatus(channel.get(), "kvtier.v1.KvCacheAdmin"), 1);
@@ -75,8 +76,8 @@ TEST(KvtierServerTest, NotServingUntilTheStoreIsOpen) {
     grpc::ClientContext ctx;
     EXPECT_EQ(kv->Lookup(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
   }
-  EXPECT_TRUE((*server)->Shutdown().ok());
-  EXPECT_TRUE((*server)->Shutdown().ok());  // idempotent
+  EXPECT_OK((*server)->Shutdown());
+  EXPECT_OK((*server)->Shutdown());  // idempotent
 }
 
 TEST(KvtierServerTest, ConfigNamespacesAreRegisteredAtStartAndMismatchesFail) {
@@ -91,13 +92,13 @@ TEST(KvtierServerTest, ConfigNamespacesAreRegisteredAtStartAndMismatchesFail) {
   ns->mutable_layout()->set_dtype(v1::DTYPE_FP16);
   {
     auto server = KvtierServer::Start(config);
-    ASSERT_TRUE(server.ok());
-    ASSERT_TRUE((*server)->OpenStore().ok());
+    ASSERT_OK(server);
+    ASSERT_OK((*server)->OpenStore());
     auto channel = grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
     auto admin = v1::KvCacheAdmin::NewStub(channel);
     grpc::ClientContext ctx;
     v1::ListNamespacesResponse list;
-    ASSERT_TRUE(admin->ListNamespaces(&ctx, v1::ListNamespacesRequest(), &list).ok());
+    ASSERT_OK(admin->ListNamespaces(&ctx, v1::ListNamespacesRequest(), &list));
     ASSERT_EQ(list.namespaces_size(), 1);
     EXPECT_EQ(list.namespaces(0).name(), "cfg");
     EXPECT_EQ(list.namespaces(0).codec(), v1::CODEC_FP16);
@@ -105,7 +106,7 @@ TEST(KvtierServerTest, ConfigNamespacesAreRegisteredAtStartAndMismatchesFail) {
   // The same data dir with a different layout for "cfg" refuses to start.
   ns->mutable_layout()->set_head_dim(64);
   auto server = KvtierServer::Start(config);
-  ASSERT_TRUE(server.ok());
+  ASSERT_OK(server);
   absl::Status s = (*server)->OpenStore();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("namespaces[0]"));

@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "protocol/error_detail.h"
 #include "service/config.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::service {
 namespace {
@@ -14,7 +15,7 @@ using ::testing::HasSubstr;
 TEST(TenantQuotasTest, FlagsAndConfigReachTheStoreOptions) {
   auto cl = ParseCommandLine(
       {"--tenant-quota", "team-a:64MiB:1GiB:8MiB", "--tenant-quota=team-b:1MiB"});
-  ASSERT_TRUE(cl.ok()) << cl.status();
+  ASSERT_OK(cl);
   const storage::StoreOptions o = ToStoreOptions(cl->config);
   ASSERT_EQ(o.tenant_quotas.size(), 2u);
   EXPECT_EQ(o.tenant_quotas[0].tenant, "team-a");
@@ -55,7 +56,7 @@ TEST(TenantQuotasTest, AStoreQuotaRefusalGetsAStructuredDetail) {
   // Any other status passes unchanged.
   const absl::Status busy = WithTenantQuotaDetail(absl::ResourceExhaustedError("server busy"));
   EXPECT_FALSE(protocol::GetErrorDetail(busy).has_value());
-  EXPECT_TRUE(WithTenantQuotaDetail(absl::OkStatus()).ok());
+  EXPECT_OK(WithTenantQuotaDetail(absl::OkStatus()));
 }
 
 }  // namespace

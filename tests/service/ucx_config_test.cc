@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "service/config.h"
 #include "service/ucx_put.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::service {
 namespace {
@@ -13,12 +14,12 @@ using ::testing::HasSubstr;
 
 TEST(UcxConfigTest, FlagsSetTheUcxBlock) {
   auto cl = ParseCommandLine({"--ucx", "--ucx-port", "0", "--ucx-transports", "tcp"});
-  ASSERT_TRUE(cl.ok()) << cl.status();
+  ASSERT_OK(cl);
   EXPECT_TRUE(cl->config.ucx().enabled());
   EXPECT_EQ(cl->config.ucx().port(), 0u);
   EXPECT_EQ(cl->config.ucx().transports(), "tcp");
   auto off = ParseCommandLine({});
-  ASSERT_TRUE(off.ok());
+  ASSERT_OK(off);
   EXPECT_FALSE(off->config.ucx().enabled());
   auto bad = ParseCommandLine({"--ucx", "--ucx-port", "70000"});
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
@@ -32,10 +33,10 @@ TEST(UcxConfigTest, UcxWithTlsNeedsTheOperatorsOptIn) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("allow_plaintext_with_tls"));
   c.mutable_ucx()->set_allow_plaintext_with_tls(true);
-  EXPECT_TRUE(ValidateUcxConfig(c).ok());
+  EXPECT_OK(ValidateUcxConfig(c));
   c.mutable_ucx()->set_enabled(false);
   c.mutable_ucx()->set_allow_plaintext_with_tls(false);
-  EXPECT_TRUE(ValidateUcxConfig(c).ok());  // off: nothing to protect
+  EXPECT_OK(ValidateUcxConfig(c));  // off: nothing to protect
 }
 
 TEST(UcxConfigTest, StartsOnlyWhenEnabledAndReportsItsPort) {
@@ -43,11 +44,11 @@ TEST(UcxConfigTest, StartsOnlyWhenEnabledAndReportsItsPort) {
   v1::ServerConfig c;
   c.set_listen_address("127.0.0.1");
   auto none = StartUcxFromConfig(c);
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(*none, nullptr);
   c.mutable_ucx()->set_enabled(true);
   auto on = StartUcxFromConfig(c);
-  ASSERT_TRUE(on.ok()) << on.status();
+  ASSERT_OK(on);
   ASSERT_NE(*on, nullptr);
   EXPECT_GT((*on)->port(), 0);
   EXPECT_EQ((*on)->advertised_host(), "127.0.0.1");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -31,16 +32,16 @@ TEST(ColdMetaFileTest, RoundTripsThroughTheFile) {
   kvtier::testing::TempDir dir;
   const std::string path = dir.Sub("cold.meta");
   auto absent = ReadColdMetaFile(path);
-  ASSERT_TRUE(absent.ok()) << absent.status();
+  ASSERT_OK(absent);
   EXPECT_FALSE(absent->has_value());
-  ASSERT_TRUE(WriteColdMetaFile(path, Sample()).ok());
+  ASSERT_OK(WriteColdMetaFile(path, Sample()));
   auto back = ReadColdMetaFile(path);
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
   ExpectSame(**back, Sample());
   // Replacing leaves no temporary file behind.
   ColdMeta next = Sample();
   next.namespaces.erase(7);
-  ASSERT_TRUE(WriteColdMetaFile(path, next).ok());
+  ASSERT_OK(WriteColdMetaFile(path, next));
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   ExpectSame(**ReadColdMetaFile(path), next);
 }

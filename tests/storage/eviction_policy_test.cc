@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -81,7 +82,7 @@ TEST(EvictionPolicyNamesTest, RoundTripAndErrorListsEveryName) {
                     EvictionPolicyKind::kLfu, EvictionPolicyKind::kHeavyHitter,
                     EvictionPolicyKind::kReuseLru, EvictionPolicyKind::kAdaptive}) {
     auto parsed = ParseEvictionPolicy(EvictionPolicyName(kind));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, kind);
     EXPECT_EQ(EvictionPolicyNames()[static_cast<size_t>(kind)], EvictionPolicyName(kind));
     EXPECT_STREQ(NewEvictionPolicy(kind)->name(), EvictionPolicyName(kind));

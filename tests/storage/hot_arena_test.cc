@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
 
 TEST(HotArenaTest, AllocatesWithinCapacityAndCoalesces) {
   auto arena = HotArena::Create(64 * HotArena::kAlignment, "malloc");
-  ASSERT_TRUE(arena.ok()) << arena.status();
+  ASSERT_OK(arena);
   HotArena& a = **arena;
   EXPECT_STREQ(a.allocator_name(), "malloc");
   EXPECT_EQ(a.capacity_bytes(), 64 * HotArena::kAlignment);
@@ -36,7 +37,7 @@ TEST(HotArenaTest, AllocatesWithinCapacityAndCoalesces) {
 
 TEST(HotArenaTest, RandomAllocFreeNeverOverlapsOrExceedsCapacity) {
   auto arena = HotArena::Create(1 << 20, "auto");
-  ASSERT_TRUE(arena.ok());
+  ASSERT_OK(arena);
   HotArena& a = **arena;
   EXPECT_TRUE(std::string(a.allocator_name()) == "mlock" ||
               std::string(a.allocator_name()) == "malloc" ||

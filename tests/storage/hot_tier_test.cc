@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
 
 std::unique_ptr<HotTier> MakeTier(uint64_t bytes) {
   auto tier = HotTier::Create(bytes, "malloc");
-  EXPECT_TRUE(tier.ok()) << tier.status();
+  EXPECT_OK(tier);
   return tier.ok() ? *std::move(tier) : nullptr;
 }
 

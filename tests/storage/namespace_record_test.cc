@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -18,7 +19,7 @@ TEST(NamespaceRecordTest, RoundTripsEveryField) {
   ns.sink_blocks = 3;
   ns.layout.sink_tokens = 2;
   auto parsed = ParseNamespace(SerializeNamespace(ns));
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_OK(parsed);
   EXPECT_EQ(FirstNamespaceDifference(*parsed, ns), "");
   EXPECT_EQ(parsed->name, ns.name);
 }

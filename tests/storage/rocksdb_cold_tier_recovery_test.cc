@@ -25,6 +25,7 @@
 #include "storage/rocksdb_cold_tier.h"
 #include "storage/slab_file.h"
 #include "storage/slab_scan.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -91,10 +92,10 @@ void FlushDb(const std::string& dir) {
       {"meta", rocksdb::ColumnFamilyOptions()}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw).ok());
-  ASSERT_TRUE(raw->Flush(rocksdb::FlushOptions(), handles).ok());
+  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
+  ASSERT_OK(raw->Flush(rocksdb::FlushOptions(), handles));
   for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_TRUE(raw->Close().ok());
+  ASSERT_OK(raw->Close());
   delete raw;
 }
 
@@ -103,11 +104,11 @@ void FlushDb(const std::string& dir) {
 void MakeTier(const std::string& dir, bool flushed) {
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{dir});
-    ASSERT_TRUE(cold.ok()) << cold.status();
-    ASSERT_TRUE((*cold)->PutNamespace(1, "spec-1").ok());
-    ASSERT_TRUE((*cold)->PutNamespace(2, "spec-2").ok());
+    ASSERT_OK(cold);
+    ASSERT_OK((*cold)->PutNamespace(1, "spec-1"));
+    ASSERT_OK((*cold)->PutNamespace(2, "spec-2"));
     for (int i = 0; i < kBlocks; ++i) {
-      ASSERT_TRUE(PutBlock(**cold, 1, Key(i), i == 0 ? "" : Key(i - 1), i, Payload(i)).ok());
+      ASSERT_OK(PutBlock(**cold, 1, Key(i), i == 0 ? "" : Key(i - 1), i, Payload(i)));
     }
   }
   if (flushed) FlushDb(dir);
@@ -129,7 +130,7 @@ struct Outcome {
 Outcome OpenAndRead(const ColdTierOptions& options) {
   Outcome out;
   auto cold = RocksDbColdTier::Open(options);
-  EXPECT_TRUE(cold.ok()) << cold.status();
+  EXPECT_OK(cold);
   if (!cold.ok()) return out;
   out.recovery = (*cold)->recovery();
   for (int i = 0; i < kBlocks; ++i) {
@@ -144,21 +145,19 @@ Outcome OpenAndRead(const ColdTierOptions& options) {
       ++out.wrong;
     }
   }
-  EXPECT_TRUE((*cold)
+  EXPECT_OK((*cold)
                   ->ForEachNamespace([&](uint32_t id, std::string_view s) {
                     out.namespaces.emplace(id, std::string(s));
-                  })
-                  .ok());
+                  }));
   // The rebuilt index is whole: ForEachBlock lists what is served, with its parent.
   int records = 0;
-  EXPECT_TRUE((*cold)
+  EXPECT_OK((*cold)
                   ->ForEachBlock([&](const ColdIndexRecord& r) {
                     ++records;
                     const int i = std::atoi(r.key.c_str() + 1);
                     EXPECT_EQ(r.block_index, static_cast<uint32_t>(i));
                     EXPECT_EQ(r.parent_key, i == 0 ? "" : Key(i - 1));
-                  })
-                  .ok());
+                  }));
   if (out.recovery.slab_scanned) {
     EXPECT_EQ(records, out.served + out.wrong);
   }
@@ -240,9 +239,9 @@ TEST(ColdTierRecoveryTest, FortyFlippedBytesInTheWalLoseNoNamespaceAndNoBlock) {
 // The blocks whose extents (header to end of body) hold one of `positions`.
 std::set<int> BlocksHit(const std::string& db, const std::vector<uint64_t>& positions) {
   auto slab = SlabFile::Open(db + "/cold.slab", 0);
-  EXPECT_TRUE(slab.ok());
+  EXPECT_OK(slab);
   auto scan = ScanSlab(**slab);
-  EXPECT_TRUE(scan.ok());
+  EXPECT_OK(scan);
   EXPECT_EQ(scan->extents.size(), static_cast<size_t>(kBlocks));
   std::set<int> hit;
   for (const ScannedExtent& e : scan->extents) {
@@ -297,15 +296,15 @@ TEST(ColdTierRecoveryTest, DatabaseDeletedOutrightIsRebuiltAndDeletedBlocksStayD
   std::set<int> deleted;
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok()) << cold.status();
+    ASSERT_OK(cold);
     for (int i = 0; i < kBlocks; i += 5) {
-      ASSERT_TRUE((*cold)->DeleteBlock(1, Key(i)).ok());
+      ASSERT_OK((*cold)->DeleteBlock(1, Key(i)));
       deleted.insert(i);
     }
     // Replaced blocks: the new copy comes back, never the old one.
     for (int i = 1; i < kBlocks; i += 5) {
-      ASSERT_TRUE(PutBlock(**cold, 1, Key(i), Key(i - 1), i, "stale").ok());
-      ASSERT_TRUE(PutBlock(**cold, 1, Key(i), Key(i - 1), i, Payload(i)).ok());
+      ASSERT_OK(PutBlock(**cold, 1, Key(i), Key(i - 1), i, "stale"));
+      ASSERT_OK(PutBlock(**cold, 1, Key(i), Key(i - 1), i, Payload(i)));
     }
   }
   for (const auto& f : fs::directory_iterator(db)) {
@@ -404,8 +403,8 @@ TEST(ColdTierRecoveryTest, LostOrDamagedMetaFileIsRebuilt) {
   // them over the copies they replace.
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
-    ASSERT_TRUE(PutBlock(**cold, 1, Key(3), Key(2), 3, Payload(3)).ok());
+    ASSERT_OK(cold);
+    ASSERT_OK(PutBlock(**cold, 1, Key(3), Key(2), 3, Payload(3)));
   }
   ColdTierOptions recover{db};
   recover.recover = true;

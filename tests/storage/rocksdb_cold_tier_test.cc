@@ -16,6 +16,7 @@
 #include "storage/cold_record.h"
 #include "storage/slab_scan.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -43,55 +44,54 @@ TEST(ColdTierTest, RoundTripIndexAndRecovery) {
   std::string zeros(100000, '\0');
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{dir.Sub("db")});
-    ASSERT_TRUE(cold.ok()) << cold.status();
-    ASSERT_TRUE((*cold)->PutNamespace(3, "spec-3").ok());
+    ASSERT_OK(cold);
+    ASSERT_OK((*cold)->PutNamespace(3, "spec-3"));
     ColdIndexRecord rec;
     rec.ns_id = 3;
     rec.key = "child";
     rec.parent_key = "parent";
     rec.block_index = 7;
     auto stored = (*cold)->PutBlock(rec, Bytes(payload), PayloadChecksum(Bytes(payload)), false);
-    ASSERT_TRUE(stored.ok());
+    ASSERT_OK(stored);
     // Header, key "child", parent "parent", payload.
     EXPECT_EQ(*stored, kColdRecordHeaderBytes + 5 + 6 + payload.size());
     rec.key = "zeros";
     rec.parent_key = "";
     stored = (*cold)->PutBlock(rec, Bytes(zeros), PayloadChecksum(Bytes(zeros)), true);
-    ASSERT_TRUE(stored.ok());
+    ASSERT_OK(stored);
     EXPECT_LT(*stored, zeros.size() / 10);  // zstd kept: it pays
     // Incompressible bytes stay raw even when compression is asked for.
     rec.key = "raw";
     stored = (*cold)->PutBlock(rec, Bytes(payload), PayloadChecksum(Bytes(payload)), true);
-    ASSERT_TRUE(stored.ok());
+    ASSERT_OK(stored);
     EXPECT_EQ(*stored, kColdRecordHeaderBytes + 3 + payload.size());
   }
   auto cold = RocksDbColdTier::Open(ColdTierOptions{dir.Sub("db")});
-  ASSERT_TRUE(cold.ok());
+  ASSERT_OK(cold);
   EXPECT_EQ(*Read(**cold, 3, "child"), payload);
   EXPECT_EQ(*Read(**cold, 3, "zeros"), zeros);
   EXPECT_EQ(*Read(**cold, 3, "raw"), payload);
   EXPECT_TRUE(absl::IsNotFound(Read(**cold, 4, "child").status()));
   std::vector<std::pair<uint32_t, std::string>> specs;
-  ASSERT_TRUE((*cold)
+  ASSERT_OK((*cold)
                   ->ForEachNamespace([&](uint32_t id, std::string_view s) {
                     specs.emplace_back(id, std::string(s));
-                  })
-                  .ok());
+                  }));
   ASSERT_EQ(specs.size(), 1u);
   EXPECT_EQ(specs[0].first, 3u);
   EXPECT_EQ(specs[0].second, "spec-3");
   std::vector<ColdIndexRecord> recs;
-  ASSERT_TRUE((*cold)->ForEachBlock([&](const ColdIndexRecord& r) { recs.push_back(r); }).ok());
+  ASSERT_OK((*cold)->ForEachBlock([&](const ColdIndexRecord& r) { recs.push_back(r); }));
   ASSERT_EQ(recs.size(), 3u);
   EXPECT_EQ(recs[0].key, "child");
   EXPECT_EQ(recs[0].parent_key, "parent");
   EXPECT_EQ(recs[0].block_index, 7u);
   EXPECT_EQ(recs[0].payload_bytes, payload.size());
   EXPECT_EQ(recs[0].checksum, PayloadChecksum(Bytes(payload)));
-  ASSERT_TRUE((*cold)->DeleteBlock(3, "child").ok());
+  ASSERT_OK((*cold)->DeleteBlock(3, "child"));
   EXPECT_TRUE(absl::IsNotFound(Read(**cold, 3, "child").status()));
   recs.clear();
-  ASSERT_TRUE((*cold)->ForEachBlock([&](const ColdIndexRecord& r) { recs.push_back(r); }).ok());
+  ASSERT_OK((*cold)->ForEachBlock([&](const ColdIndexRecord& r) { recs.push_back(r); }));
   EXPECT_EQ(recs.size(), 2u);
 }
 
@@ -128,10 +128,10 @@ void WithRawDb(const std::string& dir,
       {"meta", rocksdb::ColumnFamilyOptions()}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &db).ok());
+  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &db));
   fn(db, handles[1]);
   for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
-  ASSERT_TRUE(db->Close().ok());
+  ASSERT_OK(db->Close());
   delete db;
 }
 
@@ -141,14 +141,14 @@ TEST(ColdTierTest, CorruptedExtentIsDataLossNeverServed) {
   const std::string payload(5000, 'p');
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
-    ASSERT_TRUE(PutKey(**cold, "k", payload).ok());
+    ASSERT_OK(cold);
+    ASSERT_OK(PutKey(**cold, "k", payload));
   }
   const std::string original = ReadFile(SlabPath(db));
   auto read_after = [&](const std::string& slab) {
     WriteFile(SlabPath(db), slab);
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    EXPECT_TRUE(cold.ok()) << cold.status();
+    EXPECT_OK(cold);
     return cold.ok() ? Read(**cold, 0, "k") : cold.status();
   };
   std::string damaged = original;
@@ -158,7 +158,7 @@ TEST(ColdTierTest, CorruptedExtentIsDataLossNeverServed) {
   auto truncated = read_after(original.substr(0, 10));
   EXPECT_TRUE(absl::IsDataLoss(truncated.status())) << truncated.status();
   auto restored = read_after(original);
-  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_OK(restored);
   EXPECT_EQ(*restored, payload);
 }
 
@@ -166,13 +166,13 @@ TEST(ColdTierTest, DeletedAndReplacedExtentsAreReused) {
   kvtier::testing::TempDir dir;
   const std::string db = dir.Sub("db");
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok());
+  ASSERT_OK(cold);
   const size_t block = 64 * 1024 - kColdRecordHeaderBytes - 2;  // 16 units with header, key
   for (int round = 0; round < 20; ++round) {
     for (int k = 0; k < 4; ++k) {
-      ASSERT_TRUE(PutKey(**cold, absl::StrCat("k", k), RandomBytes(block, round * 4 + k)).ok());
+      ASSERT_OK(PutKey(**cold, absl::StrCat("k", k), RandomBytes(block, round * 4 + k)));
     }
-    ASSERT_TRUE((*cold)->DeleteBlock(0, absl::StrCat("k", round % 4)).ok());
+    ASSERT_OK((*cold)->DeleteBlock(0, absl::StrCat("k", round % 4)));
   }
   // 20 rounds of 4 puts and a delete, never more than 4 blocks live: the slab holds 4
   // extents (plus the one a replacement is written to before the old one is freed).
@@ -182,7 +182,7 @@ TEST(ColdTierTest, DeletedAndReplacedExtentsAreReused) {
     if (k == 19 % 4) {
       EXPECT_TRUE(absl::IsNotFound(got.status())) << got.status();
     } else {
-      ASSERT_TRUE(got.ok()) << k << ": " << got.status();
+      ASSERT_OK(got) << k << ": " << got.status();
       EXPECT_EQ(*got, RandomBytes(block, 19 * 4 + k));
     }
   }
@@ -193,10 +193,10 @@ TEST(ColdTierTest, FullSlabIsUnavailableAndKeepsThePreviousRecord) {
   ColdTierOptions o{dir.Sub("db")};
   o.slab_bytes = 3 * 64 * 1024;
   auto cold = RocksDbColdTier::Open(o);
-  ASSERT_TRUE(cold.ok());
+  ASSERT_OK(cold);
   const size_t block = 64 * 1024 - kColdRecordHeaderBytes - 2;
   for (int k = 0; k < 3; ++k)
-    ASSERT_TRUE(PutKey(**cold, absl::StrCat("k", k), RandomBytes(block, k)).ok());
+    ASSERT_OK(PutKey(**cold, absl::StrCat("k", k), RandomBytes(block, k)));
   absl::Status full = PutKey(**cold, "k3", RandomBytes(block, 3));
   EXPECT_TRUE(absl::IsUnavailable(full)) << full;
   EXPECT_NE(full.message().find("slab full"), std::string::npos) << full;
@@ -206,8 +206,8 @@ TEST(ColdTierTest, FullSlabIsUnavailableAndKeepsThePreviousRecord) {
   EXPECT_EQ(*Read(**cold, 0, "k0"), RandomBytes(block, 0));
   EXPECT_TRUE(absl::IsNotFound(Read(**cold, 0, "k3").status()));
   // Evicting a block makes room (what TieredStore's cold eviction does).
-  ASSERT_TRUE((*cold)->DeleteBlock(0, "k1").ok());
-  ASSERT_TRUE(PutKey(**cold, "k3", RandomBytes(block, 3)).ok());
+  ASSERT_OK((*cold)->DeleteBlock(0, "k1"));
+  ASSERT_OK(PutKey(**cold, "k3", RandomBytes(block, 3)));
   EXPECT_EQ(*Read(**cold, 0, "k3"), RandomBytes(block, 3));
   EXPECT_EQ(*Read(**cold, 0, "k2"), RandomBytes(block, 2));
 }
@@ -219,29 +219,29 @@ TEST(ColdTierTest, RestartRebuildsAllocatorAndServesEveryAcknowledgedBlock) {
   std::vector<std::string> live(40);
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
+    ASSERT_OK(cold);
     for (size_t i = 0; i < live.size(); ++i) {
       live[i] = RandomBytes(1000 + rng() % 20000, static_cast<uint32_t>(i));
-      ASSERT_TRUE(PutKey(**cold, absl::StrCat("k", i), live[i]).ok());
+      ASSERT_OK(PutKey(**cold, absl::StrCat("k", i), live[i]));
     }
     for (size_t i = 0; i < live.size(); i += 3) {
-      ASSERT_TRUE((*cold)->DeleteBlock(0, absl::StrCat("k", i)).ok());
+      ASSERT_OK((*cold)->DeleteBlock(0, absl::StrCat("k", i)));
       live[i].clear();
     }
   }  // closed without a flush: the index records are only in the WAL
   const uint64_t slab_size = std::filesystem::file_size(SlabPath(db));
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   // New blocks go into the freed extents, not over a live one, not past the end.
   for (size_t i = 0; i < live.size(); i += 3) {
     live[i] = RandomBytes(900, static_cast<uint32_t>(100 + i));
-    ASSERT_TRUE(PutKey(**cold, absl::StrCat("n", i), live[i]).ok());
+    ASSERT_OK(PutKey(**cold, absl::StrCat("n", i), live[i]));
   }
   EXPECT_EQ(std::filesystem::file_size(SlabPath(db)), slab_size);
   for (size_t i = 0; i < live.size(); ++i) {
     const std::string key = absl::StrCat(i % 3 == 0 ? "n" : "k", i);
     auto got = Read(**cold, 0, key);
-    ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+    ASSERT_OK(got) << key << ": " << got.status();
     EXPECT_EQ(*got, live[i]) << key;
   }
 }
@@ -256,44 +256,44 @@ TEST(ColdTierTest, LostDeletionWithReusedExtentServesNothingWrong) {
   std::string a_index;
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
-    ASSERT_TRUE(PutKey(**cold, "a", a).ok());
+    ASSERT_OK(cold);
+    ASSERT_OK(PutKey(**cold, "a", a));
   }
   const std::string a_key("i\0\0\0\0a", 6);  // index record of (namespace 0, "a")
   WithRawDb(db, [&](rocksdb::DB* raw, rocksdb::ColumnFamilyHandle* meta) {
-    ASSERT_TRUE(raw->Get(rocksdb::ReadOptions(), meta, a_key, &a_index).ok());
+    ASSERT_OK(raw->Get(rocksdb::ReadOptions(), meta, a_key, &a_index));
   });
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
-    ASSERT_TRUE((*cold)->DeleteBlock(0, "a").ok());
-    ASSERT_TRUE(PutKey(**cold, "b", b).ok());  // reuses a's extent
+    ASSERT_OK(cold);
+    ASSERT_OK((*cold)->DeleteBlock(0, "a"));
+    ASSERT_OK(PutKey(**cold, "b", b));  // reuses a's extent
   }
   // Bring a's record back (its deletion "lost"); first without b's record, so a names
   // b's bytes and nothing else claims them.
   const std::string b_key("i\0\0\0\0b", 6);
   std::string b_index;
   WithRawDb(db, [&](rocksdb::DB* raw, rocksdb::ColumnFamilyHandle* meta) {
-    ASSERT_TRUE(raw->Get(rocksdb::ReadOptions(), meta, b_key, &b_index).ok());
-    ASSERT_TRUE(raw->Delete(rocksdb::WriteOptions(), meta, b_key).ok());
-    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), meta, a_key, a_index).ok());
+    ASSERT_OK(raw->Get(rocksdb::ReadOptions(), meta, b_key, &b_index));
+    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), meta, b_key));
+    ASSERT_OK(raw->Put(rocksdb::WriteOptions(), meta, a_key, a_index));
   });
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok()) << cold.status();
+    ASSERT_OK(cold);
     auto got = Read(**cold, 0, "a");
     EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
   }
   // Both records back: they overlap; Open keeps b (its extent holds it) and drops a.
   WithRawDb(db, [&](rocksdb::DB* raw, rocksdb::ColumnFamilyHandle* meta) {
-    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), meta, b_key, b_index).ok());
+    ASSERT_OK(raw->Put(rocksdb::WriteOptions(), meta, b_key, b_index));
   });
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   EXPECT_TRUE(absl::IsNotFound(Read(**cold, 0, "a").status()));
   EXPECT_EQ(*Read(**cold, 0, "b"), b);
   // The allocator knows b's extent is taken: a new block does not overwrite it.
-  ASSERT_TRUE(PutKey(**cold, "c", a).ok());
+  ASSERT_OK(PutKey(**cold, "c", a));
   EXPECT_EQ(*Read(**cold, 0, "b"), b);
   EXPECT_EQ(*Read(**cold, 0, "c"), a);
 }
@@ -304,15 +304,15 @@ TEST(ColdTierTest, TruncatedSlabServesNothingWrong) {
   std::vector<std::string> payloads(8);
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
+    ASSERT_OK(cold);
     for (size_t i = 0; i < payloads.size(); ++i) {
       payloads[i] = RandomBytes(10000, static_cast<uint32_t>(i));
-      ASSERT_TRUE(PutKey(**cold, absl::StrCat("k", i), payloads[i]).ok());
+      ASSERT_OK(PutKey(**cold, absl::StrCat("k", i), payloads[i]));
     }
   }
   std::filesystem::resize_file(SlabPath(db), std::filesystem::file_size(SlabPath(db)) / 2);
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   size_t served = 0;
   for (size_t i = 0; i < payloads.size(); ++i) {
     auto got = Read(**cold, 0, absl::StrCat("k", i));
@@ -333,11 +333,11 @@ TEST(ColdTierTest, EarlierLayoutIsRefusedNamingWhy) {
     rocksdb::Options o;
     o.create_if_missing = true;
     rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(o, db, &raw).ok());
+    ASSERT_OK(rocksdb::DB::Open(o, db, &raw));
     rocksdb::ColumnFamilyHandle* blocks = nullptr;
-    ASSERT_TRUE(raw->CreateColumnFamily(rocksdb::ColumnFamilyOptions(), "blocks", &blocks).ok());
+    ASSERT_OK(raw->CreateColumnFamily(rocksdb::ColumnFamilyOptions(), "blocks", &blocks));
     raw->DestroyColumnFamilyHandle(blocks);
-    ASSERT_TRUE(raw->Close().ok());
+    ASSERT_OK(raw->Close());
     delete raw;
   }
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
@@ -353,23 +353,21 @@ TEST(ColdTierTest, DamagedWalRecordCostsNoBlockWhileItsExtentIsIntact) {
   std::vector<std::string> payloads(64);
   {
     auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-    ASSERT_TRUE(cold.ok());
-    ASSERT_TRUE((*cold)->PutNamespace(0, "spec-0").ok());
+    ASSERT_OK(cold);
+    ASSERT_OK((*cold)->PutNamespace(0, "spec-0"));
     for (size_t i = 0; i < payloads.size(); ++i) {
       payloads[i].resize(8192);
       for (char& c : payloads[i]) c = static_cast<char>(rng());
       ColdIndexRecord rec;
       rec.key = "k" + std::to_string(i);
-      ASSERT_TRUE(
-          (*cold)
-              ->PutBlock(rec, Bytes(payloads[i]), PayloadChecksum(Bytes(payloads[i])), false)
-              .ok());
+      ASSERT_OK((*cold)
+              ->PutBlock(rec, Bytes(payloads[i]), PayloadChecksum(Bytes(payloads[i])), false));
     }
   }  // closed without a memtable flush: every block is only in the WAL
   ASSERT_TRUE(testing::FlipByteInWal(db, "k31"));  // its index record (the key)
 
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   // RocksDB drops the damaged record with whatever else starts in the rest of its 32 KiB
   // log block; the drop is detected and the index rebuilt from the slab.
   EXPECT_GE((*cold)->wal_dropped_ranges(), 1u);
@@ -381,12 +379,12 @@ TEST(ColdTierTest, DamagedWalRecordCostsNoBlockWhileItsExtentIsIntact) {
   EXPECT_EQ(r.blocks_indexed, 64u);
   for (size_t i = 0; i < payloads.size(); ++i) {
     auto got = Read(**cold, 0, "k" + std::to_string(i));
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+    ASSERT_OK(got) << i << ": " << got.status();
     EXPECT_EQ(*got, payloads[i]) << i;
   }
   // The allocator knows every extent: new blocks do not overwrite one.
   for (size_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE(PutKey(**cold, absl::StrCat("n", i), payloads[i]).ok());
+    ASSERT_OK(PutKey(**cold, absl::StrCat("n", i), payloads[i]));
   }
   for (size_t i = 0; i < payloads.size(); ++i) {
     EXPECT_EQ(*Read(**cold, 0, "k" + std::to_string(i)), payloads[i]) << i;

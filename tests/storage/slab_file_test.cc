@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -13,7 +14,7 @@ constexpr uint64_t kUnit = SlabFile::kUnitBytes;
 TEST(SlabFileTest, BestFitReuseMergesAndRespectsTheLimit) {
   kvtier::testing::TempDir dir;
   auto slab = SlabFile::Open(dir.Sub("slab"), 10 * kUnit);
-  ASSERT_TRUE(slab.ok()) << slab.status();
+  ASSERT_OK(slab);
   SlabFile& s = **slab;
   EXPECT_EQ(s.Allocate(1), 0u);                 // rounds up to one unit
   EXPECT_EQ(s.Allocate(3 * kUnit), kUnit);      // [1, 4)
@@ -39,9 +40,9 @@ TEST(SlabFileTest, BestFitReuseMergesAndRespectsTheLimit) {
 TEST(SlabFileTest, ResetRebuildsFreeGapsAndWritesReadBack) {
   kvtier::testing::TempDir dir;
   auto slab = SlabFile::Open(dir.Sub("slab"), 0);
-  ASSERT_TRUE(slab.ok());
+  ASSERT_OK(slab);
   SlabFile& s = **slab;
-  ASSERT_TRUE(s.Reset({{kUnit, 100}, {4 * kUnit, kUnit + 1}}).ok());
+  ASSERT_OK(s.Reset({{kUnit, 100}, {4 * kUnit, kUnit + 1}}));
   EXPECT_EQ(s.end_bytes(), 6 * kUnit);
   EXPECT_EQ(s.used_bytes(), 3 * kUnit);
   EXPECT_EQ(s.Allocate(kUnit), 0u);             // the gap before the first extent
@@ -49,9 +50,9 @@ TEST(SlabFileTest, ResetRebuildsFreeGapsAndWritesReadBack) {
   EXPECT_EQ(s.Allocate(kUnit), 6 * kUnit);      // unbounded: from the end
   EXPECT_TRUE(absl::IsInvalidArgument(s.Reset({{0, kUnit + 1}, {kUnit, 1}})));  // overlap
 
-  ASSERT_TRUE(s.Write(3 * kUnit, "hello", /*sync=*/true).ok());
+  ASSERT_OK(s.Write(3 * kUnit, "hello", /*sync=*/true));
   std::string out;
-  ASSERT_TRUE(s.Read(3 * kUnit, 5, &out).ok());
+  ASSERT_OK(s.Read(3 * kUnit, 5, &out));
   EXPECT_EQ(out, "hello");
   EXPECT_TRUE(absl::IsDataLoss(s.Read(3 * kUnit, 100 * kUnit, &out)));  // past the end
 }

@@ -21,6 +21,7 @@
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage::testing {
@@ -134,7 +135,7 @@ inline StoreOptions TestStoreOptions(const std::string& data_dir, uint64_t hot_b
 inline std::unique_ptr<TieredStore> OpenStore(const StoreOptions& o,
                                               std::unique_ptr<ColdTier> cold = nullptr) {
   auto store = cold != nullptr ? TieredStore::Open(o, std::move(cold)) : TieredStore::Open(o);
-  EXPECT_TRUE(store.ok()) << store.status();
+  EXPECT_OK(store);
   return store.ok() ? *std::move(store) : nullptr;
 }
 
@@ -148,7 +149,7 @@ inline std::vector<std::string> PutChain(TieredStore* store, uint64_t seq, uint3
     std::string key = KeyOf(seq, i);
     std::string parent = i == 0 ? "" : KeyOf(seq, i - 1);
     BlockPut put{key, parent, i, payloads.back()};
-    EXPECT_TRUE(store->Put(ns, {&put, 1}).ok());
+    EXPECT_OK(store->Put(ns, {&put, 1}));
   }
   return payloads;
 }

@@ -16,6 +16,7 @@
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -43,7 +44,7 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
   std::unique_ptr<TieredStore> opened = testing::OpenStore(o);
   ASSERT_NE(opened, nullptr);
   TieredStore* store = opened.get();
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("ns", GetParam())).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("ns", GetParam())));
 
   // payloads[seq][i]: seq = thread * kChainsPerThread + chain.
   std::vector<std::vector<std::string>> payloads(kThreads * kChainsPerThread);
@@ -152,7 +153,7 @@ TEST_P(ConcurrencyTest, ParallelOpsUnderEvictionPressure) {
     std::vector<std::string> chain;
     for (int i = 0; i < kChainLen; ++i) chain.push_back(KeyOf(s, i));
     auto r = store->Lookup("ns", chain);
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     for (Tier tier : r->tiers) resident += tier != Tier::kNone;
     for (int i = 0; i < kChainLen; ++i) {
       auto ref = store->Get("ns", chain[i]);

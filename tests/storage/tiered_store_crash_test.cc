@@ -19,6 +19,7 @@
 #include "storage/rocksdb_cold_tier.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -85,12 +86,12 @@ TEST(TieredStoreCrashTest, AcknowledgedWriteThroughBlocksSurviveSigkill) {
   ASSERT_TRUE(WIFSIGNALED(status)) << "child was not killed (status " << status << ")";
 
   auto opened = TieredStore::Open(CrashOptions(db));
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   auto& store = *opened;
-  ASSERT_TRUE(store->GetNamespace("wt").ok());
+  ASSERT_OK(store->GetNamespace("wt"));
   for (uint32_t i = 0; i <= static_cast<uint32_t>(last_acked); ++i) {
     auto ref = store->Get("wt", KeyOf(7, i));
-    ASSERT_TRUE(ref.ok()) << "acknowledged block " << i << " of " << last_acked << ": "
+    ASSERT_OK(ref) << "acknowledged block " << i << " of " << last_acked << ": "
                           << ref.status();
     ASSERT_EQ(RefBytes(*ref), MakePayload(SmallLayout(), i % 64, i)) << i;
   }
@@ -99,7 +100,7 @@ TEST(TieredStoreCrashTest, AcknowledgedWriteThroughBlocksSurviveSigkill) {
   std::vector<std::string> keys;
   for (uint32_t i = 0; i <= static_cast<uint32_t>(last_acked); ++i) keys.push_back(KeyOf(7, i));
   auto r = store->Lookup("wt", keys);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks, keys.size());
 }
 
@@ -109,20 +110,20 @@ TEST(TieredStoreCrashTest, DamagedWalRecordCostsNoBlock) {
   std::vector<std::string> payloads;
   {
     auto store = TieredStore::Open(CrashOptions(db));
-    ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->RegisterNamespace(SmallNamespace("wt", true)).ok());
+    ASSERT_OK(store);
+    ASSERT_OK((*store)->RegisterNamespace(SmallNamespace("wt", true)));
     payloads = testing::PutChain(store->get(), 8, 64, "wt");  // in the WAL, not in SSTs
   }
   ASSERT_TRUE(testing::FlipByteInWal(db, KeyOf(8, 31)));  // block 31's index record
 
   auto store = TieredStore::Open(CrashOptions(db));
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store);
   // RocksDB drops the damaged record and whatever else starts in the rest of its 32 KiB
   // log block; the cold tier notices and rebuilds its index from the slab, where every
   // block is intact (docs/recovery.md).
   for (uint32_t i = 0; i < 64; ++i) {
     auto ref = (*store)->Get("wt", KeyOf(8, i));
-    ASSERT_TRUE(ref.ok()) << i << ": " << ref.status();
+    ASSERT_OK(ref) << i << ": " << ref.status();
     EXPECT_EQ(RefBytes(*ref), payloads[i]) << i;
   }
   EXPECT_EQ((*store)->Stats().namespaces[0].checksum_failures, 0u);
@@ -248,11 +249,11 @@ TEST(TieredStoreCrashTest, SigkillLoopWithSlabScanServesAcknowledgedAndNeverDele
       ColdTierOptions co{db};
       co.recover = true;
       auto cold = RocksDbColdTier::Open(co);
-      ASSERT_TRUE(cold.ok()) << cold.status();
+      ASSERT_OK(cold);
       EXPECT_TRUE((*cold)->recovery().slab_scanned);
     }
     auto store = TieredStore::Open(LoopOptions(db));
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     uint64_t served = 0;
     for (uint32_t id : through) {
       auto ref = (*store)->Get("wt", ThroughKey(id));

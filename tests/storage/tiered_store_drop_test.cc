@@ -12,6 +12,7 @@
 #include "tests/events/recording_sink.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/fake_cold_tier.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -44,7 +45,7 @@ class TieredStoreDropTest : public testing::StoreTest {
       const std::string payload = MakePayload(SmallLayout(), i, seq);
       BlockPut put{keys[i], i == 0 ? std::string_view() : std::string_view(keys[i - 1]), i,
                    payload};
-      EXPECT_TRUE(store->Put(ns, {&put, 1}).ok());
+      EXPECT_OK(store->Put(ns, {&put, 1}));
     }
     return keys;
   }
@@ -56,14 +57,14 @@ class TieredStoreDropTest : public testing::StoreTest {
 TEST_F(TieredStoreDropTest, RemovesEveryTierAndTheSpecWithRemovalListsThenAllBlocksCleared) {
   auto disk = std::make_shared<FakeColdTier::Disk>();
   auto store = OpenOver(disk);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("ns")).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("ns")));
   // 10 blocks into a 4-block hot tier: some hot, the rest demoted to cold.
   const std::vector<std::string> keys = PutChain(store.get(), "ns", 1, 10);
-  ASSERT_TRUE(store->Flush("ns").ok());
+  ASSERT_OK(store->Flush("ns"));
   sink_.Take();
 
   absl::StatusOr<uint64_t> dropped = store->DropNamespace("ns", /*force=*/false);
-  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  ASSERT_OK(dropped);
   EXPECT_EQ(*dropped, 10u);
   std::vector<BlockEvent> events = sink_.Take();
   ASSERT_GE(events.size(), 2u);
@@ -94,7 +95,7 @@ TEST_F(TieredStoreDropTest, RemovesEveryTierAndTheSpecWithRemovalListsThenAllBlo
 
   // The name comes back empty, with another spec.
   NamespaceOptions other = SmallNamespace("ns", /*write_through=*/true);
-  ASSERT_TRUE(store->RegisterNamespace(other).ok());
+  ASSERT_OK(store->RegisterNamespace(other));
   EXPECT_EQ(TierOf(store.get(), keys[0]), Tier::kNone);
   PutChain(store.get(), "ns", 2, 2);
 
@@ -110,10 +111,10 @@ TEST_F(TieredStoreDropTest, RemovesEveryTierAndTheSpecWithRemovalListsThenAllBlo
 
 TEST_F(TieredStoreDropTest, LeasesRefuseUnlessForced) {
   auto store = OpenOver(std::make_shared<FakeColdTier::Disk>());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("ns")).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("ns")));
   const std::vector<std::string> keys = PutChain(store.get(), "ns", 1, 3);
   absl::StatusOr<LookupResult> leased = store->Lookup("ns", keys, LeaseOptions{60000});
-  ASSERT_TRUE(leased.ok());
+  ASSERT_OK(leased);
   ASSERT_EQ(leased->leased_blocks, 3u);
 
   absl::StatusOr<uint64_t> refused = store->DropNamespace("ns", /*force=*/false);
@@ -122,9 +123,9 @@ TEST_F(TieredStoreDropTest, LeasesRefuseUnlessForced) {
 
   // An expired lease does not refuse.
   clock_.AdvanceMillis(60001);
-  ASSERT_TRUE(store->Lookup("ns", keys, LeaseOptions{60000}).ok());
+  ASSERT_OK(store->Lookup("ns", keys, LeaseOptions{60000}));
   absl::StatusOr<uint64_t> forced = store->DropNamespace("ns", /*force=*/true);
-  ASSERT_TRUE(forced.ok()) << forced.status();
+  ASSERT_OK(forced);
   EXPECT_EQ(*forced, 3u);
   EXPECT_EQ(store->Stats().leases.active, 0u);
   EXPECT_EQ(store->Stats().leases.leased_bytes, 0u);
@@ -133,12 +134,12 @@ TEST_F(TieredStoreDropTest, LeasesRefuseUnlessForced) {
 TEST_F(TieredStoreDropTest, SharedTopicGetsOneRemovalPerBlock) {
   auto store = OpenOver(std::make_shared<FakeColdTier::Disk>());
   // Both namespaces publish under kv@<node>@test-model.
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("a")).ok());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("b")).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("a")));
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("b")));
   PutChain(store.get(), "a", 1, 2);
   const std::vector<std::string> kept = PutChain(store.get(), "b", 2, 2);
   sink_.Take();
-  ASSERT_TRUE(store->DropNamespace("a", false).ok());
+  ASSERT_OK(store->DropNamespace("a", false));
   std::vector<BlockEvent> events = sink_.Take();
   ASSERT_EQ(events.size(), 2u);  // both hot only
   for (const BlockEvent& e : events) {

@@ -14,6 +14,7 @@
 #include "tests/events/recording_sink.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/fake_cold_tier.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -83,7 +84,7 @@ class TieredStoreEventsTest : public testing::StoreTest {
     auto cold = std::make_unique<FakeColdTier>(std::move(disk));
     cold_ = cold.get();
     auto store = Open(o, std::move(cold));
-    EXPECT_TRUE(store->RegisterNamespace(SmallNamespace("ns")).ok());
+    EXPECT_OK(store->RegisterNamespace(SmallNamespace("ns")));
     return store;
   }
 
@@ -118,7 +119,7 @@ TEST_F(TieredStoreEventsTest, PutCarriesClientFieldsAndDemotionMovesTiers) {
   put.token_ids = tokens;
   put.lora_name = "adapter-a";
   put.extra_keys = extra;
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   std::vector<BlockEvent> events = sink_.Take();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, EventKind::kStored);
@@ -133,7 +134,7 @@ TEST_F(TieredStoreEventsTest, PutCarriesClientFieldsAndDemotionMovesTiers) {
   // A child names its parent; an admin demotion is Stored DISK, then Removed CPU.
   const std::string child = MakePayload(SmallLayout(), 1, 1);
   BlockPut put1{key1, key0, 1, child};
-  ASSERT_TRUE(store->Put("ns", {&put1, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put1, 1}));
   events = sink_.Take();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].parent_key, KeyOf(1, 0));
@@ -141,7 +142,7 @@ TEST_F(TieredStoreEventsTest, PutCarriesClientFieldsAndDemotionMovesTiers) {
   EXPECT_FALSE(events[0].lora_name.has_value());
 
   std::vector<std::string> keys = {KeyOf(1, 1)};
-  ASSERT_TRUE(store->Evict("ns", keys, /*drop=*/false).ok());
+  ASSERT_OK(store->Evict("ns", keys, /*drop=*/false));
   events = sink_.Take();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].kind, EventKind::kStored);
@@ -155,9 +156,9 @@ TEST_F(TieredStoreEventsTest, CorruptColdValueIsRemovedOnRead) {
   const std::string payload = MakePayload(SmallLayout(), 0, 7);
   const std::string key = KeyOf(7, 0);
   BlockPut put{key, "", 0, payload};
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   std::vector<std::string> keys = {KeyOf(7, 0)};
-  ASSERT_TRUE(store->Evict("ns", keys, /*drop=*/false).ok());
+  ASSERT_OK(store->Evict("ns", keys, /*drop=*/false));
   model_.Apply(sink_.Take());
   ASSERT_TRUE(model_.Holds(KeyOf(7, 0), Medium::kDisk));
   ASSERT_TRUE(cold_->CorruptValue(0, KeyOf(7, 0)));
@@ -208,7 +209,7 @@ TEST_F(TieredStoreEventsTest, RandomWorkloadModelEqualsStore) {
         const std::string payload = MakePayload(SmallLayout(), i, seq);
         BlockPut put{keys[i], i == 0 ? std::string_view() : std::string_view(keys[i - 1]), i,
                      payload};
-        ASSERT_TRUE(store->Put("ns", {&put, 1}).ok()) << step;
+        ASSERT_OK(store->Put("ns", {&put, 1})) << step;
         universe.insert(keys[i]);
       }
       chains.push_back(keys);
@@ -216,15 +217,15 @@ TEST_F(TieredStoreEventsTest, RandomWorkloadModelEqualsStore) {
       (void)store->Get("ns", pick_key());
     } else if (op < 72) {
       std::vector<std::string> keys = {pick_key()};
-      ASSERT_TRUE(store->Delete("ns", keys).ok());
+      ASSERT_OK(store->Delete("ns", keys));
     } else if (op < 79) {
       std::vector<std::string> keys = {pick_key()};
-      ASSERT_TRUE(store->Evict("ns", keys, /*drop=*/rng() % 2 == 0).ok());
+      ASSERT_OK(store->Evict("ns", keys, /*drop=*/rng() % 2 == 0));
     } else if (op < 83) {
-      ASSERT_TRUE(store->Flush("ns").ok());
+      ASSERT_OK(store->Flush("ns"));
     } else if (op < 89) {
       std::vector<std::string> keys = {pick_key()};
-      ASSERT_TRUE(store->Pin("ns", keys, 1 + rng() % 50).ok());
+      ASSERT_OK(store->Pin("ns", keys, 1 + rng() % 50));
       clock_.AdvanceMillis(static_cast<int64_t>(rng() % 40));
     } else if (op < 96) {
       // Corrupt a cold-only block, then read it: it is dropped and reported.

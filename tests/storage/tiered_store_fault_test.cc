@@ -12,6 +12,7 @@
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/fake_cold_tier.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -33,7 +34,7 @@ class TieredStoreFaultTest : public testing::StoreTest {
     auto cold = std::make_unique<FakeColdTier>();
     cold_ = cold.get();
     auto store = Open(Options(hot_blocks), std::move(cold));
-    EXPECT_TRUE(store->RegisterNamespace(SmallNamespace("ns", write_through)).ok());
+    EXPECT_OK(store->RegisterNamespace(SmallNamespace("ns", write_through)));
     return store;
   }
   static absl::Status PutOne(TieredStore* store, const std::string& key, uint32_t index,
@@ -49,7 +50,7 @@ TEST_F(TieredStoreFaultTest, FailedWriteThroughPutStoresNothing) {
   auto store = OpenFake(/*hot_blocks=*/8, /*write_through=*/true);
   const std::string v1 = MakePayload(SmallLayout(), 0, 1);
   const std::string v2 = MakePayload(SmallLayout(), 0, 2);
-  ASSERT_TRUE(PutOne(store.get(), KeyOf(1, 0), 0, v1).ok());
+  ASSERT_OK(PutOne(store.get(), KeyOf(1, 0), 0, v1));
 
   cold_->FailWrites(absl::UnavailableError("cold disk gone"));
   // A new key: the error is the cold tier's, and nothing of the block is stored.
@@ -61,7 +62,7 @@ TEST_F(TieredStoreFaultTest, FailedWriteThroughPutStoresNothing) {
   // A re-put of an existing key fails the same way and leaves the old bytes served.
   EXPECT_TRUE(absl::IsUnavailable(PutOne(store.get(), KeyOf(1, 0), 0, v2)));
   auto ref = store->Get("ns", KeyOf(1, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), v1);
   NamespaceStats stats = NsStats(*store);
   EXPECT_EQ(stats.puts, 1u);
@@ -71,9 +72,9 @@ TEST_F(TieredStoreFaultTest, FailedWriteThroughPutStoresNothing) {
   EXPECT_EQ(cold_->failed_writes(), 2);
 
   cold_->FailWrites(absl::OkStatus());
-  ASSERT_TRUE(PutOne(store.get(), KeyOf(2, 0), 0, v2).ok());
+  ASSERT_OK(PutOne(store.get(), KeyOf(2, 0), 0, v2));
   ref = store->Get("ns", KeyOf(2, 0));
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), v2);
 }
 
@@ -116,7 +117,7 @@ TEST_F(TieredStoreFaultTest, FailedDemotionDropsBlocksButNeverServesPartialOnes)
   // Flush reports that the hot blocks could not be made durable.
   EXPECT_TRUE(absl::IsUnavailable(store->Flush("ns")));
   cold_->FailWrites(absl::OkStatus());
-  EXPECT_TRUE(store->Flush("ns").ok());
+  EXPECT_OK(store->Flush("ns"));
   EXPECT_EQ(cold_->num_blocks(), NsStats(*store).hot.blocks);
 }
 
@@ -139,7 +140,7 @@ TEST_F(TieredStoreFaultTest, CorruptColdReadIsACountedMissAndTheBlockIsDeleted) 
   EXPECT_EQ(NsStats(*store).checksum_failures, 1u);
   // The parent is untouched.
   auto ref = store->Get("ns", KeyOf(4, 0));
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payloads[0]);
 }
 
@@ -156,16 +157,16 @@ TEST_F(TieredStoreFaultTest, SlowColdReadDoesNotBlockHotGetsOfOtherBlocks) {
   cold_->WaitForBlockedReads(1);
   // While the cold read hangs: hot Gets, Lookups and Puts of other blocks go through.
   auto hot = store->Get("ns", KeyOf(6, 0));
-  ASSERT_TRUE(hot.ok()) << hot.status();
+  ASSERT_OK(hot);
   EXPECT_EQ(RefBytes(*hot), hot_payloads[0]);
   EXPECT_EQ(TierOf(store.get(), KeyOf(6, 0)), Tier::kHot);
   auto more = PutChain(store.get(), 7, 1);
   auto fresh = store->Get("ns", KeyOf(7, 0));
-  ASSERT_TRUE(fresh.ok());
+  ASSERT_OK(fresh);
   EXPECT_EQ(RefBytes(*fresh), more[0]);
   cold_->ReleaseReads();
   reader.join();
-  ASSERT_TRUE(slow.ok()) << slow.status();
+  ASSERT_OK(slow);
   EXPECT_EQ(RefBytes(*slow), cold_payloads[0]);
   EXPECT_EQ(slow->tier(), Tier::kCold);
   EXPECT_EQ(TierOf(store.get(), KeyOf(5, 0)), Tier::kHot);  // promoted
@@ -195,7 +196,7 @@ TEST_F(TieredStoreFaultTest, TimedSlowReadFinishesOnItsOwn) {
   ASSERT_EQ(*store->Evict("ns", keys, /*drop=*/false), 1u);
   cold_->BlockReads(absl::Milliseconds(1));  // never released: times out
   auto ref = store->Get("ns", KeyOf(9, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payloads[0]);
 }
 

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage::testing {
 namespace {
@@ -33,7 +34,7 @@ class TieredStoreLeaseTest : public StoreTest {
 
 TEST_F(TieredStoreLeaseTest, LeasedPrefixSurvivesPressureThatEvictsEverythingElse) {
   auto store = Open(Options(/*hot_blocks=*/8, /*cold_blocks=*/8));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 3);
   // Block 3 of the chain is cold when leased: it may move, never leave.
   PutChain(store.get(), 1, 4);
@@ -42,7 +43,7 @@ TEST_F(TieredStoreLeaseTest, LeasedPrefixSurvivesPressureThatEvictsEverythingEls
   PutChain(store.get(), 2, 2);  // unleased
   const std::vector<std::string> keys = ChainKeys(1, 4);
   auto r = store->Lookup("ns", keys, Lease(1000));
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks, 4u);
   EXPECT_EQ(r->leased_blocks, 4u);
   EXPECT_NE(r->lease_id, 0u);
@@ -62,7 +63,7 @@ TEST_F(TieredStoreLeaseTest, LeasedPrefixSurvivesPressureThatEvictsEverythingEls
 
 TEST_F(TieredStoreLeaseTest, ExpiredLeaseFreesThePrefix) {
   auto store = Open(Options(/*hot_blocks=*/8, /*cold_blocks=*/8));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 3);
   const std::vector<std::string> keys = ChainKeys(1, 3);
   ASSERT_EQ(store->Lookup("ns", keys, Lease(1000))->leased_blocks, 3u);
@@ -81,7 +82,7 @@ TEST_F(TieredStoreLeaseTest, ExpiredLeaseFreesThePrefix) {
 
 TEST_F(TieredStoreLeaseTest, ReleaseFreesThePrefix) {
   auto store = Open(Options(/*hot_blocks=*/8, /*cold_blocks=*/8));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 3);
   const std::vector<std::string> keys = ChainKeys(1, 3);
   const uint64_t id = store->Lookup("ns", keys, Lease(60'000))->lease_id;
@@ -99,7 +100,7 @@ TEST_F(TieredStoreLeaseTest, LeasedBytesNeverExceedTheNodeBound) {
   StoreOptions o = Options(/*hot_blocks=*/16);
   o.max_leased_bytes = 5 * BlockBytes();
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 4);
   const std::vector<std::string> keys = ChainKeys(1, 4);
   auto first = store->Lookup("ns", keys, Lease(1000));
@@ -126,8 +127,8 @@ TEST_F(TieredStoreLeaseTest, LeasedBytesNeverExceedTheTenantBound) {
   a.tenant = "alice";
   NamespaceOptions b = SmallNamespace("b");
   b.tenant = "bob";
-  ASSERT_TRUE(store->RegisterNamespace(a).ok());
-  ASSERT_TRUE(store->RegisterNamespace(b).ok());
+  ASSERT_OK(store->RegisterNamespace(a));
+  ASSERT_OK(store->RegisterNamespace(b));
   PutChain(store.get(), 1, 4, "a");
   PutChain(store.get(), 1, 4, "b");
   const std::vector<std::string> keys = ChainKeys(1, 4);
@@ -141,7 +142,7 @@ TEST_F(TieredStoreLeaseTest, LeasedBytesNeverExceedTheTenantBound) {
 
 TEST_F(TieredStoreLeaseTest, DeleteEndsTheHoldAndLookupStaysReadOnly) {
   auto store = Open(Options(/*hot_blocks=*/8, /*cold_blocks=*/8));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 2);
   const std::vector<std::string> keys = ChainKeys(1, 2);
   const uint64_t id = store->Lookup("ns", keys, Lease(1000))->lease_id;
@@ -161,7 +162,7 @@ TEST_F(TieredStoreLeaseTest, DeleteEndsTheHoldAndLookupStaysReadOnly) {
 
 TEST_F(TieredStoreLeaseTest, EveryResidentKeyLeasesPastAGap) {
   auto store = Open(Options(/*hot_blocks=*/8, /*cold_blocks=*/8));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 4);
   const std::vector<std::string> gap = {KeyOf(1, 1)};
   ASSERT_EQ(*store->Delete("ns", gap), 1u);  // held elsewhere in a cluster, say
@@ -178,9 +179,9 @@ TEST_F(TieredStoreLeaseTest, EveryResidentKeyLeasesPastAGap) {
 
 TEST_F(TieredStoreLeaseTest, DistinctBlocksCountABlockInBothTiersOnce) {
   auto store = Open(Options(/*hot_blocks=*/8));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 4);
-  ASSERT_TRUE(store->Flush("ns").ok());  // every block now in both tiers
+  ASSERT_OK(store->Flush("ns"));  // every block now in both tiers
   NamespaceStats s = NsStats(*store);
   EXPECT_EQ(s.hot.blocks, 4u);
   EXPECT_EQ(s.cold.blocks, 4u);

@@ -11,6 +11,7 @@
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -70,13 +71,13 @@ class TieredStorePiecesTest : public testing::StoreTest {
 TEST(ParsePiecesHeaderTest, MatchesParseHeaderForEverySplit) {
   const std::string blob = MakePayload(SmallLayout(), 0, 7);
   auto want = kv::ParseHeader(kv::AsBytes(blob));
-  ASSERT_TRUE(want.ok());
+  ASSERT_OK(want);
   for (const auto& cuts : CutPatterns(blob.size())) {
     auto pieces = Split(blob, cuts);
     EXPECT_EQ(PiecesSize(pieces), blob.size());
     EXPECT_EQ(JoinPieces(pieces), blob);
     auto got = ParsePiecesHeader(pieces);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     EXPECT_EQ(got->codec, want->codec);
     EXPECT_EQ(got->layout, want->layout);
     EXPECT_EQ(got->num_tokens, want->num_tokens);
@@ -97,17 +98,17 @@ TEST(ParsePiecesHeaderTest, MatchesParseHeaderForEverySplit) {
 
 TEST_F(TieredStorePiecesTest, HotPutFromPiecesIsBitExact) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const auto patterns = CutPatterns(MakePayload(SmallLayout(), 0, 1).size());
   std::vector<std::string> payloads;
   for (uint32_t i = 0; i < patterns.size(); ++i) {
     payloads.push_back(MakePayload(SmallLayout(), 0, 100 + i));
     auto pieces = Split(payloads.back(), patterns[i]);
-    ASSERT_TRUE(PutPieces(store.get(), "ns", KeyOf(1, i), pieces).ok()) << i;
+    ASSERT_OK(PutPieces(store.get(), "ns", KeyOf(1, i), pieces)) << i;
   }
   for (uint32_t i = 0; i < patterns.size(); ++i) {
     auto ref = store->Get("ns", KeyOf(1, i));
-    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_OK(ref);
     EXPECT_EQ(ref->tier(), Tier::kHot);
     EXPECT_EQ(RefBytes(*ref), payloads[i]) << "pattern " << i;
   }
@@ -116,10 +117,10 @@ TEST_F(TieredStorePiecesTest, HotPutFromPiecesIsBitExact) {
   EXPECT_EQ(st.encoded_bytes_put, patterns.size() * payloads[0].size());
   EXPECT_EQ(st.hot.bytes, patterns.size() * payloads[0].size());
   // Demoted to cold (checksummed from the hot copy) and read back, still bit-exact.
-  ASSERT_TRUE(store->Evict("ns", {}, /*drop=*/false).ok());
+  ASSERT_OK(store->Evict("ns", {}, /*drop=*/false));
   for (uint32_t i = 0; i < patterns.size(); ++i) {
     auto ref = store->Get("ns", KeyOf(1, i));
-    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_OK(ref);
     EXPECT_EQ(ref->tier(), Tier::kCold);
     EXPECT_EQ(RefBytes(*ref), payloads[i]);
   }
@@ -130,80 +131,80 @@ TEST_F(TieredStorePiecesTest, WriteThroughPiecesSurviveRestart) {
   const std::string payload = MakePayload(SmallLayout(), 0, 9);
   {
     auto store = Open(Options());
-    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("wt", /*write_through=*/true)).ok());
+    ASSERT_OK(store->RegisterNamespace(SmallNamespace("wt", /*write_through=*/true)));
     auto pieces = Split(payload, {2, 39, 41, 777});
-    ASSERT_TRUE(PutPieces(store.get(), "wt", KeyOf(2, 0), pieces).ok());
+    ASSERT_OK(PutPieces(store.get(), "wt", KeyOf(2, 0), pieces));
     EXPECT_EQ(NsStats(*store, "wt").cold.blocks, 1u);
   }
   auto store = Open(Options());
   auto ref = store->Get("wt", KeyOf(2, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(ref->tier(), Tier::kCold);
   EXPECT_EQ(RefBytes(*ref), payload);
 }
 
 TEST_F(TieredStorePiecesTest, PiecesGoColdWhenTheHotTierHasNoRoom) {
   auto store = Open(Options(/*hot_blocks=*/2));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   std::vector<std::string> keys;
   for (uint32_t i = 0; i < 2; ++i) {
     const std::string p = MakePayload(SmallLayout(), 0, 200 + i);
     keys.push_back(KeyOf(3, i));
     BlockPut put{keys.back(), "", 0, p};
-    ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+    ASSERT_OK(store->Put("ns", {&put, 1}));
   }
   auto pinned = store->Pin("ns", keys, 0);
-  ASSERT_TRUE(pinned.ok());
+  ASSERT_OK(pinned);
   ASSERT_EQ(*pinned, 2u);
   const std::string payload = MakePayload(SmallLayout(), 0, 300);
   auto pieces = Split(payload, {11, 39, 5000});
-  ASSERT_TRUE(PutPieces(store.get(), "ns", KeyOf(4, 0), pieces).ok());
+  ASSERT_OK(PutPieces(store.get(), "ns", KeyOf(4, 0), pieces));
   EXPECT_EQ(TierOf(store.get(), KeyOf(4, 0)), Tier::kCold);
   auto ref = store->Get("ns", KeyOf(4, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payload);
 }
 
 TEST_F(TieredStorePiecesTest, StandalonePiecesAreStoredCold) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const std::string payload = MakePayload(SmallLayout(), 0, 400);
   auto pieces = Split(payload, {1, 2, 3, 40, 4000});
-  ASSERT_TRUE(PutPieces(store.get(), "ns", "entry", pieces, /*standalone=*/true).ok());
+  ASSERT_OK(PutPieces(store.get(), "ns", "entry", pieces, /*standalone=*/true));
   EXPECT_EQ(TierOf(store.get(), "entry"), Tier::kCold);
   auto ref = store->Get("ns", "entry");
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payload);
 }
 
 TEST_F(TieredStorePiecesTest, RePutFromPiecesKeepsOrReplacesTheColdCopy) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const std::string a = MakePayload(SmallLayout(), 0, 500);
   const std::string b = MakePayload(SmallLayout(), 0, 501);
-  ASSERT_TRUE(PutPieces(store.get(), "ns", KeyOf(5, 0), Split(a, {17})).ok());
-  ASSERT_TRUE(store->Flush("ns").ok());  // hot + cold copies of `a`
+  ASSERT_OK(PutPieces(store.get(), "ns", KeyOf(5, 0), Split(a, {17})));
+  ASSERT_OK(store->Flush("ns"));  // hot + cold copies of `a`
   ASSERT_EQ(NsStats(*store).cold.blocks, 1u);
   // Same bytes: the cold copy stays valid.
-  ASSERT_TRUE(PutPieces(store.get(), "ns", KeyOf(5, 0), Split(a, {38, 8000})).ok());
+  ASSERT_OK(PutPieces(store.get(), "ns", KeyOf(5, 0), Split(a, {38, 8000})));
   EXPECT_EQ(NsStats(*store).cold.blocks, 1u);
   // Different bytes: the stale cold copy is dropped, the new bytes are served from both tiers.
-  ASSERT_TRUE(PutPieces(store.get(), "ns", KeyOf(5, 0), Split(b, {40, 41})).ok());
+  ASSERT_OK(PutPieces(store.get(), "ns", KeyOf(5, 0), Split(b, {40, 41})));
   EXPECT_EQ(NsStats(*store).cold.blocks, 0u);
   auto hot = store->Get("ns", KeyOf(5, 0));
-  ASSERT_TRUE(hot.ok());
+  ASSERT_OK(hot);
   EXPECT_EQ(RefBytes(*hot), b);
   hot = BlockRef();
-  ASSERT_TRUE(store->Evict("ns", {}, /*drop=*/false).ok());
+  ASSERT_OK(store->Evict("ns", {}, /*drop=*/false));
   auto cold = store->Get("ns", KeyOf(5, 0));
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   EXPECT_EQ(cold->tier(), Tier::kCold);
   EXPECT_EQ(RefBytes(*cold), b);
 }
 
 TEST_F(TieredStorePiecesTest, InvalidPiecesAreRejectedAndChangeNothing) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const std::string payload = MakePayload(SmallLayout(), 0, 600);
   // Truncated (the header's body size no longer matches).
   absl::Status st =
@@ -233,15 +234,15 @@ TEST_F(TieredStorePiecesTest, InvalidPiecesAreRejectedAndChangeNothing) {
 
 TEST_F(TieredStorePiecesTest, NonEmptyPayloadWinsOverPieces) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const std::string a = MakePayload(SmallLayout(), 0, 700);
   const std::string b = MakePayload(SmallLayout(), 0, 701);
   auto pieces = Split(b, {100});
   BlockPut put{"k", "", 0, a};
   put.pieces = pieces;
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   auto ref = store->Get("ns", "k");
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), a);
 }
 

@@ -14,6 +14,7 @@
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/fake_cold_tier.h"
 #include "tests/testing/poll_until.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage::testing {
 namespace {
@@ -42,9 +43,9 @@ class TieredStorePrefetchTest : public StoreTest {
     auto cold = std::make_unique<FakeColdTier>();
     cold_ = cold.get();
     auto store = Open(o, std::move(cold));
-    EXPECT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+    EXPECT_OK(store->RegisterNamespace(SmallNamespace()));
     payloads_ = PutChain(store.get(), 1, n);
-    EXPECT_TRUE(store->Evict("ns", {}, /*drop=*/false).ok());
+    EXPECT_OK(store->Evict("ns", {}, /*drop=*/false));
     for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(TierOf(store.get(), KeyOf(1, i)), Tier::kCold);
     return store;
   }
@@ -61,13 +62,13 @@ TEST_F(TieredStorePrefetchTest, GetsAfterAPrefetchReadHot) {
   auto store = OpenWithColdChain(Options(/*hot_blocks=*/32), 4);
   const std::vector<std::string> keys = ChainKeys(1, 4);
   auto r = store->Lookup("ns", keys, Prefetch());
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks, 4u);
   EXPECT_EQ(r->tiers, std::vector<Tier>(4, Tier::kCold));  // what it found, not what it started
   ASSERT_TRUE(Prefetched(*store, 4));
   for (uint32_t i = 0; i < 4; ++i) {
     auto ref = store->Get("ns", keys[i]);
-    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_OK(ref);
     EXPECT_EQ(ref->tier(), Tier::kHot) << i;
     EXPECT_EQ(RefBytes(*ref), payloads_[i]) << i;
   }
@@ -81,16 +82,16 @@ TEST_F(TieredStorePrefetchTest, GetsAfterAPrefetchReadHot) {
   EXPECT_EQ(NsStats(*store).cold.hits, 0u);
   EXPECT_EQ(NsStats(*store).hot.hits, 4u);
   // A second read of a block is a plain hot hit, not a prefetch hit.
-  ASSERT_TRUE(store->Get("ns", keys[0]).ok());
+  ASSERT_OK(store->Get("ns", keys[0]));
   EXPECT_EQ(store->Stats().prefetch.hits, 4u);
 }
 
 TEST_F(TieredStorePrefetchTest, WithoutTheFlagNothingIsPrefetched) {
   auto store = OpenWithColdChain(Options(/*hot_blocks=*/32), 4);
   const std::vector<std::string> keys = ChainKeys(1, 4);
-  ASSERT_TRUE(store->Lookup("ns", keys, LeaseOptions{}).ok());
+  ASSERT_OK(store->Lookup("ns", keys, LeaseOptions{}));
   auto ref = store->Get("ns", keys[0]);
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(ref->tier(), Tier::kCold);
   EXPECT_EQ(store->Stats().prefetch.queued_blocks, 0u);
 }
@@ -101,7 +102,7 @@ TEST_F(TieredStorePrefetchTest, GetWaitsForTheInFlightReadInsteadOfReadingTwice)
   auto store = OpenWithColdChain(o, 1);
   cold_->BlockReads();
   const std::vector<std::string> keys = ChainKeys(1, 1);
-  ASSERT_TRUE(store->Lookup("ns", keys, Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", keys, Prefetch()));
   cold_->WaitForBlockedReads(1);  // the prefetch's read
   absl::StatusOr<BlockRef> got = absl::UnknownError("not run");
   std::thread getter([&] { got = store->Get("ns", keys[0]); });
@@ -110,7 +111,7 @@ TEST_F(TieredStorePrefetchTest, GetWaitsForTheInFlightReadInsteadOfReadingTwice)
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   cold_->ReleaseReads();
   getter.join();
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->tier(), Tier::kHot);
   EXPECT_EQ(RefBytes(*got), payloads_[0]);
   const StoreStats stats = store->Stats();
@@ -126,14 +127,14 @@ TEST_F(TieredStorePrefetchTest, AGetOfAQueuedBlockReadsItItselfAndTheQueueSkipsI
   auto store = OpenWithColdChain(o, 3);
   cold_->BlockReads();
   const std::vector<std::string> keys = ChainKeys(1, 3);
-  ASSERT_TRUE(store->Lookup("ns", keys, Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", keys, Prefetch()));
   cold_->WaitForBlockedReads(1);  // block 0 in flight, 1 and 2 queued
   absl::StatusOr<BlockRef> got = absl::UnknownError("not run");
   std::thread getter([&] { got = store->Get("ns", keys[2]); });
   cold_->WaitForBlockedReads(2);  // the Get's own read of block 2
   cold_->ReleaseReads();
   getter.join();
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->tier(), Tier::kCold);
   ASSERT_TRUE(Prefetched(*store, 2));  // blocks 0 and 1
   const StoreStats stats = store->Stats();
@@ -146,15 +147,15 @@ TEST_F(TieredStorePrefetchTest, BoundedByItsShareOfTheHotTier) {
   StoreOptions o = Options(/*hot_blocks=*/16);
   o.prefetch_max_hot_fraction = 0.25;  // 4 blocks
   auto store = OpenWithColdChain(o, 8);
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 8), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 8), Prefetch()));
   ASSERT_TRUE(Prefetched(*store, 4));
   StoreStats stats = store->Stats();
   EXPECT_EQ(stats.prefetch.queued_blocks, 4u);
   EXPECT_EQ(stats.prefetch.skipped_blocks, 4u);
   EXPECT_EQ(stats.prefetch.unread_bytes, 4 * BlockBytes());
   // Reading them frees the share: the next Lookup queues the rest.
-  for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(store->Get("ns", KeyOf(1, i)).ok());
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 8), Prefetch()).ok());
+  for (uint32_t i = 0; i < 4; ++i) ASSERT_OK(store->Get("ns", KeyOf(1, i)));
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 8), Prefetch()));
   ASSERT_TRUE(Prefetched(*store, 8));
   for (uint32_t i = 4; i < 8; ++i) EXPECT_EQ(store->Get("ns", KeyOf(1, i))->tier(), Tier::kHot);
   EXPECT_EQ(store->Stats().prefetch.hits, 8u);
@@ -166,7 +167,7 @@ TEST_F(TieredStorePrefetchTest, BoundedByBytesInFlight) {
   o.prefetch_threads = 1;
   auto store = OpenWithColdChain(o, 6);
   cold_->BlockReads();
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 6), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 6), Prefetch()));
   const StoreStats stats = store->Stats();
   EXPECT_EQ(stats.prefetch.queued_blocks, 2u);
   EXPECT_EQ(stats.prefetch.skipped_blocks, 4u);
@@ -180,7 +181,7 @@ TEST_F(TieredStorePrefetchTest, RespectsTheTenantHotQuota) {
   o.tenant_quotas.push_back(TenantQuota{"default", 2 * BlockBytes(), 0, 0});
   o.prefetch_threads = 1;  // one read at a time: the quota check sees the one before
   auto store = OpenWithColdChain(o, 6);
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 6), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 6), Prefetch()));
   ASSERT_TRUE(PollUntil(
       [&] {
         const PrefetchStats p = store->Stats().prefetch;
@@ -195,12 +196,12 @@ TEST_F(TieredStorePrefetchTest, RespectsTheTenantHotQuota) {
 
 TEST_F(TieredStorePrefetchTest, UnreadPrefetchedBlocksSurvivePressure) {
   auto store = OpenWithColdChain(Options(/*hot_blocks=*/16), 2);
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 2), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 2), Prefetch()));
   ASSERT_TRUE(Prefetched(*store, 2));
   for (uint64_t s = 100; s < 140; ++s) PutChain(store.get(), s, 1);  // 2.5x the hot tier
   for (uint32_t i = 0; i < 2; ++i) {
     auto ref = store->Get("ns", KeyOf(1, i));
-    ASSERT_TRUE(ref.ok());
+    ASSERT_OK(ref);
     EXPECT_EQ(ref->tier(), Tier::kHot) << i;
   }
   const StoreStats stats = store->Stats();
@@ -210,7 +211,7 @@ TEST_F(TieredStorePrefetchTest, UnreadPrefetchedBlocksSurvivePressure) {
 
 TEST_F(TieredStorePrefetchTest, EvictedUnreadCountsWasted) {
   auto store = OpenWithColdChain(Options(/*hot_blocks=*/16), 2);
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 2), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 2), Prefetch()));
   ASSERT_TRUE(Prefetched(*store, 2));
   const std::vector<std::string> last = {KeyOf(1, 1)};
   ASSERT_EQ(*store->Evict("ns", last, /*drop=*/false), 1u);
@@ -225,7 +226,7 @@ TEST_F(TieredStorePrefetchTest, ExpiredUnreadCountsWastedAndBecomesEvictable) {
   StoreOptions o = Options(/*hot_blocks=*/16);
   o.prefetch_unread_ms = 1000;
   auto store = OpenWithColdChain(o, 2);
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 2), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 2), Prefetch()));
   ASSERT_TRUE(Prefetched(*store, 2));
   clock_.AdvanceMillis(1000);
   for (uint64_t s = 100; s < 140; ++s) PutChain(store.get(), s, 1);
@@ -241,7 +242,7 @@ TEST_F(TieredStorePrefetchTest, ReleasingTheLeaseCancelsWhatIsQueuedAndInFlight)
   auto store = OpenWithColdChain(o, 3);
   cold_->BlockReads();
   auto r = store->Lookup("ns", ChainKeys(1, 3), Prefetch(/*lease_ms=*/5000));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   ASSERT_EQ(r->leased_blocks, 3u);
   cold_->WaitForBlockedReads(1);
   ASSERT_EQ(*store->ReleaseLease("ns", r->lease_id), 3u);
@@ -258,10 +259,10 @@ TEST_F(TieredStorePrefetchTest, ReleasingTheLeaseCancelsWhatIsQueuedAndInFlight)
 TEST_F(TieredStorePrefetchTest, LeaseExpiryCountsUnreadAsWasted) {
   auto store = OpenWithColdChain(Options(/*hot_blocks=*/32), 2);
   auto r = store->Lookup("ns", ChainKeys(1, 2), Prefetch(/*lease_ms=*/100));
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   ASSERT_TRUE(Prefetched(*store, 2));
   clock_.AdvanceMillis(100);
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 1), LeaseOptions{.lease_ms = 10}).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 1), LeaseOptions{.lease_ms = 10}));
   EXPECT_EQ(store->Stats().prefetch.wasted_expired, 2u);
 }
 
@@ -271,7 +272,7 @@ TEST_F(TieredStorePrefetchTest, ACorruptColdCopyIsNeverPrefetchedNorServed) {
   ASSERT_FALSE(before.namespaces.empty());
   ASSERT_TRUE(cold_->CorruptValue(/*ns_id=*/0, KeyOf(1, 1)) ||
               cold_->CorruptValue(/*ns_id=*/1, KeyOf(1, 1)));
-  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 2), Prefetch()).ok());
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 2), Prefetch()));
   ASSERT_TRUE(PollUntil(
       [&] {
         const PrefetchStats p = store->Stats().prefetch;

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -28,7 +29,7 @@ class PrefixRulesTest : public testing::StoreTest {
  protected:
   void SetUp() override {
     store_ = Open(Options(/*hot_blocks=*/4));
-    ASSERT_TRUE(store_->RegisterNamespace(SmallNamespace("ns", /*write_through=*/true)).ok());
+    ASSERT_OK(store_->RegisterNamespace(SmallNamespace("ns", /*write_through=*/true)));
     chain_ = PutChain(store_.get(), 1, 3);  // k1-0 <- k1-1 <- k1-2
     PutChain(store_.get(), 2, 2);           // k2-0 <- k2-1 (hot tier full: some demoted)
     before_ = Snapshot();
@@ -65,7 +66,7 @@ class PrefixRulesTest : public testing::StoreTest {
     EXPECT_TRUE(Snapshot() == before_);
     for (uint32_t i = 0; i < 3; ++i) {
       auto ref = store_->Get("ns", KeyOf(1, i));
-      ASSERT_TRUE(ref.ok()) << ref.status();
+      ASSERT_OK(ref);
       EXPECT_EQ(RefBytes(*ref), chain_[i]);
     }
   }
@@ -91,7 +92,7 @@ TEST_F(PrefixRulesTest, ChildOfAHeldParentHasTheParentsIndexPlusOne) {
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("blocks[0].block_index"));
   ExpectUnchanged();
-  EXPECT_TRUE(PutBlock(KeyOf(3, 0), KeyOf(1, 2), 3).ok());
+  EXPECT_OK(PutBlock(KeyOf(3, 0), KeyOf(1, 2), 3));
 }
 
 TEST_F(PrefixRulesTest, TheFailingBlockIsNamedByItsPositionInTheCall) {
@@ -126,17 +127,17 @@ TEST_F(PrefixRulesTest, AStoredKeyNeverChangesItsParent) {
 TEST_F(PrefixRulesTest, ReputUnderTheSameParentIsAccepted) {
   const std::string key = KeyOf(1, 1), parent = KeyOf(1, 0);
   BlockPut put{key, parent, 1, chain_[1]};
-  EXPECT_TRUE(store_->Put("ns", {&put, 1}).ok());
+  EXPECT_OK(store_->Put("ns", {&put, 1}));
   auto ref = store_->Get("ns", KeyOf(1, 1));
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), chain_[1]);
 }
 
 TEST_F(PrefixRulesTest, AParentHeldElsewhereIsAccepted) {
   // In a cluster the parent may live on another node: any index > 0 is taken as is.
-  ASSERT_TRUE(PutBlock(KeyOf(3, 7), "elsewhere-9", 7).ok());
+  ASSERT_OK(PutBlock(KeyOf(3, 7), "elsewhere-9", 7));
   auto ref = store_->Get("ns", KeyOf(3, 7));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(ref->block_index(), 7u);
   EXPECT_EQ(TierOf(store_.get(), "elsewhere-9"), Tier::kNone);
 }
@@ -146,7 +147,7 @@ TEST_F(PrefixRulesTest, StandaloneEntriesAreExempt) {
   const std::string key = KeyOf(3, 2);
   BlockPut put{key, "", 4, payload};
   put.standalone = true;
-  EXPECT_TRUE(store_->Put("ns", {&put, 1}).ok());
+  EXPECT_OK(store_->Put("ns", {&put, 1}));
 }
 
 }  // namespace

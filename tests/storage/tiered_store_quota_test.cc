@@ -9,6 +9,7 @@
 #include "storage/tenant_quota.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage::testing {
 namespace {
@@ -43,8 +44,8 @@ class TieredStoreQuotaTest : public StoreTest {
           TenantQuota{"a", a_hot_blocks * BlockBytes(), a_cold_blocks * BlockBytes(), 0});
     }
     auto store = Open(o);
-    EXPECT_TRUE(store->RegisterNamespace(TenantNamespace("na", "a")).ok());
-    EXPECT_TRUE(store->RegisterNamespace(TenantNamespace("nb", "b")).ok());
+    EXPECT_OK(store->RegisterNamespace(TenantNamespace("na", "a")));
+    EXPECT_OK(store->RegisterNamespace(TenantNamespace("nb", "b")));
     return store;
   }
 
@@ -58,7 +59,7 @@ class TieredStoreQuotaTest : public StoreTest {
     for (uint64_t s = 0; s < 8; ++s) {
       for (uint32_t i = 0; i < 4; ++i) {
         auto ref = store->Get("nb", KeyOf(1000 + s, i));
-        EXPECT_TRUE(ref.ok()) << ref.status();
+        EXPECT_OK(ref);
         if (ref.ok() && ref->tier() == Tier::kHot) ++hot;
       }
     }
@@ -123,7 +124,7 @@ TEST_F(TieredStoreQuotaTest, QuotaEnforcementKeepsPrefixesWholeAndSinksLast) {
     const std::string key = KeyOf(7, i);
     const std::string parent = i == 0 ? "" : KeyOf(7, i - 1);
     BlockPut put{key, parent, i, payloads.back()};
-    ASSERT_TRUE(store->Put("na", {&put, 1}).ok()) << i;
+    ASSERT_OK(store->Put("na", {&put, 1})) << i;
     // Every block put so far is resident (its descendants keep it out of cold
     // eviction), the sink block is demoted last, a stays within its hot quota.
     for (uint32_t j = 0; j <= i; ++j) {
@@ -175,7 +176,7 @@ TEST_F(TieredStoreQuotaTest, PutIsRefusedWhenNothingOfItsOwnCanBeDemoted) {
   // Once one of its own blocks may go again, the Put demotes it and succeeds.
   const std::vector<std::string> one = {keys[0]};
   ASSERT_EQ(*store->Unpin("na", one), 1u);
-  EXPECT_TRUE(store->Put("na", {&put, 1}).ok());
+  EXPECT_OK(store->Put("na", {&put, 1}));
   EXPECT_EQ(TierOf(store.get(), keys[0], "na"), Tier::kCold);
   EXPECT_EQ(TierOf(store.get(), key, "na"), Tier::kHot);
   EXPECT_EQ(TenantOf(*store, "a").evictions_caused, 1u);
@@ -204,8 +205,8 @@ TEST_F(TieredStoreQuotaTest, LeasedQuotaOverridesThePerTenantBound) {
   o.max_leased_bytes_per_tenant = 100 * BlockBytes();
   o.tenant_quotas.push_back(TenantQuota{"a", 0, 0, 2 * BlockBytes()});
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(TenantNamespace("na", "a")).ok());
-  ASSERT_TRUE(store->RegisterNamespace(TenantNamespace("nb", "b")).ok());
+  ASSERT_OK(store->RegisterNamespace(TenantNamespace("na", "a")));
+  ASSERT_OK(store->RegisterNamespace(TenantNamespace("nb", "b")));
   PutChain(store.get(), 1, 4, "na");
   PutChain(store.get(), 2, 4, "nb");
   std::vector<std::string> a_keys, b_keys;
@@ -216,7 +217,7 @@ TEST_F(TieredStoreQuotaTest, LeasedQuotaOverridesThePerTenantBound) {
   LeaseOptions lease;
   lease.lease_ms = 60'000;
   auto ra = store->Lookup("na", a_keys, lease);
-  ASSERT_TRUE(ra.ok()) << ra.status();
+  ASSERT_OK(ra);
   EXPECT_EQ(ra->leased_blocks, 2u);
   EXPECT_EQ(ra->lease_limit, LeaseLimit::kTenantBytes);
   EXPECT_EQ(store->Lookup("nb", b_keys, lease)->leased_blocks, 4u);

@@ -9,6 +9,7 @@
 #include "storage/hot_arena.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -39,7 +40,7 @@ TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
   ASSERT_NE(store, nullptr);
   NamespaceOptions ns = SmallNamespace();
   ns.sink_blocks = 1;
-  ASSERT_TRUE(store->RegisterNamespace(ns).ok());
+  ASSERT_OK(store->RegisterNamespace(ns));
 
   std::mt19937_64 rng(1234 + static_cast<int>(GetParam()));
   std::map<std::string, ModelBlock> model;  // every key ever put (and not deleted by us)
@@ -50,7 +51,7 @@ TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
   auto tier_of = [&](const std::string& key) {
     std::vector<std::string> k = {key};
     auto r = store->Lookup("ns", k);
-    EXPECT_TRUE(r.ok());
+    EXPECT_OK(r);
     return r.ok() ? r->tiers[0] : Tier::kNone;
   };
 
@@ -124,7 +125,7 @@ TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
         model[ks[i]] = ModelBlock{par, index + static_cast<uint32_t>(i), payloads[i]};
         keys.push_back(ks[i]);
       }
-      ASSERT_TRUE(store->Put("ns", puts).ok()) << "step " << step;
+      ASSERT_OK(store->Put("ns", puts)) << "step " << step;
     } else if (op < 75) {
       const std::string& key = keys[rng() % keys.size()];
       auto ref = store->Get("ns", key);
@@ -138,14 +139,14 @@ TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
       }
     } else if (op < 82) {
       std::vector<std::string> k = {keys[rng() % keys.size()]};
-      ASSERT_TRUE(store->Pin("ns", k, 1 + rng() % 50).ok());
+      ASSERT_OK(store->Pin("ns", k, 1 + rng() % 50));
     } else if (op < 86) {
       std::vector<std::string> k = {keys[rng() % keys.size()]};
-      ASSERT_TRUE(store->Unpin("ns", k).ok());
+      ASSERT_OK(store->Unpin("ns", k));
     } else if (op < 93) {
       std::vector<std::string> k = {keys[rng() % keys.size()]};
       std::vector<float> s = {static_cast<float>(rng() % 100) / 10.0f};
-      ASSERT_TRUE(store->ReportScores("ns", k, s).ok());
+      ASSERT_OK(store->ReportScores("ns", k, s));
     } else if (op < 96) {
       // Whole-prefix lookups of a random chain.
       std::vector<std::string> chain;
@@ -153,7 +154,7 @@ TEST_P(RandomOpsTest, InvariantsHoldAfterEveryStep) {
         chain.insert(chain.begin(), k);
       }
       auto r = store->Lookup("ns", chain);
-      ASSERT_TRUE(r.ok());
+      ASSERT_OK(r);
       // Ancestors of resident blocks are resident, so the prefix is every resident key.
       uint32_t resident = 0;
       for (Tier t : r->tiers) resident += t != Tier::kNone;

@@ -13,6 +13,7 @@
 #include "storage/tenant_quota.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -32,7 +33,7 @@ class TieredStoreReserveTest : public testing::StoreTest {
   static std::unique_ptr<PutReservation> Reserve(TieredStore* store, const std::string& payload,
                                                  const std::string& ns = "ns") {
     auto r = store->ReservePut(ns, "", payload.size());
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     if (!r.ok()) return nullptr;
     EXPECT_EQ((*r)->data().size(), payload.size());
     std::memcpy((*r)->data().data(), payload.data(), payload.size());
@@ -49,24 +50,24 @@ class TieredStoreReserveTest : public testing::StoreTest {
 
 TEST_F(TieredStoreReserveTest, ReservedPayloadIsStoredHotAndBitExact) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const std::string payload = MakePayload(SmallLayout(), 0, 11);
   auto r = Reserve(store.get(), payload);
   ASSERT_NE(r, nullptr);
   EXPECT_GT(store->Stats().hot_used_bytes, 0u);  // the room is taken before the Put
-  ASSERT_TRUE(PutReserved(store.get(), KeyOf(1, 0), r.get()).ok());
+  ASSERT_OK(PutReserved(store.get(), KeyOf(1, 0), r.get()));
   const uint64_t used = store->Stats().hot_used_bytes;
   r.reset();  // stored: destroying it gives nothing back
   EXPECT_EQ(store->Stats().hot_used_bytes, used);
   auto ref = store->Get("ns", KeyOf(1, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(ref->tier(), Tier::kHot);
   EXPECT_EQ(RefBytes(*ref), payload);
   ref = BlockRef();
   // Demoted (checksummed from the slot) and read back: still bit-exact.
-  ASSERT_TRUE(store->Evict("ns", {}, /*drop=*/false).ok());
+  ASSERT_OK(store->Evict("ns", {}, /*drop=*/false));
   ref = store->Get("ns", KeyOf(1, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(ref->tier(), Tier::kCold);
   EXPECT_EQ(RefBytes(*ref), payload);
   EXPECT_EQ(NsStats(*store).checksum_failures, 0u);
@@ -74,7 +75,7 @@ TEST_F(TieredStoreReserveTest, ReservedPayloadIsStoredHotAndBitExact) {
 
 TEST_F(TieredStoreReserveTest, UnusedReservationGivesItsRoomBack) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   auto r = Reserve(store.get(), MakePayload(SmallLayout(), 0, 12));
   ASSERT_NE(r, nullptr);
   EXPECT_GT(store->Stats().hot_used_bytes, 0u);
@@ -85,19 +86,19 @@ TEST_F(TieredStoreReserveTest, UnusedReservationGivesItsRoomBack) {
 
 TEST_F(TieredStoreReserveTest, ReservationGoesColdWhenTheHotTierHasNoRoom) {
   auto store = Open(Options(/*hot_blocks=*/1));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   const std::string pinned = MakePayload(SmallLayout(), 0, 13);
   BlockPut put{KeyOf(2, 0), "", 0, pinned};
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   const std::vector<std::string> keys = {KeyOf(2, 0)};
-  ASSERT_TRUE(store->Pin("ns", keys, 0).ok());
+  ASSERT_OK(store->Pin("ns", keys, 0));
   const std::string payload = MakePayload(SmallLayout(), 0, 14);
   auto r = Reserve(store.get(), payload);
   ASSERT_NE(r, nullptr);
-  ASSERT_TRUE(PutReserved(store.get(), KeyOf(3, 0), r.get()).ok());
+  ASSERT_OK(PutReserved(store.get(), KeyOf(3, 0), r.get()));
   EXPECT_EQ(TierOf(store.get(), KeyOf(3, 0)), Tier::kCold);
   auto ref = store->Get("ns", KeyOf(3, 0));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payload);
 }
 
@@ -108,7 +109,7 @@ TEST_F(TieredStoreReserveTest, ReservationsCountAgainstTheTenantsHotQuota) {
   auto store = Open(o);
   NamespaceOptions ns = SmallNamespace();
   ns.tenant = "a";
-  ASSERT_TRUE(store->RegisterNamespace(ns).ok());
+  ASSERT_OK(store->RegisterNamespace(ns));
   auto first = Reserve(store.get(), payload);
   ASSERT_NE(first, nullptr);
   // The quota is held by the reservation, and no block of the tenant can make room.
@@ -118,14 +119,14 @@ TEST_F(TieredStoreReserveTest, ReservationsCountAgainstTheTenantsHotQuota) {
   first.reset();  // gives the quota back
   auto third = Reserve(store.get(), payload);
   ASSERT_NE(third, nullptr);
-  ASSERT_TRUE(PutReserved(store.get(), KeyOf(6, 0), third.get()).ok());
+  ASSERT_OK(PutReserved(store.get(), KeyOf(6, 0), third.get()));
   EXPECT_EQ(TierOf(store.get(), KeyOf(6, 0)), Tier::kHot);
 }
 
 TEST_F(TieredStoreReserveTest, BadReservationsAreRefusedAndChangeNothing) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("other")).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("other")));
   EXPECT_TRUE(absl::IsNotFound(store->ReservePut("nope", "", 100).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(store->ReservePut("ns", "", 0).status()));
   // Bytes that are not a valid block: the Put's usual error; the room stays reserved
@@ -151,12 +152,12 @@ TEST_F(TieredStoreReserveTest, BadReservationsAreRefusedAndChangeNothing) {
   // Used twice: the second Put is refused, the first block stays as stored.
   auto r = Reserve(store.get(), payload);
   ASSERT_NE(r, nullptr);
-  ASSERT_TRUE(PutReserved(store.get(), KeyOf(4, 0), r.get()).ok());
+  ASSERT_OK(PutReserved(store.get(), KeyOf(4, 0), r.get()));
   st = PutReserved(store.get(), KeyOf(5, 0), r.get());
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_EQ(TierOf(store.get(), KeyOf(5, 0)), Tier::kNone);
   auto ref = store->Get("ns", KeyOf(4, 0));
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payload);
 }
 

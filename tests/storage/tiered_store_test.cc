@@ -12,6 +12,7 @@
 #include "storage/slab_file.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/fake_cold_tier.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -32,11 +33,11 @@ class TieredStoreTest : public testing::StoreTest {};
 
 TEST_F(TieredStoreTest, PutGetRoundTripFromHot) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   auto payloads = PutChain(store.get(), 1, 3);
   for (uint32_t i = 0; i < 3; ++i) {
     auto ref = store->Get("ns", KeyOf(1, i));
-    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_OK(ref);
     EXPECT_EQ(RefBytes(*ref), payloads[i]);
     EXPECT_EQ(ref->tier(), Tier::kHot);
     EXPECT_EQ(ref->block_index(), i);
@@ -80,8 +81,8 @@ TEST_F(TieredStoreTest, CudaAllocatorFallsBackWithoutADevice) {
 
 TEST_F(TieredStoreTest, NamespaceRegistrationIsIdempotentAndChecked) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   NamespaceOptions other = SmallNamespace();
   other.layout.head_dim = 64;
   auto st = store->RegisterNamespace(other);
@@ -95,7 +96,7 @@ TEST_F(TieredStoreTest, NamespaceRegistrationIsIdempotentAndChecked) {
 
 TEST_F(TieredStoreTest, PutRejectsBadBlocks) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   std::string payload = MakePayload(SmallLayout(), 0, 1);
   BlockPut empty_key{"", "", 0, payload};
   EXPECT_TRUE(absl::IsInvalidArgument(store->Put("ns", {&empty_key, 1})));
@@ -121,11 +122,11 @@ TEST_F(TieredStoreTest, PutRejectsBadBlocks) {
 
 TEST_F(TieredStoreTest, LookupReportsPrefixAndTiersWithoutTouchingRecency) {
   auto store = Open(Options(/*hot_blocks=*/4));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 3);
   std::vector<std::string> keys = {KeyOf(1, 0), KeyOf(1, 1), KeyOf(9, 9), KeyOf(1, 2)};
   auto r = store->Lookup("ns", keys);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks, 2u);
   EXPECT_THAT(r->tiers, ::testing::ElementsAre(Tier::kHot, Tier::kHot, Tier::kNone, Tier::kHot));
   NamespaceStats st = NsStats(*store);
@@ -141,19 +142,19 @@ TEST_F(TieredStoreTest, LookupReportsPrefixAndTiersWithoutTouchingRecency) {
   store = Open(Options(/*hot_blocks=*/2));
   std::string pa = MakePayload(SmallLayout(), 1, 7), pb = MakePayload(SmallLayout(), 1, 8);
   BlockPut a{"a", "", 0, pa}, b{"b", "", 0, pb};  // roots
-  ASSERT_TRUE(store->Put("ns", {&a, 1}).ok());
-  ASSERT_TRUE(store->Put("ns", {&b, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&a, 1}));
+  ASSERT_OK(store->Put("ns", {&b, 1}));
   std::vector<std::string> ka = {"a"};
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Lookup("ns", ka).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_OK(store->Lookup("ns", ka));
   std::string pc = MakePayload(SmallLayout(), 1, 9);
   BlockPut c{"c", "", 0, pc};
-  ASSERT_TRUE(store->Put("ns", {&c, 1}).ok());  // 3 > 0.9 * 2 slots: demote down to 1
+  ASSERT_OK(store->Put("ns", {&c, 1}));  // 3 > 0.9 * 2 slots: demote down to 1
   EXPECT_EQ(TierOf(store.get(), "a"), Tier::kCold);
 }
 
 TEST_F(TieredStoreTest, DemotesUnderPressureAndPromotesOnGet) {
   auto store = Open(Options(/*hot_blocks=*/10));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   std::vector<std::vector<std::string>> seqs;
   for (uint64_t s = 0; s < 6; ++s) seqs.push_back(PutChain(store.get(), s, 4));
   StoreStats stats = store->Stats();
@@ -165,7 +166,7 @@ TEST_F(TieredStoreTest, DemotesUnderPressureAndPromotesOnGet) {
   // The oldest sequence's tail went cold; Get promotes it back with the same bytes.
   ASSERT_EQ(TierOf(store.get(), KeyOf(0, 3)), Tier::kCold);
   auto ref = store->Get("ns", KeyOf(0, 3));
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   EXPECT_EQ(ref->tier(), Tier::kCold);
   EXPECT_EQ(RefBytes(*ref), seqs[0][3]);
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 3)), Tier::kHot);
@@ -174,7 +175,7 @@ TEST_F(TieredStoreTest, DemotesUnderPressureAndPromotesOnGet) {
   for (uint64_t s = 0; s < 6; ++s) {
     for (uint32_t i = 0; i < 4; ++i) {
       auto r = store->Get("ns", KeyOf(s, i));
-      ASSERT_TRUE(r.ok()) << s << "/" << i;
+      ASSERT_OK(r) << s << "/" << i;
       EXPECT_EQ(RefBytes(*r), seqs[s][i]);
     }
   }
@@ -182,10 +183,10 @@ TEST_F(TieredStoreTest, DemotesUnderPressureAndPromotesOnGet) {
 
 TEST_F(TieredStoreTest, HeldReadHandleKeepsBytesWhileBlockIsDemotedAndSlotReused) {
   auto store = Open(Options(/*hot_blocks=*/3));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   auto first = PutChain(store.get(), 0, 1);
   auto ref = store->Get("ns", KeyOf(0, 0));
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   for (uint64_t s = 1; s < 10; ++s) PutChain(store.get(), s, 1);
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kCold);
   EXPECT_EQ(RefBytes(*ref), first[0]);  // the slot was not reused under the reader
@@ -195,7 +196,7 @@ TEST_F(TieredStoreTest, HeldReadHandleKeepsBytesWhileBlockIsDemotedAndSlotReused
 
 TEST_F(TieredStoreTest, PrefixLruDemotesLeavesFirstAndProtectsSinks) {
   auto store = Open(Options(/*hot_blocks=*/10));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 0, 6);  // oldest
   PutChain(store.get(), 1, 5);  // the 10th block is over 9 (high watermark): demote to 8
   // Demotion took the old chain from its tail; its parents and the sink stayed.
@@ -213,7 +214,7 @@ TEST_F(TieredStoreTest, PrefixLruDemotesLeavesFirstAndProtectsSinks) {
   std::vector<std::string> chain;
   for (uint32_t i = 0; i < 6; ++i) chain.push_back(KeyOf(0, i));
   auto found = store->Lookup("ns", chain);
-  ASSERT_TRUE(found.ok());
+  ASSERT_OK(found);
   EXPECT_EQ(found->prefix_blocks, 6u);
 }
 
@@ -221,7 +222,7 @@ TEST_F(TieredStoreTest, LruIgnoresStructure) {
   StoreOptions o = Options(/*hot_blocks=*/10);
   o.policy = EvictionPolicyKind::kLru;
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 0, 6);
   PutChain(store.get(), 1, 5);
   EXPECT_EQ(TierOf(store.get(), KeyOf(0, 0)), Tier::kCold);  // the sink went first
@@ -232,23 +233,23 @@ TEST_F(TieredStoreTest, WriteThroughBlocksSurviveRestartWithNamespaces) {
   std::vector<std::string> payloads;
   {
     auto store = Open(Options());
-    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("wt", /*write_through=*/true)).ok());
+    ASSERT_OK(store->RegisterNamespace(SmallNamespace("wt", /*write_through=*/true)));
     payloads = PutChain(store.get(), 3, 5, "wt");
     EXPECT_EQ(NsStats(*store, "wt").cold.blocks, 5u);
   }
   auto store = Open(Options());
   auto ns = store->GetNamespace("wt");
-  ASSERT_TRUE(ns.ok());
+  ASSERT_OK(ns);
   EXPECT_TRUE(ns->write_through);
   EXPECT_EQ(ns->layout, SmallLayout());
   std::vector<std::string> keys;
   for (uint32_t i = 0; i < 5; ++i) keys.push_back(KeyOf(3, i));
   auto r = store->Lookup("wt", keys);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->prefix_blocks, 5u);
   for (uint32_t i = 0; i < 5; ++i) {
     auto ref = store->Get("wt", keys[i]);
-    ASSERT_TRUE(ref.ok());
+    ASSERT_OK(ref);
     EXPECT_EQ(RefBytes(*ref), payloads[i]);
   }
   // The recovered tree still protects its prefix under cold pressure.
@@ -259,10 +260,10 @@ TEST_F(TieredStoreTest, WriteBackNeedsFlushToSurviveRestart) {
   std::vector<std::string> payloads;
   {
     auto store = Open(Options());
-    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+    ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
     payloads = PutChain(store.get(), 4, 3);
     EXPECT_EQ(NsStats(*store).cold.blocks, 0u);
-    ASSERT_TRUE(store->Flush("").ok());
+    ASSERT_OK(store->Flush(""));
     EXPECT_EQ(NsStats(*store).cold.blocks, 3u);
     EXPECT_EQ(NsStats(*store).hot.blocks, 3u);
     PutChain(store.get(), 5, 1);  // not flushed
@@ -271,7 +272,7 @@ TEST_F(TieredStoreTest, WriteBackNeedsFlushToSurviveRestart) {
   EXPECT_EQ(NsStats(*store).cold.blocks, 3u);
   EXPECT_EQ(NsStats(*store).hot.blocks, 0u);
   auto ref = store->Get("ns", KeyOf(4, 2));
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payloads[2]);
   EXPECT_TRUE(absl::IsNotFound(store->Get("ns", KeyOf(5, 0)).status()));
 }
@@ -281,7 +282,7 @@ TEST_F(TieredStoreTest, CorruptColdValueIsAMissCountedAndDeleted) {
   std::vector<std::string> payloads;
   {
     auto store = Open(Options(), std::make_unique<kvtier::testing::FakeColdTier>(disk));
-    ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("wt", true)).ok());
+    ASSERT_OK(store->RegisterNamespace(SmallNamespace("wt", true)));
     payloads = PutChain(store.get(), 6, 3, "wt");
   }
   // Flip payload bytes of block 2 underneath the store (namespace id 0).
@@ -298,7 +299,7 @@ TEST_F(TieredStoreTest, CorruptColdValueIsAMissCountedAndDeleted) {
   EXPECT_FALSE(fake->Contains(0, KeyOf(6, 2)));
   for (uint32_t i = 0; i < 2; ++i) {
     auto ref = store->Get("wt", KeyOf(6, i));
-    ASSERT_TRUE(ref.ok());
+    ASSERT_OK(ref);
     EXPECT_EQ(RefBytes(*ref), payloads[i]);
   }
   // Deleted for good: a restart does not bring it back.
@@ -310,7 +311,7 @@ TEST_F(TieredStoreTest, CorruptColdValueIsAMissCountedAndDeleted) {
 
 TEST_F(TieredStoreTest, ColdOverCapacityDeletesLeavesOnly) {
   auto store = Open(Options(/*hot_blocks=*/4, /*cold_blocks=*/6));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   for (uint64_t s = 0; s < 5; ++s) PutChain(store.get(), s, 3);
   StoreStats stats = store->Stats();
   EXPECT_LE(stats.cold_used_bytes, stats.cold_capacity_bytes);
@@ -328,13 +329,13 @@ TEST_F(TieredStoreTest, ColdOverCapacityDeletesLeavesOnly) {
 
 TEST_F(TieredStoreTest, PinKeepsBlocksHotUntilTtlExpires) {
   auto store = Open(Options(/*hot_blocks=*/4));
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   std::string p = MakePayload(SmallLayout(), 1, 42);
   BlockPut put{"sys", "", 0, p};
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   std::vector<std::string> keys = {"sys", "absent"};
   auto pinned = store->Pin("ns", keys, /*ttl_ms=*/1000);
-  ASSERT_TRUE(pinned.ok());
+  ASSERT_OK(pinned);
   EXPECT_EQ(*pinned, 1u);
   for (uint64_t s = 0; s < 8; ++s) PutChain(store.get(), s, 1);
   EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kHot);
@@ -343,10 +344,10 @@ TEST_F(TieredStoreTest, PinKeepsBlocksHotUntilTtlExpires) {
   EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kCold);
   // Pinning a cold block promotes it.
   pinned = store->Pin("ns", {keys.data(), 1}, 0);
-  ASSERT_TRUE(pinned.ok());
+  ASSERT_OK(pinned);
   EXPECT_EQ(*pinned, 1u);
   EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kHot);
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());  // a re-put keeps the pin
+  ASSERT_OK(store->Put("ns", {&put, 1}));  // a re-put keeps the pin
   for (uint64_t s = 20; s < 28; ++s) PutChain(store.get(), s, 1);
   EXPECT_EQ(TierOf(store.get(), "sys"), Tier::kHot);
   ASSERT_EQ(*store->Unpin("ns", {keys.data(), 1}), 1u);
@@ -356,7 +357,7 @@ TEST_F(TieredStoreTest, PinKeepsBlocksHotUntilTtlExpires) {
 
 TEST_F(TieredStoreTest, DeleteAndAdminEvict) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChain(store.get(), 1, 4);
   std::vector<std::string> del = {KeyOf(1, 3), "absent"};
   EXPECT_EQ(*store->Delete("ns", del), 1u);
@@ -383,44 +384,44 @@ TEST_F(TieredStoreTest, ZstdNamespaceCompressesCompressibleBlocks) {
   auto store = Open(Options());
   NamespaceOptions ns = SmallNamespace("z", true);
   ns.cold_zstd = true;
-  ASSERT_TRUE(store->RegisterNamespace(ns).ok());
+  ASSERT_OK(store->RegisterNamespace(ns));
   std::string raw(SmallLayout().BytesPerBlock(), '\0');  // zeros compress well
   auto blob = kv::Encode(kv::CodecId::kFp16, SmallLayout(), 1, kv::AsBytes(raw));
-  ASSERT_TRUE(blob.ok());
+  ASSERT_OK(blob);
   BlockPut put{"zero", "", 0, *blob};
-  ASSERT_TRUE(store->Put("z", {&put, 1}).ok());
+  ASSERT_OK(store->Put("z", {&put, 1}));
   // Cold bytes count whole slab units: compressed, the block takes fewer of them.
   EXPECT_LT(NsStats(*store, "z").cold.bytes, SlabFile::Round(blob->size()));
   ASSERT_EQ(*store->Evict("z", {}, false), 1u);
   auto ref = store->Get("z", "zero");
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), *blob);
 }
 
 TEST_F(TieredStoreTest, StandaloneEntriesAreColdOnlyAndMayExceedABlock) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   kv::Layout big = SmallLayout();
   big.tokens_per_block = 64;
   big.sink_tokens = 4;
   std::string payload = MakePayload(big, 0, 5);
   BlockPut put{"compacted", "", 0, payload};
   put.standalone = true;
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   EXPECT_EQ(TierOf(store.get(), "compacted"), Tier::kCold);
   auto ref = store->Get("ns", "compacted");
-  ASSERT_TRUE(ref.ok());
+  ASSERT_OK(ref);
   EXPECT_EQ(RefBytes(*ref), payload);
 }
 
 TEST_F(TieredStoreTest, RePutReplacesBytes) {
   auto store = Open(Options());
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   std::string a = MakePayload(SmallLayout(), 0, 1), b = MakePayload(SmallLayout(), 0, 2);
   BlockPut pa{"k", "", 0, a}, pb{"k", "", 0, b};
-  ASSERT_TRUE(store->Put("ns", {&pa, 1}).ok());
-  ASSERT_TRUE(store->Flush("ns").ok());
-  ASSERT_TRUE(store->Put("ns", {&pb, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&pa, 1}));
+  ASSERT_OK(store->Flush("ns"));
+  ASSERT_OK(store->Put("ns", {&pb, 1}));
   EXPECT_EQ(RefBytes(*store->Get("ns", "k")), b);
   ASSERT_EQ(*store->Evict("ns", {}, false), 1u);
   EXPECT_EQ(RefBytes(*store->Get("ns", "k")), b);

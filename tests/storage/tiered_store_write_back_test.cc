@@ -9,6 +9,7 @@
 #include "storage/tiered_store.h"
 #include "storage/write_back.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/status_matchers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -28,7 +29,7 @@ class WriteBackTest : public testing::StoreTest {
       const std::string key = KeyOf(seq, i);
       const std::string parent = i == 0 ? "" : KeyOf(seq, i - 1);
       BlockPut put{key, parent, i, payload};
-      ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+      ASSERT_OK(store->Put("ns", {&put, 1}));
       ASSERT_LE(store->Stats().unflushed_blocks, max_blocks) << "after block " << i;
     }
   }
@@ -50,7 +51,7 @@ TEST_F(WriteBackTest, PutKeepsTheDebtUnderTheBlockBound) {
   StoreOptions o = Options(/*hot_blocks=*/256);
   o.max_unflushed_blocks = 10;
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChainWithinBound(store.get(), 1, 40, 10);
   const StoreStats st = store->Stats();
   EXPECT_EQ(st.unflushed_blocks, 10u);
@@ -68,7 +69,7 @@ TEST_F(WriteBackTest, PutKeepsTheDebtUnderTheByteBound) {
   const uint64_t block_bytes = MakePayload(SmallLayout(), 1, 1).size();
   o.max_unflushed_bytes = 5 * block_bytes + block_bytes / 2;
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChainWithinBound(store.get(), 1, 20, 5);
   EXPECT_LE(store->Stats().unflushed_bytes, o.max_unflushed_bytes);
   EXPECT_EQ(store->Stats().unflushed_blocks, 5u);
@@ -78,7 +79,7 @@ TEST_F(WriteBackTest, WriteThroughBlocksAreNeverDebt) {
   StoreOptions o = Options(/*hot_blocks=*/256);
   o.max_unflushed_blocks = 4;
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace("ns", /*write_through=*/true)).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace("ns", /*write_through=*/true)));
   PutChainWithinBound(store.get(), 1, 20, 0);
 }
 
@@ -87,7 +88,7 @@ TEST_F(WriteBackTest, BackgroundFlusherDrainsToHalfTheBound) {
   o.background_demotion = true;
   o.max_unflushed_blocks = 40;
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   // 31 blocks: only the last one takes the debt above 3/4 of the bound (the flusher
   // wakes once, after the last Put) and none above the bound (Put itself writes nothing
   // back), so only the background flusher drains the debt, with no Put racing it.
@@ -105,14 +106,14 @@ TEST_F(WriteBackTest, FlushStopsAtItsDeadlineAndReportsProgress) {
   o.max_unflushed_blocks = 0;
   o.max_unflushed_bytes = 0;  // unbounded: everything stays debt
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChainWithinBound(store.get(), 1, 30, 30);
   ASSERT_EQ(store->Stats().unflushed_blocks, 30u);
 
   // A deadline already passed: one block written (every call progresses), not done, the
   // rest of the debt reported.
   auto r = store->Flush("ns", clock_.NowMillis());
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->flushed_blocks, 1u);
   EXPECT_FALSE(r->done);
   EXPECT_EQ(r->remaining_blocks, 29u);
@@ -120,7 +121,7 @@ TEST_F(WriteBackTest, FlushStopsAtItsDeadlineAndReportsProgress) {
   EXPECT_EQ(TierOf(store.get(), KeyOf(1, 1)), Tier::kHot);  // picked blocks released
 
   r = store->Flush("ns", clock_.NowMillis() + 1000);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->flushed_blocks, 29u);
   EXPECT_TRUE(r->done);
   EXPECT_EQ(r->remaining_blocks, 0u);
@@ -139,18 +140,18 @@ TEST_F(WriteBackTest, DebtFollowsDeleteAndReput) {
   o.max_unflushed_blocks = 0;
   o.max_unflushed_bytes = 0;
   auto store = Open(o);
-  ASSERT_TRUE(store->RegisterNamespace(SmallNamespace()).ok());
+  ASSERT_OK(store->RegisterNamespace(SmallNamespace()));
   PutChainWithinBound(store.get(), 1, 4, 4);
   std::vector<std::string> keys = {KeyOf(1, 3)};
   ASSERT_EQ(*store->Delete("ns", keys), 1u);
   EXPECT_EQ(store->Stats().unflushed_blocks, 3u);
-  ASSERT_TRUE(store->Flush("ns").ok());
+  ASSERT_OK(store->Flush("ns"));
   EXPECT_EQ(store->Stats().unflushed_blocks, 0u);
   // A re-put with other bytes replaces the cold copy: debt again.
   const std::string payload = MakePayload(SmallLayout(), 0, 99);
   const std::string key = KeyOf(1, 0);
   BlockPut put{key, "", 0, payload};
-  ASSERT_TRUE(store->Put("ns", {&put, 1}).ok());
+  ASSERT_OK(store->Put("ns", {&put, 1}));
   EXPECT_EQ(store->Stats().unflushed_blocks, 1u);
   EXPECT_EQ(store->Stats().unflushed_bytes, payload.size());
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 #include "tools/cache_sim.h"
 #include "tools/trace.h"
 #include "tools/trace_synth.h"
@@ -19,7 +20,7 @@ Trace Synth(SynthFamily family, size_t requests) {
   o.seed = 3;
   o.requests = requests;
   absl::StatusOr<Trace> t = SynthesizeTrace(o);
-  EXPECT_TRUE(t.ok()) << t.status();
+  EXPECT_OK(t);
   return t.ok() ? *t : Trace{};
 }
 
@@ -37,7 +38,8 @@ TEST(SimulatePrefetchTest, WithoutPrefetchOrTimeTheGetsFindWhatTheLookupFound) {
   const Trace t = Synth(SynthFamily::kConversation, 600);
   auto off = SimulatePrefetch(t, SimPolicy::kAdaptive, Options(0, false));
   auto on_no_time = SimulatePrefetch(t, SimPolicy::kAdaptive, Options(0, true));
-  ASSERT_TRUE(off.ok() && on_no_time.ok());
+  ASSERT_OK(off);
+  ASSERT_OK(on_no_time);
   EXPECT_GT(off->tiered_blocks, 0u);
   EXPECT_EQ(off->served_hot_blocks, off->hot_at_lookup_blocks);
   EXPECT_LT(off->ServedHotShare(), 0.9);  // there is something to prefetch
@@ -46,7 +48,7 @@ TEST(SimulatePrefetchTest, WithoutPrefetchOrTimeTheGetsFindWhatTheLookupFound) {
   // The same as the plain simulator's split of the leading run.
   SimOptions so = Options(0, false).sim;
   auto plain = Simulate(t, SimPolicy::kAdaptive, so);
-  ASSERT_TRUE(plain.ok());
+  ASSERT_OK(plain);
   EXPECT_EQ(off->tiered_blocks, plain->leading_hot_blocks + plain->leading_cold_blocks);
   EXPECT_EQ(off->hot_at_lookup_blocks, plain->leading_hot_blocks);
 }
@@ -59,7 +61,9 @@ TEST(SimulatePrefetchTest, UnboundedPrefetchServesTheColdRunHot) {
   PrefetchSimOptions whole = Options(5, true);
   whole.max_hot_fraction = 1.0;
   auto unbounded = SimulatePrefetch(t, SimPolicy::kAdaptive, whole);
-  ASSERT_TRUE(off.ok() && on.ok() && unbounded.ok());
+  ASSERT_OK(off);
+  ASSERT_OK(on);
+  ASSERT_OK(unbounded);
   EXPECT_GT(on->prefetched_blocks, 0u);
   EXPECT_GT(on->ServedHotShare(), off->ServedHotShare() + 0.1);
   EXPECT_GE(unbounded->ServedHotShare(), on->ServedHotShare());
@@ -72,7 +76,9 @@ TEST(SimulatePrefetchTest, TheReadRateBoundsWhatIsPrefetched) {
   auto fast = SimulatePrefetch(t, SimPolicy::kAdaptive, Options(5, true));
   auto slow = SimulatePrefetch(t, SimPolicy::kAdaptive, Options(5, true, /*blocks_per_ms=*/0.2));
   auto none = SimulatePrefetch(t, SimPolicy::kAdaptive, Options(5, true, /*blocks_per_ms=*/0.1));
-  ASSERT_TRUE(fast.ok() && slow.ok() && none.ok());
+  ASSERT_OK(fast);
+  ASSERT_OK(slow);
+  ASSERT_OK(none);
   EXPECT_LE(slow->prefetched_blocks, slow->requests);  // at most 1 per request (5 x 0.2)
   EXPECT_GT(slow->prefetched_blocks, 0u);
   EXPECT_LT(slow->prefetched_blocks, fast->prefetched_blocks);

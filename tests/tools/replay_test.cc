@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kv/codec.h"
 #include "storage/tiered_store.h"
+#include "tests/testing/status_matchers.h"
 #include "tools/cache_sim.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
@@ -30,7 +31,7 @@ Trace MakeTrace(const std::vector<std::vector<uint64_t>>& requests) {
     text += "]}\n";
   }
   absl::StatusOr<Trace> t = ParseTrace(text);
-  EXPECT_TRUE(t.ok()) << t.status();
+  EXPECT_OK(t);
   return *t;
 }
 
@@ -85,7 +86,7 @@ SimResult Sim(const Trace& t, SimPolicy p, uint64_t cap) {
   SimOptions o;
   o.capacity_blocks = cap;
   absl::StatusOr<SimResult> r = Simulate(t, p, o);
-  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_OK(r);
   return r.ok() ? *r : SimResult{};
 }
 
@@ -121,7 +122,7 @@ TEST(CacheSimTest, HandComputedLruAndPrefixLru) {
   no_sinks.capacity_blocks = 3;
   no_sinks.sink_blocks = 0;
   absl::StatusOr<SimResult> bare = Simulate(t, SimPolicy::kLru, no_sinks);
-  ASSERT_TRUE(bare.ok());
+  ASSERT_OK(bare);
   EXPECT_EQ(bare->hit_blocks, 2u);
   EXPECT_EQ(bare->prefix_hit_blocks, 0u);
   SimResult plru = Sim(t, SimPolicy::kPrefixLru, 3);
@@ -194,7 +195,8 @@ TEST(CacheSimTest, DeterministicAndMeasureWindowsAddUp) {
   for (SimPolicy p : AllSimPolicies()) {
     absl::StatusOr<SimResult> a = Simulate(t, p, o);
     absl::StatusOr<SimResult> b = Simulate(t, p, o);
-    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_OK(a);
+    ASSERT_OK(b);
     EXPECT_EQ(a->hit_blocks, b->hit_blocks) << SimPolicyName(p);
     EXPECT_EQ(a->prefix_hit_blocks, b->prefix_hit_blocks) << SimPolicyName(p);
     SimOptions first = o, second = o;
@@ -202,7 +204,8 @@ TEST(CacheSimTest, DeterministicAndMeasureWindowsAddUp) {
     second.measure_begin = 200;
     absl::StatusOr<SimResult> x = Simulate(t, p, first);
     absl::StatusOr<SimResult> y = Simulate(t, p, second);
-    ASSERT_TRUE(x.ok() && y.ok());
+    ASSERT_OK(x);
+    ASSERT_OK(y);
     EXPECT_EQ(x->prefix_hit_blocks + y->prefix_hit_blocks, a->prefix_hit_blocks);
     EXPECT_EQ(x->requested_blocks + y->requested_blocks, a->requested_blocks);
   }
@@ -230,7 +233,7 @@ std::string SharedTracePath() {
 TEST(SharedTraceTest, ReproducesReferenceNumbersAndPolicyOrder) {
   const std::string path = SharedTracePath();
   absl::StatusOr<Trace> t = ReadTrace(path);
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   const uint64_t kCap = 5859;
   double inf = Sim(*t, SimPolicy::kInfinite, kCap).PrefixHitRate();
   double belady = Sim(*t, SimPolicy::kBelady, kCap).HitRate();
@@ -278,9 +281,9 @@ TEST(ReplayTest, RealStoreMatchesSimulatorAndIsDeterministic) {
   o.capacity_blocks = kCap;
   o.policy = storage::EvictionPolicyKind::kLru;
   absl::StatusOr<ReplayResult> a = ReplayTrace(t, o);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   absl::StatusOr<ReplayResult> b = ReplayTrace(t, o);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   EXPECT_EQ(a->store.hit_blocks, b->store.hit_blocks);
   EXPECT_EQ(a->store.prefix_hit_blocks, b->store.prefix_hit_blocks);
   EXPECT_EQ(a->store.requested_blocks, t.total_blocks);
@@ -297,7 +300,7 @@ TEST(ReplayTest, RealStoreMatchesSimulatorAndIsDeterministic) {
   // the leaves-only rule already implies) is exactly the simulator's prefix_lru.
   o.policy = storage::EvictionPolicyKind::kPrefixLru;
   absl::StatusOr<ReplayResult> p = ReplayTrace(t, o);
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   SimResult plru = Sim(t, SimPolicy::kPrefixLru, kCap);
   EXPECT_EQ(p->store.hit_blocks, plru.hit_blocks);
   EXPECT_EQ(p->store.prefix_hit_blocks, plru.prefix_hit_blocks);
@@ -319,7 +322,7 @@ TEST(ReplayTest, CapacityBytesNeverExceedsTheBudgetForAnyCodec) {
     o.layout = layout;
     o.codec = codec;
     absl::StatusOr<ReplayResult> r = ReplayTrace(t, o);
-    ASSERT_TRUE(r.ok()) << kv::CodecName(codec) << ": " << r.status();
+    ASSERT_OK(r) << kv::CodecName(codec) << ": " << r.status();
     // Sized from the codec's real encoded size (block 0 with its unquantized sinks is the
     // largest), and the hot tier never held more than the budget.
     if (codec != kv::CodecId::kLossless) {  // its size depends on the data; EncodedSize bounds it

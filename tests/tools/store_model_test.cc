@@ -1,6 +1,7 @@
 // The simulator's store model (tools/store_model.h) against the real TieredStore
 // (tools/replay.h): the same small traces through both, for every store policy, must
 // give identical counts, hot and cold.
+#include "tests/testing/status_matchers.h"
 #include "tools/store_model.h"
 
 #include <algorithm>
@@ -24,7 +25,7 @@ Trace Synth(SynthFamily family, size_t requests) {
   o.requests = requests;
   o.seed = 3;
   absl::StatusOr<Trace> t = SynthesizeTrace(o);
-  EXPECT_TRUE(t.ok()) << t.status();
+  EXPECT_OK(t);
   return *t;
 }
 
@@ -49,14 +50,14 @@ TEST(StoreModelTest, SimulatorAndRealStoreAgreeForEveryStorePolicy) {
         so.cold_capacities = c.cold_capacities;
         so.sink_blocks = c.sink_blocks;
         absl::StatusOr<SimResult> sim = Simulate(traces[t], p, so);
-        ASSERT_TRUE(sim.ok()) << sim.status();
+        ASSERT_OK(sim);
         ReplayOptions ro;
         ro.capacity_blocks = kCap;
         ro.policy = *StorePolicyOf(p);
         ro.cold_capacities = c.cold_capacities;
         ro.sink_blocks = c.sink_blocks;
         absl::StatusOr<ReplayResult> store = ReplayTrace(traces[t], ro);
-        ASSERT_TRUE(store.ok()) << store.status();
+        ASSERT_OK(store);
         EXPECT_EQ(store->capacity_blocks, kCap);
         EXPECT_EQ(store->store.requested_blocks, sim->requested_blocks);
         EXPECT_EQ(store->store.hit_blocks, sim->hit_blocks);

@@ -1,3 +1,4 @@
+#include "tests/testing/status_matchers.h"
 #include "tools/synthetic_kv.h"
 
 #include <algorithm>
@@ -36,7 +37,7 @@ void Print(const char* name, const SyntheticStats& s) {
 
 TEST(SyntheticTest, DocumentedStatisticsWithDefaults) {
   auto g = SyntheticKv::Generate(SmallParams());
-  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g);
   const SyntheticStats s = ComputeStats(*g);
   Print("defaults", s);
   // Calibrated to SmolLM2-135M (docs/kivi2.md): the sink only in the later layers (here
@@ -63,7 +64,7 @@ TEST(SyntheticTest, SinksOffAndOutliersOff) {
   p.sinks = false;
   p.outliers = false;
   auto g = SyntheticKv::Generate(p);
-  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g);
   const SyntheticStats s = ComputeStats(*g);
   Print("no sinks, no outliers", s);
   EXPECT_LT(s.first_token_share, 0.05);
@@ -77,7 +78,7 @@ TEST(SyntheticTest, HighFrequencyOutliersOscillateAfterRope) {
   p.layout.num_layers = 1;
   p.outliers_high_frequency = true;
   auto g = SyntheticKv::Generate(p);
-  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g);
   const SyntheticStats s = ComputeStats(*g);
   // Pre-RoPE the channels are as large as ever; after RoPE their energy is spread over
   // sign flips, but |x| keeps the per-pair magnitude high, so check the sign instead:
@@ -96,7 +97,7 @@ TEST(SyntheticTest, HighFrequencyOutliersOscillateAfterRope) {
   EXPECT_GT(flips, static_cast<int>(p.seq_len / 20));
 
   auto low = SyntheticKv::Generate(SmallParams());
-  ASSERT_TRUE(low.ok());
+  ASSERT_OK(low);
   const HeadLatents& lat_low = low->latents(0, 0);
   const uint32_t ch_low = lat_low.outlier_channels[0];
   auto keys_low = low->kv().Keys(0, 0);
@@ -113,7 +114,8 @@ TEST(SyntheticTest, DeterministicForSeed) {
   p.layout.num_layers = 1;
   auto a = SyntheticKv::Generate(p);
   auto b = SyntheticKv::Generate(p);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_EQ(a->kv().k, b->kv().k);
   EXPECT_EQ(a->kv().v, b->kv().v);
   EXPECT_EQ(a->RawBlock(1, kv::Dtype::kFp16), b->RawBlock(1, kv::Dtype::kFp16));
@@ -122,7 +124,7 @@ TEST(SyntheticTest, DeterministicForSeed) {
   EXPECT_EQ(qa, qb);
   p.seed += 1;
   auto c = SyntheticKv::Generate(p);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_NE(a->kv().k, c->kv().k);
 }
 
@@ -159,7 +161,7 @@ TEST(SyntheticTest, PackUnpackRoundTripAndLayoutOrder) {
   p.seq_len = 80;  // 3 blocks of 32: the last one is short
   p.layout.num_layers = 2;
   auto g = SyntheticKv::Generate(p);
-  ASSERT_TRUE(g.ok());
+  ASSERT_OK(g);
   EXPECT_EQ(g->num_blocks(), 3u);
   const std::string raw = g->RawBlock(1, kv::Dtype::kFp16);
   const kv::Layout& lay = g->layout();
@@ -173,9 +175,8 @@ TEST(SyntheticTest, PackUnpackRoundTripAndLayoutOrder) {
   KvTensors back = KvTensors::Zeros(2, 8, 128, 80);
   for (uint32_t b = 0; b < 3; ++b) {
     const std::string r = g->RawBlock(b, kv::Dtype::kBf16);
-    ASSERT_TRUE(UnpackRaw(kv::AsBytes(r), kv::Dtype::kBf16, b * 32, std::min(32u, 80 - b * 32),
-                          &back)
-                    .ok());
+    ASSERT_OK(UnpackRaw(kv::AsBytes(r), kv::Dtype::kBf16, b * 32, std::min(32u, 80 - b * 32),
+                          &back));
   }
   EXPECT_LT(RelativeL2Error(g->kv().k, back.k), 4e-3);
   EXPECT_GT(RelativeL2Error(g->kv().k, back.k), 0.0);
@@ -187,13 +188,13 @@ TEST(SyntheticTest, NeedleDrawsItsTopicQuery) {
   SyntheticParams p = SmallParams();
   p.layout.num_layers = 1;
   auto g = SyntheticKv::Generate(p);
-  ASSERT_TRUE(g.ok());
+  ASSERT_OK(g);
   const uint32_t needle_topic = p.num_topics;  // never appears in the text
   for (uint32_t t : g->token_topics()) ASSERT_LT(t, p.num_topics);
-  ASSERT_TRUE(g->PlantNeedle(200, needle_topic, 8.0).ok());
+  ASSERT_OK(g->PlantNeedle(200, needle_topic, 8.0));
   EXPECT_EQ(g->token_topics()[200], needle_topic);
   auto q = g->MakeQuery(0, 2, 1, needle_topic, p.seq_len, 99);
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   std::vector<double> w(p.seq_len);
   AttentionWeights(*q, g->kv().Keys(0, 2), 128, w);
   // The needle is the most attended token after the sink.
@@ -221,10 +222,10 @@ CodecFidelity Measure(const SyntheticKv& g, kv::CodecId codec) {
   for (uint32_t b = 0; b < g.num_blocks(); ++b) {
     const std::string raw = g.RawBlock(b, kv::Dtype::kFp16);
     auto blob = kv::Encode(codec, lay, b, kv::AsBytes(raw));
-    EXPECT_TRUE(blob.ok()) << blob.status();
+    EXPECT_OK(blob);
     if (!blob.ok()) return f;
     auto decoded = kv::DecodeToString(kv::AsBytes(*blob));
-    EXPECT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_OK(decoded);
     if (!decoded.ok()) return f;
     if (b == 0) {
       for (uint32_t l = 0; l < lay.num_layers; ++l) {
@@ -237,7 +238,7 @@ CodecFidelity Measure(const SyntheticKv& g, kv::CodecId codec) {
         }
       }
     }
-    EXPECT_TRUE(UnpackRaw(kv::AsBytes(*decoded), kv::Dtype::kFp16, b * tpb, tpb, &recon).ok());
+    EXPECT_OK(UnpackRaw(kv::AsBytes(*decoded), kv::Dtype::kFp16, b * tpb, tpb, &recon));
   }
   std::vector<double> w(n), w_hat(n), o(d), o_hat(d);
   uint32_t rows = 0;
@@ -266,7 +267,7 @@ TEST(SyntheticTest, CodecClaimsHoldOnTheGenerator) {
   p.seq_len = 256;
   p.queries_per_head = 4;
   auto g = SyntheticKv::Generate(p);
-  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g);
   const CodecFidelity int8 = Measure(*g, kv::CodecId::kInt8);
   const CodecFidelity fp8 = Measure(*g, kv::CodecId::kFp8E4M3);
   const CodecFidelity int4 = Measure(*g, kv::CodecId::kInt4);
@@ -301,7 +302,7 @@ TEST(SyntheticTest, ValidateRejectsBadParams) {
   p = SyntheticParams();
   p.num_topics = 100;
   EXPECT_FALSE(p.Validate().ok());
-  EXPECT_TRUE(SyntheticParams().Validate().ok());
+  EXPECT_OK(SyntheticParams().Validate());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Tests for the trace synthesizer (tools/trace_synth.h) and the SVG sweep plot
 // (tools/svg_plot.h).
+#include "tests/testing/status_matchers.h"
 #include "tools/trace_synth.h"
 
 #include <string>
@@ -22,13 +23,14 @@ TEST(TraceSynthTest, EveryFamilyIsDeterministicPrefixChainedAndRoundTrips) {
     o.requests = 300;
     absl::StatusOr<Trace> a = SynthesizeTrace(o);
     absl::StatusOr<Trace> b = SynthesizeTrace(o);
-    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_OK(a);
+    ASSERT_OK(b);
     EXPECT_EQ(a->requests.size(), 300u);
     const std::string text = TraceToJsonl(*a);
     EXPECT_EQ(text, TraceToJsonl(*b));
     // ParseTrace rejects ids under two parents and repeated ids in a request.
     absl::StatusOr<Trace> parsed = ParseTrace(text);
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ASSERT_OK(parsed);
     EXPECT_EQ(parsed->total_blocks, a->total_blocks);
     EXPECT_EQ(parsed->unique_blocks, a->unique_blocks);
     uint64_t last = 0;

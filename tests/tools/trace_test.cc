@@ -1,3 +1,4 @@
+#include "tests/testing/status_matchers.h"
 #include "tools/trace.h"
 
 #include <unistd.h>
@@ -20,7 +21,7 @@ TEST(ParseTraceLineTest, ParsesMooncakeLine) {
   absl::StatusOr<TraceRequest> r = ParseTraceLine(
       R"({"timestamp": 27482, "input_length": 6955, "output_length": 52, )"
       R"("hash_ids": [46, 47, 48]})");
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->timestamp_ms, 27482u);
   EXPECT_EQ(r->input_length, 6955u);
   EXPECT_EQ(r->output_length, 52u);
@@ -31,14 +32,14 @@ TEST(ParseTraceLineTest, IgnoresUnknownKeysAndWhitespace) {
   absl::StatusOr<TraceRequest> r = ParseTraceLine(
       " { \"hash_ids\" : [ 1 ,2 ] , \"extra\": {\"a\": [1, \"x\", null, true]}, "
       "\"s\": \"q\\\"}\" }\r");
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_THAT(r->hash_ids, ElementsAre(1, 2));
   EXPECT_EQ(r->timestamp_ms, 0u);
 }
 
 TEST(ParseTraceLineTest, AcceptsEmptyIdsAndIntegralFloats) {
   absl::StatusOr<TraceRequest> r = ParseTraceLine(R"({"timestamp": 1.5e3, "hash_ids": []})");
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->timestamp_ms, 1500u);
   EXPECT_TRUE(r->hash_ids.empty());
 }
@@ -71,7 +72,7 @@ TEST(ParseTraceLineTest, RejectsMalformedLines) {
 TEST(ParseTraceTest, CountsBlocksAndSkipsBlankLines) {
   absl::StatusOr<Trace> t = ParseTrace(
       "{\"hash_ids\": [0, 1, 2]}\n\n  \n{\"hash_ids\": [0, 1, 3]}\n{\"hash_ids\": [4]}");
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   EXPECT_EQ(t->requests.size(), 3u);
   EXPECT_EQ(t->total_blocks, 7u);
   EXPECT_EQ(t->unique_blocks, 5u);
@@ -114,7 +115,7 @@ TEST(ReadTraceTest, ReadsFileAndReportsMissingFile) {
     out << "{\"timestamp\": 0, \"hash_ids\": [0, 1]}\n{\"timestamp\": 3, \"hash_ids\": [0]}\n";
   }
   absl::StatusOr<Trace> t = ReadTrace(path);
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   EXPECT_EQ(t->requests.size(), 2u);
   EXPECT_EQ(t->requests[1].timestamp_ms, 3u);
 
@@ -137,7 +138,7 @@ TEST(ReuseStatsTest, CountsOnceReferencedBlocksAndReuseGaps) {
   absl::StatusOr<Trace> t = ParseTrace(
       "{\"hash_ids\": [1, 2]}\n{\"hash_ids\": [1, 3]}\n{\"hash_ids\": [4]}\n"
       "{\"hash_ids\": [1, 2]}\n");
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   const ReuseStats r = ComputeReuseStats(*t);
   EXPECT_EQ(r.unique_blocks, 4u);
   EXPECT_DOUBLE_EQ(r.referenced_once, 0.5);

@@ -1,6 +1,7 @@
 // ucx::Worker over UCX's TCP transport (forced, so it behaves as between hosts):
 // listener + connector, rendezvous payloads landing in the receiver's buffer, dropped
 // payloads, deferred receives, and endpoint failure when the peer goes away.
+#include "tests/testing/status_matchers.h"
 #include "ucx/ucx_worker.h"
 
 #include <chrono>
@@ -29,7 +30,7 @@ std::unique_ptr<Worker> NewWorker() {
   WorkerOptions o;
   o.transports = "tcp";
   auto w = Worker::Create(o);
-  EXPECT_TRUE(w.ok()) << w.status();
+  EXPECT_OK(w);
   return w.ok() ? std::move(*w) : nullptr;
 }
 
@@ -48,16 +49,16 @@ TEST(UcxWorkerTest, PayloadsLandBitExactlyInTheBufferTheReceiverPicks) {
     g->header = std::string(header);
     g->data.resize(in.length());
     in.Receive(g->data.data(), [&got, g](absl::Status s) {
-      EXPECT_TRUE(s.ok()) << s;
+      EXPECT_OK(s);
       got.set_value(*g);
     });
   });
   auto port = server->Listen("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_OK(port);
   ASSERT_GT(*port, 0);
   EXPECT_EQ(server->port(), *port);
   auto ep = client->Connect("127.0.0.1", *port);
-  ASSERT_TRUE(ep.ok()) << ep.status();
+  ASSERT_OK(ep);
   const std::string payload = RandomPayload(3 << 20, 1);
   std::promise<absl::Status> sent;
   client->Send(*ep, kData, "hdr", payload.data(), payload.size(),
@@ -65,7 +66,7 @@ TEST(UcxWorkerTest, PayloadsLandBitExactlyInTheBufferTheReceiverPicks) {
   Got g = got.get_future().get();
   EXPECT_EQ(g.header, "hdr");
   EXPECT_TRUE(g.data == payload);
-  EXPECT_TRUE(sent.get_future().get().ok());
+  EXPECT_OK(sent.get_future().get());
 }
 
 TEST(UcxWorkerTest, DroppedAndDeferredPayloads) {
@@ -82,20 +83,20 @@ TEST(UcxWorkerTest, DroppedAndDeferredPayloads) {
     if (header == "second") {
       // Receive the first one only now, from another message's callback.
       kept[0].Receive(landed.data(), [&](absl::Status s) {
-        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_OK(s);
         done.set_value();
       });
     }
   });
   auto port = server->Listen("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
+  ASSERT_OK(port);
   auto ep = client->Connect("127.0.0.1", *port);
-  ASSERT_TRUE(ep.ok());
+  ASSERT_OK(ep);
   const std::string a = RandomPayload(1 << 20, 2), b = RandomPayload(1 << 20, 3);
   std::promise<absl::Status> dropped;
   client->Send(*ep, kData, "drop", b.data(), b.size(),
                [&](absl::Status s) { dropped.set_value(s); });
-  EXPECT_TRUE(dropped.get_future().get().ok());  // the sender is not left hanging
+  EXPECT_OK(dropped.get_future().get());  // the sender is not left hanging
   client->Send(*ep, kData, "first", a.data(), a.size(), [](absl::Status) {});
   client->Send(*ep, kData, "second", b.data(), b.size(), [](absl::Status) {});
   done.get_future().get();
@@ -120,9 +121,9 @@ TEST(UcxWorkerTest, APeerThatGoesAwayFailsItsEndpoint) {
   std::promise<absl::Status> failed;
   client->SetErrorHandler([&](EndpointId, absl::Status s) { failed.set_value(s); });
   auto port = server->Listen("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
+  ASSERT_OK(port);
   auto ep = client->Connect("127.0.0.1", *port);
-  ASSERT_TRUE(ep.ok());
+  ASSERT_OK(ep);
   client->Send(*ep, kData, "hi", nullptr, 0, [](absl::Status) {});
   hello.get_future().get();
   server.reset();  // closes its endpoint and stops
