@@ -10,7 +10,7 @@
 namespace kvtier::client {
 namespace {
 
-namespace tp = ::kvtier::transport;
+namespace tp = ::kvtier::ucx;
 
 absl::Time ToAbsl(UcxChannel::Deadline d) { return absl::FromChrono(d); }
 

@@ -17,7 +17,7 @@
 namespace kvtier::dataplane {
 namespace {
 
-namespace tp = ::kvtier::transport;
+namespace tp = ::kvtier::ucx;
 
 std::string RandomBytes(size_t n) {
   std::random_device rd;

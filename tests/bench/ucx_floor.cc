@@ -30,7 +30,7 @@
 
 namespace {
 
-namespace tp = ::kvtier::transport;
+namespace tp = ::kvtier::ucx;
 using Clock = std::chrono::steady_clock;
 constexpr uint16_t kAmData = 1;
 constexpr size_t kSlots = 64;
