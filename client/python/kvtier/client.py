@@ -14,16 +14,19 @@ stored one; without, it calls Stats. Either way a server hash scheme other than
 FailedPreconditionError naming the field; UnavailableError / DeadlineExceededError when the
 server does not answer within `connect_timeout`.
 
-Transport: `num_channels` separate HTTP/2 connections used round-robin. Put and Get
+Payload calls: with `native` (the default) and the kvtier._native extension built (the
+CMake build puts it in build/python/kvtier; a plain `pip install client/python` has none),
+put_blocks, get_blocks_into, get_blocks, lookup and allocate_shared_buffer are the C++
+client's (client/client.h, bound as kvtier._native.Client): the same payload-path loop
+(shared-memory socket frame, shared memory on a gRPC stream, UCX, gRPC stream;
+docs/dataplane.md), run with the GIL released, payloads read from and written into the
+caller's buffers in place (uses_native says which). Without it (or native=False) the
+same calls run in Python on grpcio, with the same results and exception classes
+(tests/python runs both): the rest of this paragraph. Transport: `num_channels` separate
+HTTP/2 connections used round-robin. Put and Get
 payloads never pass through protobuf `bytes` fields: Put chunk messages are framed by hand
 (0x12, varint length, payload) and Get responses are parsed straight into the destination
-buffers (the framing of protocol/wire.h, kvtier.wire). With `native` (the default) and the
-kvtier._native extension built (the CMake build puts it in build/python/kvtier; a plain
-`pip install client/python` has none), the Put and Get streams (payloads over TCP, only
-headers on the shared-memory path) run in C++ with the GIL released, on one more
-connection per channel: payloads are sent from the caller's buffers and received into
-them with no copy in Python (uses_native says which). Errors, retries and messages are
-the same as on grpcio. When the server is on this host and offers its
+buffers (the framing of protocol/wire.h, kvtier.wire). When the server is on this host and offers its
 shared-memory socket, the client maps a region (see kvtier.shm) and put_blocks /
 get_blocks_into payloads travel through it: the call itself goes as one frame over
 another connection to the server's socket (kvtier.shm, SharedRegion.call; as the C++
@@ -170,11 +173,6 @@ class _Channel:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=pems[0], private_key=pems[1], certificate_chain=pems[2])
             self.channel = grpc.secure_channel(address, credentials, options=options)
-        # The payload-carrying streams of the gRPC path, when kvtier._native is there.
-        self.native = _native.Channel(
-            address, index, opts["max_receive_message_bytes"],
-            opts["http2_stream_window_bytes"], pems,
-            opts["tls_server_name"]) if opts["native"] else None
         self.data = pb_grpc.KvCacheStub(self.channel)
         self.admin = pb_grpc.KvCacheAdminStub(self.channel)
         self.put = self.channel.stream_unary(_PUT, request_serializer=None,
@@ -215,15 +213,16 @@ class Client:
         self.chunk_bytes = chunk_bytes
         self.max_streams_per_call = max_streams_per_call
         self._shm_socket_calls = shared_memory_socket_calls
-        # Calls answered over the shared-memory socket (not gRPC), as the C++ client's
-        # Client::shared_memory_socket_calls().
-        self.shared_memory_socket_calls = 0
+        # Calls the shared-memory socket answered on the Python path
+        # (shared_memory_socket_calls).
+        self._socket_calls = 0
+        self._cpp = None  # the kvtier._native.Client of the payload calls, when built
         self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
         opts = dict(max_receive_message_bytes=max_receive_message_bytes,
                     http2_stream_window_bytes=http2_stream_window_bytes,
                     tls_pems=_tls_pems(tls, tls_ca_file, tls_cert_file, tls_key_file,
                                        tls_server_name),
-                    tls_server_name=tls_server_name, native=native and _native is not None)
+                    tls_server_name=tls_server_name)
         self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
         self._next = 0
         self._lock = threading.Lock()
@@ -238,9 +237,24 @@ class Client:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
         self.connect_info = ConnectInfo()
+        use_cpp = native and _native is not None
         try:
-            self._connect(namespace, connect_timeout, shared_memory, shared_memory_bytes,
-                          shared_memory_socket)
+            self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
+                          shared_memory_bytes, shared_memory_socket)
+            if use_cpp:
+                self._cpp = self._connect_cpp(
+                    namespace, connect_timeout, shared_memory=shared_memory,
+                    shared_memory_bytes=shared_memory_bytes,
+                    shared_memory_socket=shared_memory_socket,
+                    shared_memory_socket_calls=shared_memory_socket_calls,
+                    num_channels=num_channels, max_attempts=max_attempts,
+                    retry_backoff_ms=max(0, int(retry_backoff * 1000)),
+                    chunk_bytes=chunk_bytes, max_streams_per_call=max_streams_per_call,
+                    max_receive_message_bytes=max_receive_message_bytes,
+                    http2_stream_window_bytes=http2_stream_window_bytes,
+                    auth_token=auth_token, tls=bool(tls), tls_ca_file=tls_ca_file,
+                    tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+                    tls_server_name=tls_server_name)
         except BaseException:
             self.close()
             raise
@@ -251,6 +265,9 @@ class Client:
         """Closes the channels and ends the shared-memory session. Idempotent."""
         with self._lock:
             region, self._region = self._region, None
+            cpp, self._cpp = self._cpp, None
+        if cpp is not None:
+            cpp.close()
         if region is not None:
             region.close()
         for ch in self._channels:
@@ -267,13 +284,35 @@ class Client:
     def uses_shared_memory(self):
         """True while payloads use the same-node shared-memory path. Turns False for good
         when the server forgets the session (a new Client gets it again)."""
-        return self._region is not None
+        cpp = self._cpp
+        return cpp.uses_shared_memory() if cpp is not None else self._region is not None
 
     @property
     def uses_native(self):
-        """True when the Put and Get streams run in kvtier._native (C++, GIL released);
-        False on grpcio (not built, or native=False)."""
-        return self._channels[0].native is not None
+        """True when the payload calls run in the C++ client (kvtier._native.Client, GIL
+        released); False on the pure-Python path (not built, or native=False)."""
+        return self._cpp is not None
+
+    @property
+    def shared_memory_socket_calls(self):
+        """Put / Get calls answered over the shared-memory socket so far (the C++
+        client's Client::shared_memory_socket_calls)."""
+        cpp = self._cpp
+        return cpp.shared_memory_socket_calls() if cpp is not None else self._socket_calls
+
+    def _connect_cpp(self, spec, connect_timeout, **options):
+        """The kvtier._native.Client of this client's options (its own handshake: the
+        namespace registered above is found and checked again)."""
+        try:
+            cpp = _native.Client(
+                self.address, default_deadline_ms=max(1, int(self.timeout * 1000)),
+                connect_deadline_ms=max(1, int(connect_timeout * 1000)),
+                namespace_spec=spec.SerializeToString() if spec is not None else None,
+                hash_scheme=self.hash_scheme, **options)
+        except _native.RpcError as e:
+            raise errors.from_native_error("Connect", e) from None
+        self.connect_info.shared_memory_error = cpp.connect_info()[2]
+        return cpp
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -341,7 +380,7 @@ class Client:
             try:
                 self._region = shm_mod.SharedRegion.open(
                     shm_socket or offer.socket_path, min(shm_bytes, offer.max_region_bytes),
-                    offer.instance_id, _native if self.uses_native else None)
+                    offer.instance_id)
                 self._socket_lookup_offered = self._socket_lookup = (
                     offer.socket_lookup and self._shm_socket_calls)
             except errors.KvtierError as e:
@@ -418,6 +457,17 @@ class Client:
         """A kvtier.shm.SharedBuffer (numpy uint8 array) of `nbytes` in the shared region.
         FailedPreconditionError without the shared-memory path; ResourceExhaustedError
         when the region has no room."""
+        cpp = self._cpp
+        if cpp is not None:
+            if nbytes <= 0:
+                raise errors.InvalidArgumentError("AllocateSharedBuffer: bytes is 0")
+            try:
+                native_buf = cpp.allocate_shared_buffer(nbytes)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("AllocateSharedBuffer", e) from None
+            buf = np.frombuffer(native_buf, dtype=np.uint8).view(shm_mod.SharedBuffer)
+            buf._kvtier_owner = native_buf
+            return buf
         region = self._region
         if region is None:
             suffix = (": " + self.connect_info.shared_memory_error
@@ -447,6 +497,14 @@ class Client:
         if not blocks:
             return total
         fmt = _fmt(format)
+        cpp = self._cpp
+        if cpp is not None:
+            try:
+                total.blocks_stored, total.bytes_stored = cpp.put(
+                    ns, blocks, fmt, timeout if timeout else self.timeout)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Put", e) from None
+            return total
         views = [wire.as_bytes_view(b.payload) for b in blocks]
         deadline = self._deadline(timeout)
         payloads = [b.payload for b in blocks]
@@ -516,7 +574,7 @@ class Client:
         if code in _REDO_OVER_GRPC:
             return None, False
         with self._lock:
-            self.shared_memory_socket_calls += 1
+            self._socket_calls += 1
             if op != shm_mod.OP_LOOKUP and self._socket_lookup_offered:
                 self._socket_lookup = True  # the session is bound now
         if code != 0:
@@ -583,9 +641,6 @@ class Client:
                 yield b"".join([wire.chunk_prefix(have)] + pieces)
 
         def attempt(ch, left, _):
-            if ch.native is not None:
-                return pb.PutResponse.FromString(ch.native.put(
-                    _PUT, first, () if session else views, chunk, left, self._metadata))
             return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
 
         resp = self._call("Put", attempt, False, deadline)
@@ -603,10 +658,20 @@ class Client:
         counts differ or a buffer is read-only; OutOfRangeError naming the buffer if a block
         does not fit; the server's errors otherwise. Retried on UNAVAILABLE (buffers may
         have been partly written)."""
-        keys = [bytes(k) for k in keys]
         if len(buffers) != len(keys):
             raise errors.InvalidArgumentError("buffers: %d buffers for %d keys"
                                               % (len(buffers), len(keys)))
+        cpp = self._cpp
+        if cpp is not None:
+            if not keys:
+                return []
+            try:
+                return list(pb.GetHeader.FromString(cpp.get_into(
+                    ns, keys, buffers, _fmt(format), timeout if timeout else self.timeout,
+                    lease_id)).blocks)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Get", e) from None
+        keys = [bytes(k) for k in keys]
         arrays = [wire.as_u8_array(b, "buffers[%d]" % i) for i, b in enumerate(buffers)]
         if not keys:
             return []
@@ -638,6 +703,18 @@ class Client:
             return out
         deadline = self._deadline(timeout)
         fmt = _fmt(format)
+        cpp = self._cpp
+        if cpp is not None:
+            try:
+                header, datas = cpp.get(ns, keys, fmt, timeout if timeout else self.timeout,
+                                        lease_id)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Get", e) from None
+            infos = list(pb.GetHeader.FromString(header).blocks)
+            for fb, data in zip(out, datas):
+                fb.data = data
+        else:
+            infos = None
 
         def run(b, e):
             def dest(i, info):
@@ -645,9 +722,10 @@ class Client:
                 out[b + i].data = data
                 return np.frombuffer(data, dtype=np.uint8)
             return self._get_run(ns, keys[b:e], fmt, deadline, dest, None, None, run_lease)
-        run_lease = self._run_lease(len(keys), lease_id)
-        infos = [info for part in self._parallel(len(keys), run) for info in part]
-        self._end_lease(ns, lease_id, run_lease, deadline)
+        if infos is None:
+            run_lease = self._run_lease(len(keys), lease_id)
+            infos = [info for part in self._parallel(len(keys), run) for info in part]
+            self._end_lease(ns, lease_id, run_lease, deadline)
         lay = self.namespace_layout(ns) if numpy and fmt == RAW else None
         for fb, info in zip(out, infos):
             fb.info = info
@@ -723,10 +801,6 @@ class Client:
 
         def attempt(ch, left, _):
             parser = wire.GetStreamParser(dest)
-            if ch.native is not None:
-                ch.native.get(_GET, req.SerializeToString(), parser.on_header, left,
-                              self._metadata)
-                return check(parser)
             if not _grpc_fast.ENABLED:
                 ch.keepalive.ensure()
             messages = _grpc_fast.unary_stream_iter(ch.get, req, left, self._metadata)
@@ -747,13 +821,6 @@ class Client:
 
     def _get_shm_attempt(self, req):
         def attempt(ch, left, _):
-            if ch.native is not None:
-                # The framer refuses chunks (no destinations) and a second header.
-                headers = []
-                ch.native.get(_GET, req.SerializeToString(),
-                              lambda data: headers.append(pb.GetHeader.FromString(data)) or (),
-                              left, self._metadata)
-                return list(headers[0].blocks)
             header, extra = None, False
             for msg in _grpc_fast.unary_stream_messages(ch.get, req, left, self._metadata):
                 if header is not None or not msg or msg[0] != 0x0A:
@@ -776,6 +843,13 @@ class Client:
         until release_lease. The server answers in the compact form (kvtier.lookup_form);
         it is expanded into `blocks` unless `compact` is true (then check
         lookup_form.is_compact: an old server answers with `blocks` regardless)."""
+        cpp = self._cpp
+        if cpp is not None:
+            try:
+                return pb.LookupResponse.FromString(cpp.lookup(
+                    ns, keys, local_only, lease_ms, compact, timeout if timeout else self.timeout))
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Lookup", e) from None
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],
                                local_only=local_only, lease_ms=lease_ms, compact=True)
         resp = self._socket_lookup_call(req, timeout)
