@@ -60,6 +60,7 @@ import grpc
 import numpy as np
 
 from kvtier import _grpc_fast
+from kvtier import _protocol
 from kvtier import errors
 from kvtier import layout as layout_mod
 from kvtier import lookup_form
@@ -75,6 +76,7 @@ except ImportError:  # not built (pip install client/python), or its libgrpc++ i
 # What a kvtier._native call raises for a non-OK status (nothing to catch without it).
 _NATIVE_ERROR = _native.RpcError if _native is not None else ()
 
+_D = _protocol.CLIENT_DEFAULTS
 RAW = pb.PAYLOAD_FORMAT_RAW
 ENCODED = pb.PAYLOAD_FORMAT_ENCODED
 _FORMATS = {"raw": RAW, "encoded": ENCODED}
@@ -190,12 +192,18 @@ class Client:
     """A connection to one kvtierd (see the module docstring). Use as a context manager or
     call close()."""
 
-    def __init__(self, address, namespace=None, *, hash_scheme=HASH_SCHEME, num_channels=4,
-                 timeout=10.0, connect_timeout=5.0, max_attempts=3, retry_backoff=0.02,
-                 chunk_bytes=1 << 20, max_streams_per_call=4,
-                 max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
-                 shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
-                 shared_memory_socket_calls=True, auth_token="", tls=False, tls_ca_file="",
+    # Defaults: the C++ ClientOptions' (kvtier._protocol.CLIENT_DEFAULTS).
+    def __init__(self, address, namespace=None, *, hash_scheme=HASH_SCHEME,
+                 num_channels=_D["num_channels"], timeout=_D["default_deadline_ms"] / 1000,
+                 connect_timeout=_D["connect_deadline_ms"] / 1000,
+                 max_attempts=_D["max_attempts"], retry_backoff=_D["retry_backoff_ms"] / 1000,
+                 chunk_bytes=_D["chunk_bytes"], max_streams_per_call=_D["max_streams_per_call"],
+                 max_receive_message_bytes=_D["max_receive_message_bytes"],
+                 http2_stream_window_bytes=_D["http2_stream_window_bytes"],
+                 shared_memory=_D["shared_memory"], shared_memory_bytes=_D["shared_memory_bytes"],
+                 shared_memory_socket="",
+                 shared_memory_socket_calls=_D["shared_memory_socket_calls"], auth_token="",
+                 tls=False, tls_ca_file="",
                  tls_cert_file="", tls_key_file="", tls_server_name="", native=True):
         if not address:
             raise errors.InvalidArgumentError("options.server is empty")

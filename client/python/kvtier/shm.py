@@ -39,17 +39,18 @@ import time
 
 import numpy as np
 
+from kvtier import _protocol
 from kvtier import errors
 
-MAGIC = b"KVTSHM01"
-SESSION_BYTES = 16
-INSTANCE_BYTES = 16
+MAGIC = _protocol.CONSTANTS["shm_magic"]
+SESSION_BYTES = _protocol.CONSTANTS["shm_session_bytes"]
+INSTANCE_BYTES = _protocol.CONSTANTS["shm_instance_bytes"]
 _REQUEST = struct.Struct("<8sQ16s")
 _REPLY = struct.Struct("<8sIIQ16s16s200s")
 _GRANULE = 4096
-FRAME_MAGIC = b"KVF1"
+FRAME_MAGIC = _protocol.CONSTANTS["shm_frame_magic"]
 OP_PUT, OP_GET, OP_LOOKUP = 1, 2, 3
-MAX_FRAME_BYTES = 128 << 10
+MAX_FRAME_BYTES = _protocol.CONSTANTS["shm_max_frame_bytes"]
 _FRAME = struct.Struct("<4sIQq")
 _REPLY_HEADER = struct.Struct("<4siQII")
 
