@@ -5,10 +5,11 @@ fp16 blocks of --block-size bytes (layout (block/64KiB) x 8 x 128 x 16, codec fp
 payloads ENCODED fp16 blobs, --keys keys split over --threads threads, every key put once
 untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers; with
 `lookup` in --ops, also of lookups of --lookup-keys of the thread's keys (on the same host
-over the shared-memory socket unless --no-shm). System
+over the shared-memory socket unless --no-shm; compact answers unless --lookup-full). System
 "kvtier-py" is TCP, "kvtier-py-shm" staged through the shared region, "kvtier-py-shm-zc"
-put from / got into SharedBuffers. Each result names the path of the gRPC streams ("path":
-"native" for kvtier._native, "grpcio" without it or with --no-native). With --compare PATH_TO_kvtier it also runs
+put from / got into SharedBuffers. Each result names the client ("path": "native" for the C++
+client bound through kvtier._native, "grpcio" for the pure-Python one: not built, or
+--no-native). With --compare PATH_TO_kvtier it also runs
 `kvtier bench` with the same flags against the same server, right after (with --repeat N,
 N runs of each alternating which goes first), and prints the Python / C++ ratio of the
 median GB/s per phase (ops/s for lookup).
@@ -129,7 +130,7 @@ def bench(args):
                 t0 = time.monotonic()
                 if op == "lookup":
                     ks = [mine[t][(i + j) % len(mine[t])] for j in range(args.lookup_keys)]
-                    client.lookup(ns, ks, compact=True)
+                    client.lookup(ns, ks, compact=not args.lookup_full)
                 elif op == "put":
                     r = client.put_blocks(ns, [kvtier.PutBlock(k, put_src[t])])
                     if r.blocks_stored != 1:
@@ -168,6 +169,8 @@ def run_cli(args):
         cmd.append("--no-shm")
     if args.shared_buffers:
         cmd.append("--shared-buffers")
+    if args.lookup_full:
+        cmd.append("--lookup-full")
     text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
@@ -193,13 +196,16 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--ops", default="put,get", help="phases: put,get,lookup")
     p.add_argument("--lookup-keys", type=int, default=8, help="keys per lookup")
+    p.add_argument("--lookup-full", action="store_true",
+                   help="lookups expand the answer into one BlockLocation per key (default: "
+                        "keep the compact form)")
     p.add_argument("--channels", type=int, default=0, help="default = threads")
     p.add_argument("--chunk", type=_bytes, default=1 << 20)
     p.add_argument("--namespace", default="")
     p.add_argument("--no-shm", action="store_true")
     p.add_argument("--shared-buffers", action="store_true")
     p.add_argument("--no-native", action="store_true",
-                   help="gRPC streams through grpcio even when kvtier._native is built")
+                   help="the pure-Python client even when kvtier._native is built")
     p.add_argument("--compare", metavar="KVTIER", default="",
                    help="path of the C++ `kvtier` tool: run its bench too and print ratios")
     p.add_argument("--repeat", type=int, default=1,

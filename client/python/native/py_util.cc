@@ -21,7 +21,7 @@ PyObject* RaiseRpcError(int code, std::string_view message, std::string_view det
 }
 
 PyObject* RaiseStatus(const absl::Status& status, std::string_view rpc) {
-  std::string_view message = status.message();
+  std::string_view message(status.message().data(), status.message().size());
   if (message.size() > rpc.size() + 1 && message.substr(0, rpc.size()) == rpc &&
       message.substr(rpc.size(), 2) == ": ") {
     message.remove_prefix(rpc.size() + 2);
