@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "protocol/frame.h"
 #include "protocol/lookup_form.h"
+#include "protocol/rendezvous.h"
 #include "protocol/shm_wire.h"
 #include "storage/kv/codec.h"
 #include "storage/kv/prefix_key.h"
@@ -40,7 +41,8 @@ namespace kvtier::client {
 namespace {
 
 std::string Hex(std::string_view bytes) {
-  return bytes.empty() ? "-" : absl::BytesToHexString(bytes);
+  return bytes.empty() ? "-"
+                       : absl::BytesToHexString(absl::string_view(bytes.data(), bytes.size()));
 }
 
 std::string HexOf(const void* data, size_t n) {
@@ -90,7 +92,7 @@ std::vector<std::string> GoldenLines() {
   out.push_back(
       absl::StrCat("C shm_frame_magic ", HexOf(shm::kFrameMagic, sizeof(shm::kFrameMagic))));
   out.push_back(absl::StrCat("C shm_max_frame_bytes ", shm::kMaxFrameBytes));
-  out.push_back(absl::StrCat("C rendezvous_scheme ", protocol::kRendezvousScheme));
+  out.push_back(absl::StrCat("C rendezvous_scheme ", std::string(protocol::kRendezvousScheme)));
 
   const ClientOptions o;
   out.push_back(absl::StrCat("D num_channels ", o.num_channels));
@@ -138,7 +140,7 @@ std::vector<std::string> GoldenLines() {
   const size_t lengths[] = {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1024, 1025, 2049};
   for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); ++i) {
     const std::string data = Bytes(i + 1, lengths[i]);
-    for (uint64_t seed : {uint64_t{0}, 0x9E3779B97F4A7C15ull + i}) {
+    for (uint64_t seed : {uint64_t{0}, uint64_t{0x9E3779B97F4A7C15ull + i}}) {
       out.push_back(absl::StrCat("H ", Hex(data), " ", seed, " ",
                                  XXH3_64bits_withSeed(data.data(), data.size(), seed)));
     }

@@ -308,6 +308,14 @@ class Client:
         cpp = self._cpp
         return cpp.shared_memory_socket_calls() if cpp is not None else self._socket_calls
 
+    def _cpp_timeout(self, timeout, rpc):
+        """The deadline of a call in kvtier._native, in seconds. The C++ client counts
+        whole milliseconds, so a deadline under 1 ms has passed already."""
+        left = timeout if timeout else self.timeout
+        if left < 0.001:
+            raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
+        return left
+
     def _connect_cpp(self, spec, connect_timeout, **options):
         """The kvtier._native.Client of this client's options (its own handshake: the
         namespace registered above is found and checked again)."""
@@ -509,7 +517,7 @@ class Client:
         if cpp is not None:
             try:
                 total.blocks_stored, total.bytes_stored = cpp.put(
-                    ns, blocks, fmt, timeout if timeout else self.timeout)
+                    ns, blocks, fmt, self._cpp_timeout(timeout, "Put"))
             except _NATIVE_ERROR as e:
                 raise errors.from_native_error("Put", e) from None
             return total
@@ -675,7 +683,7 @@ class Client:
                 return []
             try:
                 return list(pb.GetHeader.FromString(cpp.get_into(
-                    ns, keys, buffers, _fmt(format), timeout if timeout else self.timeout,
+                    ns, keys, buffers, _fmt(format), self._cpp_timeout(timeout, "Get"),
                     lease_id)).blocks)
             except _NATIVE_ERROR as e:
                 raise errors.from_native_error("Get", e) from None
@@ -714,7 +722,7 @@ class Client:
         cpp = self._cpp
         if cpp is not None:
             try:
-                header, datas = cpp.get(ns, keys, fmt, timeout if timeout else self.timeout,
+                header, datas = cpp.get(ns, keys, fmt, self._cpp_timeout(timeout, "Get"),
                                         lease_id)
             except _NATIVE_ERROR as e:
                 raise errors.from_native_error("Get", e) from None
@@ -855,7 +863,7 @@ class Client:
         if cpp is not None:
             try:
                 return pb.LookupResponse.FromString(cpp.lookup(
-                    ns, keys, local_only, lease_ms, compact, timeout if timeout else self.timeout))
+                    ns, keys, local_only, lease_ms, compact, self._cpp_timeout(timeout, "Lookup")))
             except _NATIVE_ERROR as e:
                 raise errors.from_native_error("Lookup", e) from None
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],

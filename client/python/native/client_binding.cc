@@ -119,6 +119,26 @@ PyTypeObject* g_shared_buffer_type = nullptr;
 
 // -- Client ------------------------------------------------------------------------------
 
+// Views `obj` (writable when `writable`) as C-contiguous bytes. Otherwise false with
+// RpcError(INVALID_ARGUMENT) naming `what` (read-only or not C-contiguous, the messages of
+// the pure-Python path), or TypeError when `obj` is no buffer at all.
+bool GetContiguous(PyObject* obj, bool writable, const std::string& what, Buffer* out) {
+  if (out->Get(obj, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS)) {
+    return true;
+  }
+  if (!PyObject_CheckBuffer(obj)) return false;  // the TypeError stays
+  PyErr_Clear();
+  Buffer probe;
+  const bool contiguous = probe.Get(obj, PyBUF_C_CONTIGUOUS);
+  PyErr_Clear();
+  RaiseRpcError(static_cast<int>(absl::StatusCode::kInvalidArgument),
+                what + (contiguous          ? " is read-only"
+                        : writable          ? " is not C-contiguous"
+                                            : ": buffer is not C-contiguous"),
+                "");
+  return false;
+}
+
 void ClientDealloc(PyObject* self) {
   auto* obj = reinterpret_cast<ClientObject*>(self);
   if (obj->client != nullptr) {
@@ -175,7 +195,7 @@ int ClientInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   unsigned long long chunk_bytes = o.chunk_bytes;
   unsigned long long shm_bytes = o.shared_memory_bytes;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "s|$iLLiLKiiiOsppKspspsssssp", const_cast<char**>(kwlist), &server,
+          args, kwargs, "s|$iLLiLKiiiOspKspspssssp", const_cast<char**>(kwlist), &server,
           &o.num_channels, &default_deadline_ms, &connect_deadline_ms, &o.max_attempts,
           &backoff_ms, &chunk_bytes, &o.max_streams_per_call, &o.max_receive_message_bytes,
           &o.http2_stream_window_bytes, &spec, &hash_scheme, &shared_memory, &shm_bytes,
@@ -339,7 +359,7 @@ PyObject* ClientPut(PyObject* self, PyObject* args) {
     PyObject* index = payload == nullptr ? nullptr : PyObject_GetAttr(b, g_attr[kBlockIndex]);
     bool ok = index != nullptr && ReadBytesAttr(b, kKey, &out.key) &&
               ReadBytesAttr(b, kParentKey, &out.parent_key) &&
-              payloads[static_cast<size_t>(i)].Get(payload, PyBUF_C_CONTIGUOUS);
+              GetContiguous(payload, false, "payload", &payloads[static_cast<size_t>(i)]);
     if (ok) {
       out.block_index = static_cast<uint32_t>(PyLong_AsUnsignedLongMask(index));
       ok = !PyErr_Occurred() && ReadRouterFields(b, &out);
@@ -400,7 +420,8 @@ PyObject* ClientGetInto(PyObject* self, PyObject* args) {
   buffers.reserve(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
     Buffer& b = held[static_cast<size_t>(i)];
-    if (!b.Get(PySequence_Fast_GET_ITEM(seq, i), PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)) {
+    if (!GetContiguous(PySequence_Fast_GET_ITEM(seq, i), true,
+                       "buffers[" + std::to_string(i) + "]", &b)) {
       Py_DECREF(seq);
       return nullptr;
     }
