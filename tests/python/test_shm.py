@@ -233,7 +233,7 @@ def test_staged_gets_write_found_blocks_only(server, socket_calls, native):
 def test_lookups_take_the_socket_and_answer_as_over_grpc(server, socket_calls, native):
     with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket_calls=socket_calls) as c, \
-            kvtier.Client(server.address, shared_memory=False) as tcp:
+            kvtier.Client(server.address, shared_memory=False, native=False) as tcp:
         assert native or c._socket_lookup == socket_calls  # the server offers it
         keys, puts, _ = blocks.sequence(NS, blocks.layout(), 3, seed=16)
         c.put_blocks(NS, puts[:2], format=kvtier.RAW)
@@ -244,6 +244,8 @@ def test_lookups_take_the_socket_and_answer_as_over_grpc(server, socket_calls, n
             assert got.prefix_blocks == want.prefix_blocks
             assert [b.tier for b in got.blocks] == [b.tier for b in want.blocks]
             assert [b.owner for b in got.blocks] == [b.owner for b in want.blocks]
+            if not lease_ms:  # the full form written from the compact one in C++ (native)
+                assert got == want  # equals the pure-Python expansion over gRPC
             if lease_ms:
                 assert got.leased_blocks == 2 and got.blocks[0].lease_id != 0
                 assert c.release_lease(NS, got.blocks[0].lease_id) == 2

@@ -12,7 +12,7 @@ client bound through kvtier._native, "grpcio" for the pure-Python one: not built
 --no-native). With --compare PATH_TO_kvtier it also runs
 `kvtier bench` with the same flags against the same server, right after (with --repeat N,
 N runs of each alternating which goes first), and prints the Python / C++ ratio of the
-median GB/s per phase (ops/s for lookup).
+median GB/s per phase (for lookup, of the median p50 and p99 latencies).
 """
 
 import argparse
@@ -127,9 +127,10 @@ def bench(args):
             while time.monotonic() < deadline:
                 k = mine[t][i % len(mine[t])]
                 i += 1
+                if op == "lookup":  # the keys are picked untimed, as in `kvtier bench`
+                    ks = [mine[t][(i + j) % len(mine[t])] for j in range(args.lookup_keys)]
                 t0 = time.monotonic()
                 if op == "lookup":
-                    ks = [mine[t][(i + j) % len(mine[t])] for j in range(args.lookup_keys)]
                     client.lookup(ns, ks, compact=not args.lookup_full)
                 elif op == "put":
                     r = client.put_blocks(ns, [kvtier.PutBlock(k, put_src[t])])
@@ -235,7 +236,27 @@ def main(argv=None):
                        args.json)
             (py_runs if fn is bench else cpp_runs).append(res)
     for i, py in enumerate(py_runs[0]):
-        unit = "ops_per_s" if py["phase"] == "lookup" else "gb_per_s"
+        if py["phase"] == "lookup":
+            # Latency, not ops/s: the Python loop also builds each call's key list
+            # (untimed, as C++ picks its keys untimed), which ops/s would count.
+            line = {"phase": "lookup", "python": py["system"], "path": py["path"],
+                    "cpp": cpp_runs[0][i]["system"], "runs": args.repeat,
+                    "lookup_keys": args.lookup_keys,
+                    "form": "full" if args.lookup_full else "compact"}
+            for q in ("p50_us", "p99_us"):
+                py_v = statistics.median(run[i][q] for run in py_runs)
+                cpp_v = statistics.median(run[i][q] for run in cpp_runs)
+                line.update({"python_" + q: py_v, "cpp_" + q: cpp_v,
+                             "latency_ratio_" + q[:3]: round(py_v / cpp_v, 3) if cpp_v else 0.0})
+            print(json.dumps(line, sort_keys=True) if args.json else
+                  "latency lookup (%d keys, %s form) %s (%s) / %s: p50 %.1f / %.1f us = %.2f, "
+                  "p99 %.1f / %.1f us = %.2f (medians of %d runs)"
+                  % (args.lookup_keys, line["form"], line["python"], line["path"], line["cpp"],
+                     line["python_p50_us"], line["cpp_p50_us"], line["latency_ratio_p50"],
+                     line["python_p99_us"], line["cpp_p99_us"], line["latency_ratio_p99"],
+                     args.repeat))
+            continue
+        unit = "gb_per_s"
         py_v = statistics.median(run[i][unit] for run in py_runs)
         cpp_v = statistics.median(run[i][unit] for run in cpp_runs)
         line = {"phase": py["phase"], "python": py["system"], "path": py["path"],

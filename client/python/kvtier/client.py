@@ -861,9 +861,14 @@ class Client:
         lookup_form.is_compact: an old server answers with `blocks` regardless)."""
         cpp = self._cpp
         if cpp is not None:
+            timeout_s = self._cpp_timeout(timeout, "Lookup")
             try:
-                return pb.LookupResponse.FromString(cpp.lookup(
-                    ns, keys, local_only, lease_ms, compact, self._cpp_timeout(timeout, "Lookup")))
+                try:
+                    resp = cpp.lookup(ns, keys, local_only, lease_ms, compact, timeout_s)
+                except TypeError:  # keys that are bytes-like but not bytes
+                    resp = cpp.lookup(ns, [bytes(k) for k in keys], local_only, lease_ms,
+                                      compact, timeout_s)
+                return pb.LookupResponse.FromString(resp)
             except _NATIVE_ERROR as e:
                 raise errors.from_native_error("Lookup", e) from None
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],

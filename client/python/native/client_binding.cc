@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/python/native/py_util.h"
 #include "common/mutex.h"
@@ -507,12 +508,27 @@ PyObject* ClientLookup(PyObject* self, PyObject* args) {
   }
   std::shared_ptr<Client> c = ClientOf(self);
   if (c == nullptr) return nullptr;
-  std::vector<std::string> keys;
-  if (!ReadByteStrings(keys_obj, "keys", &keys)) return nullptr;
+  // The keys are viewed, not copied: a tuple of them holds each one alive while the GIL
+  // is released (another thread may change the caller's list meanwhile).
+  PyObject* held = PySequence_Tuple(keys_obj);
+  if (held == nullptr) return nullptr;
+  const Py_ssize_t n = PyTuple_GET_SIZE(held);
+  std::vector<std::string_view> keys(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* k = PyTuple_GET_ITEM(held, i);
+    if (!PyBytes_Check(k)) {
+      Py_DECREF(held);
+      return PyErr_Format(PyExc_TypeError, "keys[%zd] is not bytes", i);
+    }
+    keys[static_cast<size_t>(i)] =
+        std::string_view(PyBytes_AS_STRING(k), static_cast<size_t>(PyBytes_GET_SIZE(k)));
+  }
   client::LookupOptions options;
   options.local_only = local_only != 0;
   options.lease_ms = lease_ms;
-  options.keep_compact = compact != 0;
+  // Compact from the C++ client either way: the full form is written straight from it
+  // (SerializeExpandedLookup), never built as one message per key and then serialized.
+  options.keep_compact = true;
   client::CallOptions call;
   call.deadline_ms = DeadlineMs(timeout_s);
   std::string bytes;
@@ -521,12 +537,16 @@ PyObject* ClientLookup(PyObject* self, PyObject* args) {
     NoGil no_gil;
     absl::StatusOr<v1::LookupResponse> resp =
         c->Lookup(std::string_view(ns, static_cast<size_t>(ns_len)), keys, options, call);
-    if (resp.ok()) {
+    if (!resp.ok()) {
+      status = resp.status();
+    } else if (compact != 0) {
       resp->SerializeToString(&bytes);
     } else {
-      status = resp.status();
+      status = SerializeExpandedLookup(*std::move(resp), &bytes);
+      if (!status.ok()) status = absl::DataLossError(absl::StrCat("Lookup: ", status.message()));
     }
   }
+  Py_DECREF(held);
   if (!status.ok()) return RaiseStatus(status, "Lookup");
   return PyBytes_FromStringAndSize(bytes.data(), static_cast<Py_ssize_t>(bytes.size()));
 }

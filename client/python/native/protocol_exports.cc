@@ -221,6 +221,14 @@ PyObject* RendezvousScore(PyObject*, PyObject* args) {
   return PyLong_FromUnsignedLongLong(protocol::RendezvousScore(key_hash, node_hash));
 }
 
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
 PyObject* ExpandLookup(PyObject*, PyObject* args) {
   PyObject* obj;
   if (!PyArg_ParseTuple(args, "O", &obj)) return nullptr;
@@ -231,9 +239,9 @@ PyObject* ExpandLookup(PyObject*, PyObject* args) {
     return RaiseRpcError(static_cast<int>(absl::StatusCode::kDataLoss),
                          "the LookupResponse does not parse", "");
   }
-  const absl::Status s = protocol::ExpandLookup(&resp);
-  if (!s.ok()) return RaiseStatus(absl::DataLossError(s.message()), "");
-  const std::string out = resp.SerializeAsString();
+  std::string out;
+  const absl::Status s = SerializeExpandedLookup(std::move(resp), &out);
+  if (!s.ok()) return RaiseStatus(s, "");
   return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
@@ -274,6 +282,45 @@ PyObject* Constants() {
 }
 
 }  // namespace
+
+absl::Status SerializeExpandedLookup(v1::LookupResponse response, std::string* out) {
+  if (!protocol::IsCompactLookup(response)) {
+    response.SerializeToString(out);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = protocol::CheckLookup(response); !s.ok()) {
+    return absl::DataLossError(s.message());
+  }
+  const v1::LookupResponse compact = response;
+  response.clear_tiers();
+  response.clear_owners();
+  response.clear_owner_lease_ids();
+  response.clear_owner_index();
+  response.SerializeToString(out);
+  const size_t n = compact.tiers().size();
+  out->reserve(out->size() + n * 24);
+  std::string block;
+  for (size_t i = 0; i < n; ++i) {
+    block.clear();
+    if (const v1::Tier tier = protocol::LookupTier(compact, i); tier != 0) {
+      block.push_back(0x08);  // BlockLocation.tier
+      PutVarint(static_cast<uint64_t>(tier), &block);
+    }
+    if (const std::string_view owner = protocol::LookupOwner(compact, i); !owner.empty()) {
+      block.push_back(0x12);  // BlockLocation.owner
+      PutVarint(owner.size(), &block);
+      block.append(owner);
+    }
+    if (const uint64_t lease = protocol::LookupLeaseId(compact, i); lease != 0) {
+      block.push_back(0x18);  // BlockLocation.lease_id
+      PutVarint(lease, &block);
+    }
+    out->push_back(0x12);  // LookupResponse.blocks
+    PutVarint(block.size(), out);
+    out->append(block);
+  }
+  return absl::OkStatus();
+}
 
 bool AddProtocolExports(PyObject* module) {
   if (PyModule_AddFunctions(module, kMethods) != 0) return false;

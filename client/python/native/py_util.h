@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kvtier/v1/kvtier.pb.h"
 
 namespace kvtier::python {
 
@@ -71,6 +72,13 @@ PyObject* RaiseStatus(const absl::Status& status, std::string_view rpc);
 // Reads a sequence of bytes-like objects into `out`; false with a Python error set
 // (TypeError naming `what`) otherwise.
 bool ReadByteStrings(PyObject* seq_obj, const char* what, std::vector<std::string>* out);
+
+// Serializes `response` in the full form (one BlockLocation per key): what
+// protocol::ExpandLookup and SerializeToString give, fields in another order, written
+// straight from the compact fields without building a message per key (the Python side
+// parses it once). A response already in the full form is serialized as is. DATA_LOSS
+// when the compact fields do not match (protocol::CheckLookup). Needs no GIL.
+absl::Status SerializeExpandedLookup(kvtier::v1::LookupResponse response, std::string* out);
 
 }  // namespace kvtier::python
 
