@@ -353,8 +353,6 @@ class Client:
                 return attempt(self._pick(), left, wait_for_ready)
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(rpc, e)
-            except _NATIVE_ERROR as e:
-                err = errors.from_native_error(rpc, e)
             if err.code != grpc.StatusCode.UNAVAILABLE or a + 1 == attempts:
                 raise err
             if time.monotonic() + backoff >= deadline:
