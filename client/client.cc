@@ -355,8 +355,28 @@ absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
                                                   const CallOptions& call) {
   // Encoded straight from `keys` (no per-key copy); servers that predate the compact
   // form ignore it and answer verbosely.
-  grpc::Slice body(protocol::EncodeLookupRequest(ns, keys, options.local_only, options.lease_ms,
-                                                 /*compact=*/true, options.prefetch));
+  return LookupEncoded(protocol::EncodeLookupRequest(ns, keys, options.local_only,
+                                                     options.lease_ms, /*compact=*/true,
+                                                     options.prefetch),
+                       options, call);
+}
+
+absl::StatusOr<v1::LookupResponse> Client::Lookup(std::string_view ns,
+                                                  std::span<const std::string_view> keys,
+                                                  const LookupOptions& options,
+                                                  const CallOptions& call) {
+  std::vector<size_t> which(keys.size());
+  for (size_t i = 0; i < which.size(); ++i) which[i] = i;
+  return LookupEncoded(protocol::EncodeLookupRequest(ns, keys, which, options.local_only,
+                                                     options.lease_ms, /*compact=*/true,
+                                                     options.prefetch),
+                       options, call);
+}
+
+absl::StatusOr<v1::LookupResponse> Client::LookupEncoded(const std::string& request,
+                                                         const LookupOptions& options,
+                                                         const CallOptions& call) {
+  grpc::Slice body(request);
   v1::LookupResponse resp;
   if (std::shared_ptr<SharedRegion> r = impl_->socket_lookup ? impl_->Region() : nullptr) {
     // Same host: a frame on the region's socket, no gRPC hops (docs/performance.md).

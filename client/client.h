@@ -355,6 +355,12 @@ class Client {
                                                     std::span<const std::string> keys,
                                                     const LookupOptions& options,
                                                     const CallOptions& call = {});
+  // As above with the keys as views (e.g. into a caller's own buffers, as the Python
+  // binding passes them): not copied before they are encoded.
+  absl::StatusOr<kvtier::v1::LookupResponse> Lookup(std::string_view ns,
+                                                    std::span<const std::string_view> keys,
+                                                    const LookupOptions& options,
+                                                    const CallOptions& call = {});
   // Starts the Lookup of the keys keys[which[0]], keys[which[1]], ... in that order (one
   // owner's share of a chain, as the ClusterClient asks it) and returns at once; `done`
   // runs exactly once, on a gRPC thread, with the answer or the error, as Lookup's. One
@@ -419,6 +425,10 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
+  // The Lookup of a serialized LookupRequest (compact asked), over the socket or gRPC.
+  absl::StatusOr<kvtier::v1::LookupResponse> LookupEncoded(const std::string& request,
+                                                           const LookupOptions& options,
+                                                           const CallOptions& call);
   std::unique_ptr<Impl> impl_;
 };
 

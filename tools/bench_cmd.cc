@@ -60,6 +60,8 @@ constexpr char kBenchUsage[] =
     "  --channels N        TCP connections to kvtierd (default = threads)\n"
     "  --chunk SIZE        Put chunk message size (default 1MiB)\n"
     "  --lookup-keys N     keys per Lookup (default 8)\n"
+    "  --lookup-full       lookups expand the answer into one BlockLocation per key\n"
+    "                      (kvtier only; default: keep the compact form)\n"
     "  --lease-ms MS       lookups lease what they report for MS (kvtier only; the lease is\n"
     "                      released after each timed lookup, untimed; default 0 = no lease)\n"
     "  --namespace NS      kvtier namespace (default bench-<block KiB>k)\n"
@@ -115,6 +117,7 @@ struct Workload {
   std::string ns;
   int lookup_keys = 8;
   uint64_t lease_ms = 0;  // Lookup leases (kvtier only)
+  bool lookup_full = false;  // expand Lookup answers (LookupOptions::keep_compact false)
 };
 
 class KvtierBackend : public Backend {
@@ -178,7 +181,8 @@ class KvtierBackend : public Backend {
       case Op::kLookup: {
         client::LookupOptions options;
         options.lease_ms = w_->lease_ms;
-        options.keep_compact = true;  // as an engine reads it: tiers and leases by index
+        // As an engine reads it: tiers and leases by index (unless --lookup-full).
+        options.keep_compact = !w_->lookup_full;
         ASSIGN_OR_RETURN(auto r, client_->Lookup(w_->ns, keys_, options));
         if (w_->lease_ms > 0) {
           if (r.leased_blocks() != keys_.size()) {
@@ -707,6 +711,7 @@ absl::Status Bench(const tools::Flags& flags) {
   w.ns = flags.GetString("namespace", absl::StrCat("bench-", block_size / 1024, "k"));
   w.lookup_keys = static_cast<int>(lookup_keys);
   w.lease_ms = static_cast<uint64_t>(lease_ms);
+  w.lookup_full = flags.Has("lookup-full");
   w.block_bytes = block_size;
   for (int64_t i = 0; i < num_keys; ++i) {
     w.keys.push_back(absl::StrFormat("kvtier-bench-%03d", static_cast<int>(i % 1000)) +
@@ -878,7 +883,7 @@ int RunBench(int argc, char** argv) {
   }
   absl::Status known = flags.CheckKnown({"server", "redis", "threads", "block-size", "keys",
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
-                                         "lookup-keys", "lease-ms", "namespace", "server-pid", "redis-raw-get",
+                                         "lookup-keys", "lookup-full", "lease-ms", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
                                          "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",

@@ -216,6 +216,19 @@ TEST_F(ClientTest, LookupReportsTheResidentPrefix) {
   // Unknown namespace: NOT_FOUND, not retried into a timeout.
   EXPECT_EQ(client->Lookup("no-such-namespace", s.keys).status().code(),
             absl::StatusCode::kNotFound);
+
+  // The same keys as views (the Python binding's form): the same answer, both forms.
+  const std::vector<std::string_view> views(s.keys.begin(), s.keys.end());
+  for (bool compact : {false, true}) {
+    client::LookupOptions options;
+    options.keep_compact = compact;
+    auto by_view = client->Lookup("lookup", views, options);
+    auto by_string = client->Lookup("lookup", s.keys, options);
+    ASSERT_TRUE(by_view.ok()) << by_view.status();
+    ASSERT_TRUE(by_string.ok()) << by_string.status();
+    EXPECT_EQ(by_view->SerializeAsString(), by_string->SerializeAsString()) << compact;
+    EXPECT_EQ(by_view->prefix_blocks(), 3u);
+  }
 }
 
 TEST_F(ClientTest, PinScoresEvictDeleteFlush) {

@@ -29,9 +29,12 @@ def test_bench_lookup_phase_over_the_socket_and_grpc(server, capsys):
         assert [l["phase"] for l in lines] == ["put", "lookup"]
         assert lines[1]["ops_per_s"] > 0 and lines[1]["client_cpu_s_per_gb"] is None
         assert lines[1]["system"] == ("kvtier-py" if extra else "kvtier-py-shm")
-    if os.path.exists(conftest.KVTIER_CLI):  # lookups compare by ops/s
-        assert bench.main(args + ["--compare", conftest.KVTIER_CLI]) == 0
-        lines = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
-        ratios = [l for l in lines if "ratio" in l]
-        assert [l["phase"] for l in ratios] == ["put", "lookup"]
-        assert ratios[1]["ratio"] > 0 and ratios[1]["cpp_ops_per_s"] > 0
+    if os.path.exists(conftest.KVTIER_CLI):  # lookups compare by latency, both forms
+        for form in ([], ["--lookup-full"]):
+            assert bench.main(args + form + ["--compare", conftest.KVTIER_CLI]) == 0
+            lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()
+                     if l.startswith("{")]
+            assert [l["phase"] for l in lines if "ratio" in l] == ["put"]
+            lookup = [l for l in lines if "latency_ratio_p50" in l]
+            assert len(lookup) == 1 and lookup[0]["form"] == ("full" if form else "compact")
+            assert lookup[0]["latency_ratio_p50"] > 0 and lookup[0]["cpp_p50_us"] > 0

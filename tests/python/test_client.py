@@ -18,7 +18,8 @@ def _client(server, spec=None, **kw):
     return kvtier.Client(server.address, namespace=spec, **kw)
 
 
-# The two paths of the gRPC streams: kvtier._native (C++) and grpcio.
+# The two paths of the payload calls: the C++ client through kvtier._native, and the
+# pure-Python fallback on grpcio.
 NATIVE = pytest.mark.parametrize("native", [True, False], ids=["native", "grpcio"])
 
 
@@ -33,20 +34,27 @@ def test_the_build_ships_the_native_module(server):
         assert not c.uses_native
 
 
-def test_native_channel_rejects_bad_arguments():
+def test_native_client_rejects_bad_arguments_and_maps_statuses(server):
+    # kvtier._native.Client is the C++ client: bad Python arguments are TypeErrors, a
+    # failed call is an RpcError whose code and message kvtier.errors maps onto the same
+    # class the pure-Python path raises.
     from kvtier import _native
-    ch = _native.Channel("127.0.0.1:1", 0, 1 << 20, 0)
-    with pytest.raises(ValueError, match="timeout_s"):
-        ch.put("/kvtier.v1.KvCache/Put", b"", [], 1 << 20, 0.0, None)
-    with pytest.raises(ValueError, match="chunk_bytes"):
-        ch.put("/kvtier.v1.KvCache/Put", b"", [], 0, 1.0, None)
-    with pytest.raises(TypeError):
-        ch.put("/kvtier.v1.KvCache/Put", b"", [42], 1 << 20, 1.0, None)
-    with pytest.raises(TypeError, match="metadata"):
-        ch.get("/kvtier.v1.KvCache/Get", b"", lambda h: [], 1.0, [("k",)])
+    from kvtier import errors
     with pytest.raises(_native.RpcError) as e:  # nothing listens on port 1
-        ch.get("/kvtier.v1.KvCache/Get", b"", lambda h: [], 5.0, None)
-    assert e.value.args[0] == grpc.StatusCode.UNAVAILABLE.value[0]
+        _native.Client("127.0.0.1:1", connect_deadline_ms=300)
+    assert e.value.args[0] in (grpc.StatusCode.UNAVAILABLE.value[0],
+                               grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
+    c = _native.Client(server.address, shared_memory=False)
+    with pytest.raises(TypeError):
+        c.lookup("ns", [42], False, 0, False, 1.0)
+    with pytest.raises(_native.RpcError) as e:
+        c.lookup("no-such-namespace", [b"k" * 16], False, 0, False, 5.0)
+    err = errors.from_native_error("Lookup", e.value)
+    assert isinstance(err, kvtier.NotFoundError) and not err.message.startswith("Lookup:")
+    c.close()
+    with pytest.raises(_native.RpcError) as e:
+        c.lookup("ns", [b"k" * 16], False, 0, False, 1.0)
+    assert e.value.args[0] == grpc.StatusCode.FAILED_PRECONDITION.value[0]
 
 
 @pytest.mark.parametrize("shm,native", [(True, True), (False, True), (False, False)],

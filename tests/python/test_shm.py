@@ -44,11 +44,13 @@ def _spy(client):
     return calls
 
 
-# Socket calls made by kvtier._native.ShmCalls or in Python, and gRPC streams naming the
-# region.
-PATHS = pytest.mark.parametrize("socket_calls,native", [(True, True), (True, False),
-                                                        (False, True)],
-                                ids=["socket-native", "socket-python", "grpc"])
+# The C++ client's path loop bound through kvtier._native ("native") and the pure-Python
+# fallback, each with socket calls (frames on the region's socket) and without (gRPC
+# streams naming the region).
+PATHS = pytest.mark.parametrize("socket_calls,native", [(True, True), (False, True),
+                                                        (True, False), (False, False)],
+                                ids=["socket-native", "grpc-native", "socket-python",
+                                     "grpc-python"])
 
 
 @PATHS
@@ -57,7 +59,7 @@ def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, so
     with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket_calls=socket_calls) as c:
         assert c.uses_shared_memory and c.connect_info.shared_memory_error == ""
-        assert (c._region._native is not None) == native
+        assert c.uses_native == native and (c._region is None) == native
         assert c.stats().shm_sessions >= 1
         lay = blocks.layout()
         keys, puts, raw = blocks.sequence(NS, lay, 4, seed=10)
@@ -67,8 +69,9 @@ def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, so
         for s, r in zip(src, raw):
             s.view(np.float16).reshape(r.shape)[...] = r
         dst = [c.allocate_shared_buffer(nbytes) for _ in keys]
-        calls = _spy(c)
-        c._region.allocate = lambda n: None  # no staging possible: only zero-copy works
+        calls = _spy(c) if not native else [("native", True)]
+        if not native:
+            c._region.allocate = lambda n: None  # no staging possible: only zero-copy works
         c.put_blocks(NS, [kvtier.PutBlock(k, s) for k, s in zip(keys, src)], format=kvtier.RAW)
         infos = c.get_blocks_into(NS, keys, dst, format=kvtier.RAW)
         assert all(i.found and i.size == nbytes for i in infos)
@@ -85,36 +88,45 @@ def test_same_host_uses_shared_memory_and_shared_buffers_copy_nothing(server, so
 def test_private_buffers_are_staged_through_the_region(server, socket_calls, native):
     with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket_calls=socket_calls) as c:
-        calls = _spy(c)
+        calls = _spy(c) if not native else [("native", True)]
         keys, puts, raw = blocks.sequence(NS, blocks.layout(), 3, seed=11)
         c.put_blocks(NS, puts, format=kvtier.RAW)
         out = [np.empty_like(r) for r in raw]
         c.get_blocks_into(NS, keys, out, format=kvtier.RAW)
         assert all(np.array_equal(o, r) for o, r in zip(out, raw))
         assert calls and all(shm for _, shm in calls)
-        assert not c._region._used  # staging returned
+        if native:  # staging returned: the whole region can be allocated again
+            c.allocate_shared_buffer(64 << 20).release()
+        else:
+            assert not c._region._used
         assert (c.shared_memory_socket_calls > 0) == socket_calls
 
 
-def test_calls_larger_than_the_region_fall_back_to_tcp(server):
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_calls_larger_than_the_region_fall_back_to_tcp(server, native):
     with kvtier.Client(server.address, namespace=_spec(), shared_memory_bytes=32 << 10,
-                       max_streams_per_call=1) as c:
+                       max_streams_per_call=1, native=native) as c:
         assert c.uses_shared_memory
-        calls = _spy(c)
+        calls = _spy(c) if not native else None
+        before = c.shared_memory_socket_calls
         keys, puts, raw = blocks.sequence(NS, blocks.layout(), 4, seed=12)  # 64 KiB
         c.put_blocks(NS, puts, format=kvtier.RAW)
         out = [np.empty_like(r) for r in raw]
         c.get_blocks_into(NS, keys, out, format=kvtier.RAW)
         assert all(np.array_equal(o, r) for o, r in zip(out, raw))
-        assert calls == [("put", False)]  # TCP put, TCP get (no shared-memory Get)
+        if native:
+            assert c.shared_memory_socket_calls == before  # neither took the region
+        else:
+            assert calls == [("put", False)]  # TCP put, TCP get (no shared-memory Get)
         assert c.uses_shared_memory  # later calls that fit still use it
         with pytest.raises(kvtier.ResourceExhaustedError):
             c.allocate_shared_buffer(1 << 20)
 
 
-def test_a_socket_of_another_server_is_not_used(server, start_server):
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_a_socket_of_another_server_is_not_used(server, start_server, native):
     other = start_server(name="other")
-    with kvtier.Client(server.address, namespace=_spec(),
+    with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket=other.socket_path) as c:
         assert not c.uses_shared_memory
         assert "another kvtierd" in c.connect_info.shared_memory_error
@@ -136,9 +148,10 @@ def test_shm_socket_off_offers_nothing(start_server):
 @pytest.mark.skipif(not _HAS_ERROR_DETAIL, reason=(
     "needs the server's structured error details (kvtier.v1.ErrorDetail with reason "
     "SHM_SESSION_UNKNOWN in grpc-status-details-bin), added by the wt-protocol branch"))
-def test_after_a_server_restart_the_client_falls_back_to_tcp(start_server):
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_after_a_server_restart_the_client_falls_back_to_tcp(start_server, native):
     s = start_server()
-    with kvtier.Client(s.address, namespace=_spec()) as c:
+    with kvtier.Client(s.address, namespace=_spec(), native=native) as c:
         assert c.uses_shared_memory
         keys, puts, raw = blocks.sequence(NS, blocks.layout(), 2, seed=14)
         c.put_blocks(NS, puts[:1], format=kvtier.RAW)
@@ -186,7 +199,7 @@ def test_a_closed_region_refuses_copies_instead_of_touching_unmapped_memory(serv
     # Client.close() may run while another thread copies through the region: a copy
     # either holds the mapping alive or, after the close, raises (it used to write into
     # the unmapped region and crash the process).
-    with kvtier.Client(server.address, namespace=_spec()) as c:
+    with kvtier.Client(server.address, namespace=_spec(), native=False) as c:
         region = c._region
         off = region.allocate(4096)
         region.copy_in(off, np.full(4096, 7, np.uint8))
@@ -197,33 +210,6 @@ def test_a_closed_region_refuses_copies_instead_of_touching_unmapped_memory(serv
         region.copy_in(off, np.ones(4096, np.uint8))
     with pytest.raises(kvtier.errors.UnavailableError):
         region.copy_out(off, out, 4096)
-
-
-def test_native_shm_calls_check_copies_and_refuse_after_close(server):
-    # kvtier._native.ShmCalls copies only inside the region, and after close() refuses
-    # calls (the client then redoes the call over gRPC).
-    with kvtier.Client(server.address, namespace=_spec()) as c:
-        region = c._region
-        calls = region._native
-        assert calls is not None
-        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 1, seed=12)
-        req = c._put_header(NS, puts, [memoryview(p.payload).cast("B") for p in puts],
-                            kvtier.RAW, region.session, [0])
-        with pytest.raises(ValueError, match="copies"):
-            calls.call(kvtier.shm.OP_PUT, req, 5.0, [(region.size - 16, raw[0])])
-        with pytest.raises(ValueError, match="op"):
-            calls.call(7, req, 5.0, [])
-        with pytest.raises(ValueError, match="copy_outs"):
-            calls.call(kvtier.shm.OP_PUT, req, 5.0, [],
-                       [(0, region.size - 16, np.empty(4096, np.uint8))])
-        calls.close()
-        with pytest.raises(ConnectionError):
-            calls.call(kvtier.shm.OP_PUT, req, 5.0, [])
-        # The client falls back to gRPC for the call, and the data arrives intact.
-        assert c.put_blocks(NS, puts, format=kvtier.RAW).blocks_stored == 1
-        out = np.empty_like(raw[0])
-        assert c.get_blocks_into(NS, keys, [out], format=kvtier.RAW)[0].found
-        assert np.array_equal(out, raw[0])
 
 
 @PATHS
@@ -247,8 +233,8 @@ def test_staged_gets_write_found_blocks_only(server, socket_calls, native):
 def test_lookups_take_the_socket_and_answer_as_over_grpc(server, socket_calls, native):
     with kvtier.Client(server.address, namespace=_spec(), native=native,
                        shared_memory_socket_calls=socket_calls) as c, \
-            kvtier.Client(server.address, shared_memory=False) as tcp:
-        assert c._socket_lookup == socket_calls  # the server offers it
+            kvtier.Client(server.address, shared_memory=False, native=False) as tcp:
+        assert native or c._socket_lookup == socket_calls  # the server offers it
         keys, puts, _ = blocks.sequence(NS, blocks.layout(), 3, seed=16)
         c.put_blocks(NS, puts[:2], format=kvtier.RAW)
         before = c.shared_memory_socket_calls
@@ -258,6 +244,8 @@ def test_lookups_take_the_socket_and_answer_as_over_grpc(server, socket_calls, n
             assert got.prefix_blocks == want.prefix_blocks
             assert [b.tier for b in got.blocks] == [b.tier for b in want.blocks]
             assert [b.owner for b in got.blocks] == [b.owner for b in want.blocks]
+            if not lease_ms:  # the full form written from the compact one in C++ (native)
+                assert got == want  # equals the pure-Python expansion over gRPC
             if lease_ms:
                 assert got.leased_blocks == 2 and got.blocks[0].lease_id != 0
                 assert c.release_lease(NS, got.blocks[0].lease_id) == 2
@@ -274,7 +262,7 @@ def test_with_auth_lookups_take_the_socket_once_the_session_is_bound(start_serve
                       '"a70bf50e531ce1a817561f2f5d5b6645d4e806becf58ccc5e8cf6b8045a090a8" }\n')
     s = start_server("--config", str(config))
     spec = kvtier.make_namespace(NS, blocks.layout(), codec="fp16", tenant="team-a")
-    with kvtier.Client(s.address, namespace=spec, auth_token="token-a") as c:
+    with kvtier.Client(s.address, namespace=spec, auth_token="token-a", native=False) as c:
         assert c.uses_shared_memory and c._socket_lookup
         keys, puts, _ = blocks.sequence(NS, blocks.layout(), 2, seed=17, tenant="team-a")
         # No gRPC call has named the session yet: the socket refuses the Lookup, which is

@@ -1,8 +1,8 @@
 """XXH3-64 (xxHash 0.8), the hash of kvtier's rendezvous placement (rendezvous-v1).
 
-Pure Python, so the package needs nothing beyond the standard library for placement; when
-the system's libxxhash (Debian libxxhash0) is loadable it is used instead (same results,
-faster). tests/python/test_golden.py checks both against each other and against C++.
+Pure Python, so the package needs nothing beyond the standard library for placement; with
+kvtier._native built, or the system's libxxhash (Debian libxxhash0) loadable, that is used
+instead (same results, faster). tests/python/test_golden.py checks both against each other and against C++.
 """
 
 import ctypes
@@ -196,8 +196,17 @@ _lib_fn = _load_lib()
 HAVE_LIBXXHASH = _lib_fn is not None
 
 
+try:
+    from kvtier._native import xxh3_64 as _native_xxh3
+except ImportError:
+    _native_xxh3 = None
+
+
 def xxh3_64(data, seed=0):
-    """XXH3_64bits_withSeed(data, seed): libxxhash when loadable, else pure Python."""
+    """XXH3_64bits_withSeed(data, seed): kvtier._native's (the libxxhash the C++ side
+    links) when built, else libxxhash through ctypes when loadable, else pure Python."""
+    if _native_xxh3 is not None:
+        return _native_xxh3(data, seed & _M64)
     if _lib_fn is not None:
         d = bytes(data)
         return _lib_fn(d, len(d), seed & _M64)

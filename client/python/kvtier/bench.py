@@ -5,13 +5,14 @@ fp16 blocks of --block-size bytes (layout (block/64KiB) x 8 x 128 x 16, codec fp
 payloads ENCODED fp16 blobs, --keys keys split over --threads threads, every key put once
 untimed, then --seconds of closed-loop puts, then of get_blocks_into reused buffers; with
 `lookup` in --ops, also of lookups of --lookup-keys of the thread's keys (on the same host
-over the shared-memory socket unless --no-shm). System
+over the shared-memory socket unless --no-shm; compact answers unless --lookup-full). System
 "kvtier-py" is TCP, "kvtier-py-shm" staged through the shared region, "kvtier-py-shm-zc"
-put from / got into SharedBuffers. Each result names the path of the gRPC streams ("path":
-"native" for kvtier._native, "grpcio" without it or with --no-native). With --compare PATH_TO_kvtier it also runs
+put from / got into SharedBuffers. Each result names the client ("path": "native" for the C++
+client bound through kvtier._native, "grpcio" for the pure-Python one: not built, or
+--no-native). With --compare PATH_TO_kvtier it also runs
 `kvtier bench` with the same flags against the same server, right after (with --repeat N,
 N runs of each alternating which goes first), and prints the Python / C++ ratio of the
-median GB/s per phase (ops/s for lookup).
+median GB/s per phase (for lookup, of the median p50 and p99 latencies).
 """
 
 import argparse
@@ -126,10 +127,11 @@ def bench(args):
             while time.monotonic() < deadline:
                 k = mine[t][i % len(mine[t])]
                 i += 1
+                if op == "lookup":  # the keys are picked untimed, as in `kvtier bench`
+                    ks = [mine[t][(i + j) % len(mine[t])] for j in range(args.lookup_keys)]
                 t0 = time.monotonic()
                 if op == "lookup":
-                    ks = [mine[t][(i + j) % len(mine[t])] for j in range(args.lookup_keys)]
-                    client.lookup(ns, ks, compact=True)
+                    client.lookup(ns, ks, compact=not args.lookup_full)
                 elif op == "put":
                     r = client.put_blocks(ns, [kvtier.PutBlock(k, put_src[t])])
                     if r.blocks_stored != 1:
@@ -168,6 +170,8 @@ def run_cli(args):
         cmd.append("--no-shm")
     if args.shared_buffers:
         cmd.append("--shared-buffers")
+    if args.lookup_full:
+        cmd.append("--lookup-full")
     text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
@@ -193,13 +197,16 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--ops", default="put,get", help="phases: put,get,lookup")
     p.add_argument("--lookup-keys", type=int, default=8, help="keys per lookup")
+    p.add_argument("--lookup-full", action="store_true",
+                   help="lookups expand the answer into one BlockLocation per key (default: "
+                        "keep the compact form)")
     p.add_argument("--channels", type=int, default=0, help="default = threads")
     p.add_argument("--chunk", type=_bytes, default=1 << 20)
     p.add_argument("--namespace", default="")
     p.add_argument("--no-shm", action="store_true")
     p.add_argument("--shared-buffers", action="store_true")
     p.add_argument("--no-native", action="store_true",
-                   help="gRPC streams through grpcio even when kvtier._native is built")
+                   help="the pure-Python client even when kvtier._native is built")
     p.add_argument("--compare", metavar="KVTIER", default="",
                    help="path of the C++ `kvtier` tool: run its bench too and print ratios")
     p.add_argument("--repeat", type=int, default=1,
@@ -229,7 +236,27 @@ def main(argv=None):
                        args.json)
             (py_runs if fn is bench else cpp_runs).append(res)
     for i, py in enumerate(py_runs[0]):
-        unit = "ops_per_s" if py["phase"] == "lookup" else "gb_per_s"
+        if py["phase"] == "lookup":
+            # Latency, not ops/s: the Python loop also builds each call's key list
+            # (untimed, as C++ picks its keys untimed), which ops/s would count.
+            line = {"phase": "lookup", "python": py["system"], "path": py["path"],
+                    "cpp": cpp_runs[0][i]["system"], "runs": args.repeat,
+                    "lookup_keys": args.lookup_keys,
+                    "form": "full" if args.lookup_full else "compact"}
+            for q in ("p50_us", "p99_us"):
+                py_v = statistics.median(run[i][q] for run in py_runs)
+                cpp_v = statistics.median(run[i][q] for run in cpp_runs)
+                line.update({"python_" + q: py_v, "cpp_" + q: cpp_v,
+                             "latency_ratio_" + q[:3]: round(py_v / cpp_v, 3) if cpp_v else 0.0})
+            print(json.dumps(line, sort_keys=True) if args.json else
+                  "latency lookup (%d keys, %s form) %s (%s) / %s: p50 %.1f / %.1f us = %.2f, "
+                  "p99 %.1f / %.1f us = %.2f (medians of %d runs)"
+                  % (args.lookup_keys, line["form"], line["python"], line["path"], line["cpp"],
+                     line["python_p50_us"], line["cpp_p50_us"], line["latency_ratio_p50"],
+                     line["python_p99_us"], line["cpp_p99_us"], line["latency_ratio_p99"],
+                     args.repeat))
+            continue
+        unit = "gb_per_s"
         py_v = statistics.median(run[i][unit] for run in py_runs)
         cpp_v = statistics.median(run[i][unit] for run in cpp_runs)
         line = {"phase": py["phase"], "python": py["system"], "path": py["path"],

@@ -14,16 +14,19 @@ stored one; without, it calls Stats. Either way a server hash scheme other than
 FailedPreconditionError naming the field; UnavailableError / DeadlineExceededError when the
 server does not answer within `connect_timeout`.
 
-Transport: `num_channels` separate HTTP/2 connections used round-robin. Put and Get
+Payload calls: with `native` (the default) and the kvtier._native extension built (the
+CMake build puts it in build/python/kvtier; a plain `pip install client/python` has none),
+put_blocks, get_blocks_into, get_blocks, lookup and allocate_shared_buffer are the C++
+client's (client/client.h, bound as kvtier._native.Client): the same payload-path loop
+(shared-memory socket frame, shared memory on a gRPC stream, UCX, gRPC stream;
+docs/dataplane.md), run with the GIL released, payloads read from and written into the
+caller's buffers in place (uses_native says which). Without it (or native=False) the
+same calls run in Python on grpcio, with the same results and exception classes
+(tests/python runs both): the rest of this paragraph. Transport: `num_channels` separate
+HTTP/2 connections used round-robin. Put and Get
 payloads never pass through protobuf `bytes` fields: Put chunk messages are framed by hand
 (0x12, varint length, payload) and Get responses are parsed straight into the destination
-buffers (the framing of protocol/wire.h, kvtier.wire). With `native` (the default) and the
-kvtier._native extension built (the CMake build puts it in build/python/kvtier; a plain
-`pip install client/python` has none), the Put and Get streams (payloads over TCP, only
-headers on the shared-memory path) run in C++ with the GIL released, on one more
-connection per channel: payloads are sent from the caller's buffers and received into
-them with no copy in Python (uses_native says which). Errors, retries and messages are
-the same as on grpcio. When the server is on this host and offers its
+buffers (the framing of protocol/wire.h, kvtier.wire). When the server is on this host and offers its
 shared-memory socket, the client maps a region (see kvtier.shm) and put_blocks /
 get_blocks_into payloads travel through it: the call itself goes as one frame over
 another connection to the server's socket (kvtier.shm, SharedRegion.call; as the C++
@@ -57,6 +60,8 @@ import grpc
 import numpy as np
 
 from kvtier import _grpc_fast
+from kvtier import _pypaths
+from kvtier import _protocol
 from kvtier import errors
 from kvtier import layout as layout_mod
 from kvtier import lookup_form
@@ -72,11 +77,10 @@ except ImportError:  # not built (pip install client/python), or its libgrpc++ i
 # What a kvtier._native call raises for a non-OK status (nothing to catch without it).
 _NATIVE_ERROR = _native.RpcError if _native is not None else ()
 
+_D = _protocol.CLIENT_DEFAULTS
 RAW = pb.PAYLOAD_FORMAT_RAW
 ENCODED = pb.PAYLOAD_FORMAT_ENCODED
 _FORMATS = {"raw": RAW, "encoded": ENCODED}
-# Codes of a shared-memory socket reply that send the call over gRPC instead.
-_REDO_OVER_GRPC = (grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.UNAUTHENTICATED.value[0])
 
 _PUT = "/kvtier.v1.KvCache/Put"
 _GET = "/kvtier.v1.KvCache/Get"
@@ -170,11 +174,6 @@ class _Channel:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=pems[0], private_key=pems[1], certificate_chain=pems[2])
             self.channel = grpc.secure_channel(address, credentials, options=options)
-        # The payload-carrying streams of the gRPC path, when kvtier._native is there.
-        self.native = _native.Channel(
-            address, index, opts["max_receive_message_bytes"],
-            opts["http2_stream_window_bytes"], pems,
-            opts["tls_server_name"]) if opts["native"] else None
         self.data = pb_grpc.KvCacheStub(self.channel)
         self.admin = pb_grpc.KvCacheAdminStub(self.channel)
         self.put = self.channel.stream_unary(_PUT, request_serializer=None,
@@ -188,16 +187,22 @@ class _Channel:
         self.channel.close()
 
 
-class Client:
+class Client(_pypaths.PythonPaths):
     """A connection to one kvtierd (see the module docstring). Use as a context manager or
     call close()."""
 
-    def __init__(self, address, namespace=None, *, hash_scheme=HASH_SCHEME, num_channels=4,
-                 timeout=10.0, connect_timeout=5.0, max_attempts=3, retry_backoff=0.02,
-                 chunk_bytes=1 << 20, max_streams_per_call=4,
-                 max_receive_message_bytes=64 << 20, http2_stream_window_bytes=8 << 20,
-                 shared_memory=True, shared_memory_bytes=64 << 20, shared_memory_socket="",
-                 shared_memory_socket_calls=True, auth_token="", tls=False, tls_ca_file="",
+    # Defaults: the C++ ClientOptions' (kvtier._protocol.CLIENT_DEFAULTS).
+    def __init__(self, address, namespace=None, *, hash_scheme=HASH_SCHEME,
+                 num_channels=_D["num_channels"], timeout=_D["default_deadline_ms"] / 1000,
+                 connect_timeout=_D["connect_deadline_ms"] / 1000,
+                 max_attempts=_D["max_attempts"], retry_backoff=_D["retry_backoff_ms"] / 1000,
+                 chunk_bytes=_D["chunk_bytes"], max_streams_per_call=_D["max_streams_per_call"],
+                 max_receive_message_bytes=_D["max_receive_message_bytes"],
+                 http2_stream_window_bytes=_D["http2_stream_window_bytes"],
+                 shared_memory=_D["shared_memory"], shared_memory_bytes=_D["shared_memory_bytes"],
+                 shared_memory_socket="",
+                 shared_memory_socket_calls=_D["shared_memory_socket_calls"], auth_token="",
+                 tls=False, tls_ca_file="",
                  tls_cert_file="", tls_key_file="", tls_server_name="", native=True):
         if not address:
             raise errors.InvalidArgumentError("options.server is empty")
@@ -215,15 +220,16 @@ class Client:
         self.chunk_bytes = chunk_bytes
         self.max_streams_per_call = max_streams_per_call
         self._shm_socket_calls = shared_memory_socket_calls
-        # Calls answered over the shared-memory socket (not gRPC), as the C++ client's
-        # Client::shared_memory_socket_calls().
-        self.shared_memory_socket_calls = 0
+        # Calls the shared-memory socket answered on the Python path
+        # (shared_memory_socket_calls).
+        self._socket_calls = 0
+        self._cpp = None  # the kvtier._native.Client of the payload calls, when built
         self._metadata = (("authorization", "Bearer " + auth_token),) if auth_token else None
         opts = dict(max_receive_message_bytes=max_receive_message_bytes,
                     http2_stream_window_bytes=http2_stream_window_bytes,
                     tls_pems=_tls_pems(tls, tls_ca_file, tls_cert_file, tls_key_file,
                                        tls_server_name),
-                    tls_server_name=tls_server_name, native=native and _native is not None)
+                    tls_server_name=tls_server_name)
         self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
         self._next = 0
         self._lock = threading.Lock()
@@ -238,9 +244,24 @@ class Client:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
         self.connect_info = ConnectInfo()
+        use_cpp = native and _native is not None
         try:
-            self._connect(namespace, connect_timeout, shared_memory, shared_memory_bytes,
-                          shared_memory_socket)
+            self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
+                          shared_memory_bytes, shared_memory_socket)
+            if use_cpp:
+                self._cpp = self._connect_cpp(
+                    namespace, connect_timeout, shared_memory=shared_memory,
+                    shared_memory_bytes=shared_memory_bytes,
+                    shared_memory_socket=shared_memory_socket,
+                    shared_memory_socket_calls=shared_memory_socket_calls,
+                    num_channels=num_channels, max_attempts=max_attempts,
+                    retry_backoff_ms=max(0, int(retry_backoff * 1000)),
+                    chunk_bytes=chunk_bytes, max_streams_per_call=max_streams_per_call,
+                    max_receive_message_bytes=max_receive_message_bytes,
+                    http2_stream_window_bytes=http2_stream_window_bytes,
+                    auth_token=auth_token, tls=bool(tls), tls_ca_file=tls_ca_file,
+                    tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+                    tls_server_name=tls_server_name)
         except BaseException:
             self.close()
             raise
@@ -251,6 +272,9 @@ class Client:
         """Closes the channels and ends the shared-memory session. Idempotent."""
         with self._lock:
             region, self._region = self._region, None
+            cpp, self._cpp = self._cpp, None
+        if cpp is not None:
+            cpp.close()
         if region is not None:
             region.close()
         for ch in self._channels:
@@ -267,13 +291,43 @@ class Client:
     def uses_shared_memory(self):
         """True while payloads use the same-node shared-memory path. Turns False for good
         when the server forgets the session (a new Client gets it again)."""
-        return self._region is not None
+        cpp = self._cpp
+        return cpp.uses_shared_memory() if cpp is not None else self._region is not None
 
     @property
     def uses_native(self):
-        """True when the Put and Get streams run in kvtier._native (C++, GIL released);
-        False on grpcio (not built, or native=False)."""
-        return self._channels[0].native is not None
+        """True when the payload calls run in the C++ client (kvtier._native.Client, GIL
+        released); False on the pure-Python path (not built, or native=False)."""
+        return self._cpp is not None
+
+    @property
+    def shared_memory_socket_calls(self):
+        """Put / Get calls answered over the shared-memory socket so far (the C++
+        client's Client::shared_memory_socket_calls)."""
+        cpp = self._cpp
+        return cpp.shared_memory_socket_calls() if cpp is not None else self._socket_calls
+
+    def _cpp_timeout(self, timeout, rpc):
+        """The deadline of a call in kvtier._native, in seconds. The C++ client counts
+        whole milliseconds, so a deadline under 1 ms has passed already."""
+        left = timeout if timeout else self.timeout
+        if left < 0.001:
+            raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
+        return left
+
+    def _connect_cpp(self, spec, connect_timeout, **options):
+        """The kvtier._native.Client of this client's options (its own handshake: the
+        namespace registered above is found and checked again)."""
+        try:
+            cpp = _native.Client(
+                self.address, default_deadline_ms=max(1, int(self.timeout * 1000)),
+                connect_deadline_ms=max(1, int(connect_timeout * 1000)),
+                namespace_spec=spec.SerializeToString() if spec is not None else None,
+                hash_scheme=self.hash_scheme, **options)
+        except _native.RpcError as e:
+            raise errors.from_native_error("Connect", e) from None
+        self.connect_info.shared_memory_error = cpp.connect_info()[2]
+        return cpp
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -298,8 +352,6 @@ class Client:
                 return attempt(self._pick(), left, wait_for_ready)
             except grpc.RpcError as e:
                 err = errors.from_rpc_error(rpc, e)
-            except _NATIVE_ERROR as e:
-                err = errors.from_native_error(rpc, e)
             if err.code != grpc.StatusCode.UNAVAILABLE or a + 1 == attempts:
                 raise err
             if time.monotonic() + backoff >= deadline:
@@ -341,7 +393,7 @@ class Client:
             try:
                 self._region = shm_mod.SharedRegion.open(
                     shm_socket or offer.socket_path, min(shm_bytes, offer.max_region_bytes),
-                    offer.instance_id, _native if self.uses_native else None)
+                    offer.instance_id)
                 self._socket_lookup_offered = self._socket_lookup = (
                     offer.socket_lookup and self._shm_socket_calls)
             except errors.KvtierError as e:
@@ -353,16 +405,6 @@ class Client:
             raise errors.FailedPreconditionError(msg, "RegisterNamespace")
         with self._lock:
             self._layouts[stored.name] = stored.layout
-
-    def _lost_session(self, err, region):
-        """True (and the region dropped) when `err` says the server forgot the session."""
-        if (err.code == grpc.StatusCode.FAILED_PRECONDITION
-                and err.reason == errors.REASON_SHM_SESSION_UNKNOWN):
-            with self._lock:
-                if self._region is region:
-                    self._region = None
-            return True
-        return False
 
     def _parallel(self, n, fn):
         """fn(begin, end) over up to max_streams_per_call contiguous ranges of [0, n), the
@@ -418,6 +460,17 @@ class Client:
         """A kvtier.shm.SharedBuffer (numpy uint8 array) of `nbytes` in the shared region.
         FailedPreconditionError without the shared-memory path; ResourceExhaustedError
         when the region has no room."""
+        cpp = self._cpp
+        if cpp is not None:
+            if nbytes <= 0:
+                raise errors.InvalidArgumentError("AllocateSharedBuffer: bytes is 0")
+            try:
+                native_buf = cpp.allocate_shared_buffer(nbytes)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("AllocateSharedBuffer", e) from None
+            buf = np.frombuffer(native_buf, dtype=np.uint8).view(shm_mod.SharedBuffer)
+            buf._kvtier_owner = native_buf
+            return buf
         region = self._region
         if region is None:
             suffix = (": " + self.connect_info.shared_memory_error
@@ -447,6 +500,14 @@ class Client:
         if not blocks:
             return total
         fmt = _fmt(format)
+        cpp = self._cpp
+        if cpp is not None:
+            try:
+                total.blocks_stored, total.bytes_stored = cpp.put(
+                    ns, blocks, fmt, self._cpp_timeout(timeout, "Put"))
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Put", e) from None
+            return total
         views = [wire.as_bytes_view(b.payload) for b in blocks]
         deadline = self._deadline(timeout)
         payloads = [b.payload for b in blocks]
@@ -455,141 +516,6 @@ class Client:
             total.blocks_stored += r.blocks_stored
             total.bytes_stored += r.bytes_stored
         return total
-
-    def _put_run(self, ns, blocks, views, payloads, fmt, deadline):
-        region = self._region
-        if region is not None:
-            offsets, staged, ok = [], [], True
-            for v, p in zip(views, payloads):
-                at = region.offset_of(p) if len(v) else 0
-                if at is None:
-                    at = region.allocate(len(v))
-                    if at is None:
-                        ok = False
-                        break
-                    staged.append((at, v))
-                offsets.append(at)
-            try:
-                if ok:
-                    # The socket call stages the payloads itself (in C++ with kvtier._native);
-                    # the gRPC stream naming the region needs them staged here.
-                    resp, _ = self._socket_call(
-                        region, shm_mod.OP_PUT,
-                        self._put_header(ns, blocks, views, fmt, region.session, offsets),
-                        deadline, "Put", pb.PutResponse, staged)
-                    if resp is not None:
-                        return PutResult(resp.blocks_stored, resp.bytes_stored)
-                    region.stage(staged)
-                    return self._put_stream(ns, blocks, views, fmt, deadline,
-                                            region.session, offsets)
-            except errors.KvtierError as e:
-                if not self._lost_session(e, region):
-                    raise
-            finally:
-                for at, _ in staged:
-                    region.free(at)
-        return self._put_stream(ns, blocks, views, fmt, deadline)
-
-    def _socket_call(self, region, op, message, deadline, rpc, response_type, copies=(),
-                     copy_outs=()):
-        """The call of serialized request `message` over the region's socket
-        (shm.SharedRegion.call, which first copies `copies` into the region and may copy
-        `copy_outs` out of it), as the C++ client makes it: (its parsed response_type, whether copy_outs were copied), or (None,
-        False) when it must go over gRPC instead (socket calls off, the socket failed, the
-        frame is too large, or the server answered UNAVAILABLE or UNAUTHENTICATED: a
-        session is bound to its caller by the first authenticated gRPC call naming it;
-        the copies may then not have been made). Raises the server's error otherwise."""
-        if not self._shm_socket_calls:
-            return None, False
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise errors.DeadlineExceededError("Deadline Exceeded", rpc)
-        try:
-            reply = region.call(op, message, left, copies, copy_outs)
-        except errors.DeadlineExceededError:
-            raise errors.DeadlineExceededError("Deadline Exceeded", rpc) from None
-        except OSError:
-            return None, False
-        if reply is None:
-            return None, False
-        code, message, details, body, copied = reply
-        if code in _REDO_OVER_GRPC:
-            return None, False
-        with self._lock:
-            self.shared_memory_socket_calls += 1
-            if op != shm_mod.OP_LOOKUP and self._socket_lookup_offered:
-                self._socket_lookup = True  # the session is bound now
-        if code != 0:
-            raise errors.from_status(rpc, code, message, details)
-        return response_type.FromString(body), copied
-
-    def _put_header(self, ns, blocks, views, fmt, session=None, offsets=None):
-        """The first message of a Put of `blocks`, serialized: a PutRequest holding only
-        its header (payloads in the region at `offsets` when `session` is set). The
-        blocks are encoded by hand (wire.put_block_field) unless one carries router
-        fields (token_ids, lora_name, extra_keys)."""
-        with self._lock:
-            known = self._layouts.get(ns)
-            cached = self._header_fields.get((ns, fmt, session))
-        if cached is None or cached[0] is not known:
-            header = pb.PutHeader(namespace=ns, format=fmt)
-            if known is not None:
-                header.layout.CopyFrom(known)
-            if session:
-                header.shm_session = session
-            cached = (known, header.SerializeToString())
-            with self._lock:
-                self._header_fields[(ns, fmt, session)] = cached
-        if not any(len(b.token_ids) or b.lora_name or b.extra_keys for b in blocks):
-            return wire.put_request(cached[1], [
-                wire.put_block_field(bytes(b.key), bytes(b.parent_key), b.block_index, len(v),
-                                     offsets[i] if session else 0)
-                for i, (b, v) in enumerate(zip(blocks, views))])
-        request = pb.PutRequest()
-        header = request.header
-        header.MergeFromString(cached[1])
-        for i, (b, v) in enumerate(zip(blocks, views)):
-            pb_block = header.blocks.add(key=bytes(b.key), parent_key=bytes(b.parent_key),
-                                         block_index=b.block_index, size=len(v),
-                                         shm_offset=offsets[i] if session else 0)
-            if len(b.token_ids):
-                pb_block.token_ids.extend(int(t) for t in b.token_ids)
-            if b.lora_name:
-                pb_block.lora_name = b.lora_name
-            if b.extra_keys:
-                pb_block.extra_keys.extend(b.extra_keys)
-        return request.SerializeToString()
-
-    def _put_stream(self, ns, blocks, views, fmt, deadline, session=None, offsets=None):
-        first = self._put_header(ns, blocks, views, fmt, session, offsets)
-        chunk = self.chunk_bytes
-
-        def requests():
-            yield first
-            if session:
-                return
-            pieces, have = [], 0
-            for v in views:
-                off = 0
-                while off < len(v):
-                    take = min(len(v) - off, chunk - have)
-                    pieces.append(v[off:off + take])
-                    off += take
-                    have += take
-                    if have == chunk:
-                        yield b"".join([wire.chunk_prefix(have)] + pieces)
-                        pieces, have = [], 0
-            if pieces:
-                yield b"".join([wire.chunk_prefix(have)] + pieces)
-
-        def attempt(ch, left, _):
-            if ch.native is not None:
-                return pb.PutResponse.FromString(ch.native.put(
-                    _PUT, first, () if session else views, chunk, left, self._metadata))
-            return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
-
-        resp = self._call("Put", attempt, False, deadline)
-        return PutResult(resp.blocks_stored, resp.bytes_stored)
 
     # -- get --------------------------------------------------------------------------
 
@@ -603,10 +529,20 @@ class Client:
         counts differ or a buffer is read-only; OutOfRangeError naming the buffer if a block
         does not fit; the server's errors otherwise. Retried on UNAVAILABLE (buffers may
         have been partly written)."""
-        keys = [bytes(k) for k in keys]
         if len(buffers) != len(keys):
             raise errors.InvalidArgumentError("buffers: %d buffers for %d keys"
                                               % (len(buffers), len(keys)))
+        cpp = self._cpp
+        if cpp is not None:
+            if not keys:
+                return []
+            try:
+                return list(pb.GetHeader.FromString(cpp.get_into(
+                    ns, keys, buffers, _fmt(format), self._cpp_timeout(timeout, "Get"),
+                    lease_id)).blocks)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Get", e) from None
+        keys = [bytes(k) for k in keys]
         arrays = [wire.as_u8_array(b, "buffers[%d]" % i) for i, b in enumerate(buffers)]
         if not keys:
             return []
@@ -638,6 +574,18 @@ class Client:
             return out
         deadline = self._deadline(timeout)
         fmt = _fmt(format)
+        cpp = self._cpp
+        if cpp is not None:
+            try:
+                header, datas = cpp.get(ns, keys, fmt, self._cpp_timeout(timeout, "Get"),
+                                        lease_id)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Get", e) from None
+            infos = list(pb.GetHeader.FromString(header).blocks)
+            for fb, data in zip(out, datas):
+                fb.data = data
+        else:
+            infos = None
 
         def run(b, e):
             def dest(i, info):
@@ -645,9 +593,10 @@ class Client:
                 out[b + i].data = data
                 return np.frombuffer(data, dtype=np.uint8)
             return self._get_run(ns, keys[b:e], fmt, deadline, dest, None, None, run_lease)
-        run_lease = self._run_lease(len(keys), lease_id)
-        infos = [info for part in self._parallel(len(keys), run) for info in part]
-        self._end_lease(ns, lease_id, run_lease, deadline)
+        if infos is None:
+            run_lease = self._run_lease(len(keys), lease_id)
+            infos = [info for part in self._parallel(len(keys), run) for info in part]
+            self._end_lease(ns, lease_id, run_lease, deadline)
         lay = self.namespace_layout(ns) if numpy and fmt == RAW else None
         for fb, info in zip(out, infos):
             fb.info = info
@@ -675,97 +624,6 @@ class Client:
             req = pb.ReleaseLeaseRequest(namespace=ns, lease_id=lease_id)
             self._unary("ReleaseLease", False, req, True, max(deadline - time.monotonic(), 0.001))
 
-    def _get_run(self, ns, keys, fmt, deadline, dest, buffers, arrays, lease_id=0):
-        region = self._region if buffers is not None else None
-        if region is not None:
-            staged, destinations, ok = [], [], True
-            for i, (buf, arr) in enumerate(zip(buffers, arrays)):
-                at = region.offset_of(buf) if arr.size else None
-                if at is None and arr.size:
-                    at = region.allocate(arr.size)
-                    if at is None:
-                        ok = False
-                        break
-                    staged.append((i, at))
-                destinations.append((at or 0, arr.size if at is not None else 0))
-            try:
-                if ok:
-                    # Encoded by hand (built per call); parsed back only to redo it as a
-                    # gRPC stream naming the region.
-                    request = wire.get_request(ns, keys, fmt, lease_id, region.session,
-                                               destinations)
-                    resp, copied = self._socket_call(
-                        region, shm_mod.OP_GET, request, deadline, "Get", pb.GetResponse,
-                        copy_outs=[(i, at, arrays[i]) for i, at in staged])
-                    staged_out = () if copied else staged  # copied: done within the call
-                    infos = (list(resp.header.blocks) if resp is not None else self._call(
-                        "Get", self._get_shm_attempt(pb.GetRequest.FromString(request)), True,
-                        deadline))
-                    if len(infos) != len(keys):
-                        raise errors.InternalError("header lists %d blocks for %d keys"
-                                                   % (len(infos), len(keys)), "Get")
-                    for i, info in enumerate(infos):
-                        if info.found and info.size > arrays[i].size:
-                            raise errors.InternalError(
-                                "the server wrote %d bytes into buffers[%d] of %d"
-                                % (info.size, i, arrays[i].size), "Get")
-                    for i, at in staged_out:
-                        if infos[i].found:
-                            region.copy_out(at, arrays[i], infos[i].size)
-                    return infos
-            except errors.KvtierError as e:
-                if not self._lost_session(e, region):
-                    raise
-            finally:
-                for _, at in staged:
-                    region.free(at)
-        req = pb.GetRequest(namespace=ns, keys=keys, format=fmt, lease_id=lease_id)
-
-        def attempt(ch, left, _):
-            parser = wire.GetStreamParser(dest)
-            if ch.native is not None:
-                ch.native.get(_GET, req.SerializeToString(), parser.on_header, left,
-                              self._metadata)
-                return check(parser)
-            if not _grpc_fast.ENABLED:
-                ch.keepalive.ensure()
-            messages = _grpc_fast.unary_stream_iter(ch.get, req, left, self._metadata)
-            try:
-                for msg in messages:
-                    parser.consume(msg)
-            finally:
-                messages.close()  # cancels the call when the parser gave up
-            parser.finish()
-            return check(parser)
-
-        def check(parser):
-            if len(parser.header.blocks) != len(keys):
-                raise errors.InternalError("header lists %d blocks for %d keys"
-                                           % (len(parser.header.blocks), len(keys)), "Get")
-            return list(parser.header.blocks)
-        return self._call("Get", attempt, True, deadline)
-
-    def _get_shm_attempt(self, req):
-        def attempt(ch, left, _):
-            if ch.native is not None:
-                # The framer refuses chunks (no destinations) and a second header.
-                headers = []
-                ch.native.get(_GET, req.SerializeToString(),
-                              lambda data: headers.append(pb.GetHeader.FromString(data)) or (),
-                              left, self._metadata)
-                return list(headers[0].blocks)
-            header, extra = None, False
-            for msg in _grpc_fast.unary_stream_messages(ch.get, req, left, self._metadata):
-                if header is not None or not msg or msg[0] != 0x0A:
-                    extra = True
-                    continue
-                header = pb.GetResponse.FromString(msg).header
-            if header is None or extra:
-                raise errors.InternalError(
-                    "a shared-memory Get must answer with exactly one header message", "Get")
-            return list(header.blocks)
-        return attempt
-
     # -- keyed unary calls ------------------------------------------------------------
 
     def lookup(self, ns, keys, local_only=False, timeout=None, lease_ms=0, compact=False):
@@ -776,34 +634,24 @@ class Client:
         until release_lease. The server answers in the compact form (kvtier.lookup_form);
         it is expanded into `blocks` unless `compact` is true (then check
         lookup_form.is_compact: an old server answers with `blocks` regardless)."""
+        cpp = self._cpp
+        if cpp is not None:
+            timeout_s = self._cpp_timeout(timeout, "Lookup")
+            try:
+                try:
+                    resp = cpp.lookup(ns, keys, local_only, lease_ms, compact, timeout_s)
+                except TypeError:  # keys that are bytes-like but not bytes
+                    resp = cpp.lookup(ns, [bytes(k) for k in keys], local_only, lease_ms,
+                                      compact, timeout_s)
+                return pb.LookupResponse.FromString(resp)
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error("Lookup", e) from None
         req = pb.LookupRequest(namespace=ns, keys=[bytes(k) for k in keys],
                                local_only=local_only, lease_ms=lease_ms, compact=True)
         resp = self._socket_lookup_call(req, timeout)
         if resp is None:
             resp = self._unary("Lookup", False, req, True, timeout)
         return resp if compact else lookup_form.expand(resp)
-
-    def _socket_lookup_call(self, req, timeout):
-        """Lookup `req` as a frame on the shared-memory socket, as the C++ client sends it
-        when the server offers it: its LookupResponse, or None to ask over gRPC (not
-        offered, the frame too large, or refused: then not tried again until a socket Put
-        or Get is answered, since a session is bound to its caller by a gRPC call)."""
-        region = self._region
-        if region is None or not self._socket_lookup:
-            return None
-        frame = shm_mod.lookup_frame(region.session, req.SerializeToString())
-        if len(frame) + shm_mod._FRAME.size > shm_mod.MAX_FRAME_BYTES:
-            return None
-        try:
-            resp, _ = self._socket_call(region, shm_mod.OP_LOOKUP, frame,
-                                        self._deadline(timeout), "Lookup", pb.LookupResponse)
-        except errors.KvtierError as e:
-            if not self._lost_session(e, region):
-                raise
-            return None
-        if resp is None:
-            self._socket_lookup = False
-        return resp
 
     def release_lease(self, ns, lease_id, timeout=None):
         """Ends lease `lease_id` (a blocks[i].lease_id of this server's Lookup); returns the

@@ -15,7 +15,10 @@ little-endian header (kv/codec.h has the body layout of every codec):
 This module validates headers exactly as the server does (kv/codec.cc
 ParseHeaderPrefix), computes encoded sizes, and encodes / decodes the two raw codecs
 (fp16, bf16: the body is the raw payload). Dequantizing the other codecs is left to the
-server: ask for PAYLOAD_FORMAT_RAW. Pure functions; thread-safe.
+server: ask for PAYLOAD_FORMAT_RAW. With kvtier._native built, the codec table,
+encoded_size and parse_header are the C++ ones (kv::AllCodecs, kv::EncodedSize,
+kv::ParseHeader*); the pure-Python versions below are the fallback, and
+tests/data/golden/protocol.txt pins both. Pure functions; thread-safe.
 """
 
 import dataclasses
@@ -23,15 +26,18 @@ import struct
 
 import numpy as np
 
-HEADER_BYTES = 40
+from kvtier import _protocol
+from kvtier._protocol import _native
+
+HEADER_BYTES = _protocol.CONSTANTS["encoded_header_bytes"]
 MAGIC = b"KVTB"
 FORMAT_VERSION = 1
 KIVI2_FORMAT_VERSION = 2  # kivi2's 3-bit-key / 2-bit-value body (kv/codec_kivi2.h)
 GROUP = 32
 
-FP16, BF16, FP8_E4M3, INT8, INT4, KIVI2, KIVI4 = 1, 2, 3, 4, 5, 6, 7
-CODEC_NAMES = {FP16: "fp16", BF16: "bf16", FP8_E4M3: "fp8_e4m3", INT8: "int8", INT4: "int4",
-               KIVI2: "kivi2", KIVI4: "kivi4"}
+FP16, BF16, FP8_E4M3, INT8, INT4, KIVI2, KIVI4, LOSSLESS = 1, 2, 3, 4, 5, 6, 7, 8
+# id -> name, every codec the C++ side knows (lossless included).
+CODEC_NAMES = {i: name for name, i in _protocol.CODECS.items()}
 DTYPE_FP16, DTYPE_BF16 = 1, 2
 _BITS = {INT8: 8, INT4: 4, KIVI2: 2, KIVI4: 4}
 _HEADER = struct.Struct("<4sHBBIIIIIIQ")
@@ -89,8 +95,23 @@ def _slab_bytes(codec, kv, d, m, version=None):
 
 def encoded_size(codec, num_layers, num_kv_heads, head_dim, num_tokens, raw_tokens=0,
                  version=None):
-    """Exact size of a blob (header included), as kv::EncodedSize; `version` 1 gives a
-    kivi2 blob's size in format version 1 (default: the version written today)."""
+    """Exact size of a blob (header included), as kv::EncodedSize (lossless: its upper
+    bound); `version` 1 gives a kivi2 blob's size in format version 1 (default: the
+    version written today)."""
+    if _native is not None and (version is None or codec != KIVI2):
+        try:
+            return _native.encoded_size(codec, num_layers, num_kv_heads, head_dim,
+                                        num_tokens, raw_tokens)
+        except ValueError:
+            pass  # the checks below raise or compute as the pure version does
+    return _encoded_size_pure(codec, num_layers, num_kv_heads, head_dim, num_tokens,
+                              raw_tokens, version)
+
+
+def _encoded_size_pure(codec, num_layers, num_kv_heads, head_dim, num_tokens, raw_tokens=0,
+                       version=None):
+    if codec == LOSSLESS:
+        raise ValueError("the lossless size bound comes from kvtier._native")
     bpt = 4 * num_layers * num_kv_heads * head_dim
     if codec in (FP16, BF16):
         return HEADER_BYTES + num_tokens * bpt
@@ -107,6 +128,19 @@ def parse_header(blob, encoded_size_=None):
     """Validates the header of `blob` (bytes-like; at least its first 40 bytes) and returns
     an EncodedInfo. `encoded_size_` is the whole blob's size when only a prefix is given.
     Raises CodecError with the server's code and wording on anything inconsistent."""
+    if _native is not None:
+        try:
+            t = _native.parse_header(blob, -1 if encoded_size_ is None else encoded_size_)
+        except _native.RpcError as e:
+            raise CodecError(_CODE_NAMES.get(e.args[0], "UNKNOWN"), e.args[1]) from None
+        return EncodedInfo(*t[1:])
+    return _parse_header_pure(blob, encoded_size_)
+
+
+_CODE_NAMES = {3: "INVALID_ARGUMENT", 15: "DATA_LOSS"}
+
+
+def _parse_header_pure(blob, encoded_size_=None):
     mv = memoryview(blob).cast("B")
     size = len(mv) if encoded_size_ is None else encoded_size_
     if size < HEADER_BYTES or len(mv) < HEADER_BYTES:
@@ -144,7 +178,8 @@ def parse_header(blob, encoded_size_=None):
     if body != size - HEADER_BYTES:
         raise CodecError("DATA_LOSS", "encoded block body_bytes %d but %d bytes follow the "
                          "header" % (body, size - HEADER_BYTES))
-    want = encoded_size(codec, layers, heads, dim, tokens, raw_tokens, version)
+    want = (size if codec == LOSSLESS else  # its size depends on the data
+            encoded_size(codec, layers, heads, dim, tokens, raw_tokens, version))
     if want != size:
         raise CodecError("DATA_LOSS", "encoded block is %d bytes; its header implies %d"
                          % (size, want))

@@ -8,7 +8,8 @@ the server in kv/prefix_key.h); tests/data/golden_vectors.txt pins both:
   key_0  = SHA-256(seed      || tokens_0 || extra)[0:16]
   key_i  = SHA-256(key_{i-1} || tokens_i || extra)[0:16]
 where tokens_i are the tokens_per_block token ids of block i as little-endian uint32. A
-trailing partial block gets no key. Pure functions; thread-safe.
+trailing partial block gets no key. With kvtier._native built the seed and the chain are
+the C++ kv::MakePrefixSeed / kv::ComputePrefixKeys. Pure functions; thread-safe.
 """
 
 import hashlib
@@ -16,8 +17,11 @@ import struct
 
 import numpy as np
 
-HASH_SCHEME = "kvtier-prefix-sha256-v1"
-KEY_BYTES = 16
+from kvtier import _protocol
+from kvtier._protocol import _native
+
+HASH_SCHEME = _protocol.CONSTANTS["hash_scheme"]
+KEY_BYTES = _protocol.CONSTANTS["prefix_key_bytes"]
 
 
 def _b(s):
@@ -27,6 +31,12 @@ def _b(s):
 def prefix_seed(namespace, tenant=""):
     """Returns the 32-byte seed of `namespace` for `tenant` ("" means "default")."""
     ns, tn = _b(namespace), _b(tenant or "default")
+    if _native is not None:
+        return _native.prefix_seed(ns, tn)
+    return _prefix_seed_pure(ns, tn)
+
+
+def _prefix_seed_pure(ns, tn):
     h = hashlib.sha256()
     h.update(HASH_SCHEME.encode() + b"\0")
     h.update(struct.pack("<I", len(ns)) + ns)
@@ -60,8 +70,11 @@ def prefix_keys(tokens, namespace, tenant="", tokens_per_block=16, extra=b""):
         raise ValueError("tokens_per_block must be > 0")
     raw = _token_bytes(tokens)
     ex = _b(extra)
+    if _native is not None:
+        return _native.prefix_keys(raw, _b(namespace), _b(tenant or "default"),
+                                   tokens_per_block, ex)
     step = 4 * tokens_per_block
-    parent = prefix_seed(namespace, tenant)
+    parent = _prefix_seed_pure(_b(namespace), _b(tenant or "default"))
     keys = []
     for off in range(0, len(raw) // step * step, step):
         parent = hashlib.sha256(parent + raw[off:off + step] + ex).digest()[:KEY_BYTES]

@@ -1,5 +1,6 @@
 """The compact form of a kvtier.v1.LookupResponse (LookupRequest.compact): tiers as one
-byte per key, holders by index into a small owners table. Mirrors protocol/lookup_form.h.
+byte per key, holders by index into a small owners table: protocol/lookup_form.h's
+ExpandLookup through kvtier._native when built, else the pure-Python mirror below.
 
   is_compact(resp)  True when resp carries the compact fields rather than `blocks`.
   expand(resp)      rewrites a compact resp into one BlockLocation per key (in place).
@@ -7,6 +8,7 @@ byte per key, holders by index into a small owners table. Mirrors protocol/looku
 
 from kvtier import errors
 from kvtier._proto import pb
+from kvtier._protocol import _native
 
 __all__ = ["is_compact", "expand"]
 
@@ -23,6 +25,18 @@ def expand(resp):
     holder 0 and absent keys have no owner; otherwise key i is holder owner_index[i]'s."""
     if not is_compact(resp):
         return resp
+    if _native is not None:  # protocol::ExpandLookup
+        try:
+            expanded = _native.expand_lookup(resp.SerializeToString())
+        except _native.RpcError as e:
+            raise _data_loss(e.args[1]) from None
+        resp.Clear()
+        resp.MergeFromString(expanded)
+        return resp
+    return _expand_pure(resp)
+
+
+def _expand_pure(resp):
     tiers = resp.tiers
     owners = list(resp.owners)
     index = list(resp.owner_index)

@@ -11,7 +11,8 @@ The session lasts while the socket stays open. SharedRegion maps the memfd (popu
 exposes it as a numpy uint8 array and allocates ranges of it (first fit, 4 KiB granules)
 for staging copies and SharedBuffers.
 
-Calls (SharedRegion.call; in kvtier._native.ShmCalls when the extension is built): other
+Calls (SharedRegion.call; the pure-Python path: with kvtier._native the C++ client makes
+these calls itself): other
 connections to the same socket path carry Put, Get and (when the server's offer says
 socket_lookup) Lookup calls, one at a time each, as single messages of at most
 MAX_FRAME_BYTES:
@@ -38,17 +39,18 @@ import time
 
 import numpy as np
 
+from kvtier import _protocol
 from kvtier import errors
 
-MAGIC = b"KVTSHM01"
-SESSION_BYTES = 16
-INSTANCE_BYTES = 16
+MAGIC = _protocol.CONSTANTS["shm_magic"]
+SESSION_BYTES = _protocol.CONSTANTS["shm_session_bytes"]
+INSTANCE_BYTES = _protocol.CONSTANTS["shm_instance_bytes"]
 _REQUEST = struct.Struct("<8sQ16s")
 _REPLY = struct.Struct("<8sIIQ16s16s200s")
 _GRANULE = 4096
-FRAME_MAGIC = b"KVF1"
+FRAME_MAGIC = _protocol.CONSTANTS["shm_frame_magic"]
 OP_PUT, OP_GET, OP_LOOKUP = 1, 2, 3
-MAX_FRAME_BYTES = 128 << 10
+MAX_FRAME_BYTES = _protocol.CONSTANTS["shm_max_frame_bytes"]
 _FRAME = struct.Struct("<4sIQq")
 _REPLY_HEADER = struct.Struct("<4siQII")
 
@@ -68,7 +70,7 @@ def buffer_address(buf):
 class SharedRegion:
     """A mapped region of one shared-memory session."""
 
-    def __init__(self, sock, mm, size, session, socket_path, native=None):
+    def __init__(self, sock, mm, size, session, socket_path):
         self._sock = sock
         self._socket_path = socket_path
         self._idle = []  # call connections not in use
@@ -82,15 +84,10 @@ class SharedRegion:
         self._lock = threading.Lock()
         self._free = {0: size}  # offset -> length, coalesced
         self._used = {}
-        # kvtier._native.ShmCalls: the staging copies and the frame round trip of a call in
-        # C++, one GIL release per call (else the socket calls below, in Python).
-        self._native = (native.ShmCalls(socket_path, self.base, size)
-                        if native is not None else None)
 
     @classmethod
-    def open(cls, socket_path, nbytes, expected_instance, native=None):
-        """Connects, asks for `nbytes` and maps the region; its calls go through
-        `native` (the kvtier._native module) when given. Raises FailedPreconditionError
+    def open(cls, socket_path, nbytes, expected_instance):
+        """Connects, asks for `nbytes` and maps the region. Raises FailedPreconditionError
         when the socket belongs to another server than `expected_instance`,
         UnavailableError when it cannot be reached, ResourceExhaustedError with the
         server's reason when it refuses."""
@@ -137,7 +134,7 @@ class SharedRegion:
         finally:
             for fd in fds:
                 socket.close(fd)
-        return cls(sock, mm, nbytes, session, socket_path, native)
+        return cls(sock, mm, nbytes, session, socket_path)
 
     def call(self, op, request, timeout, copies=(), copy_outs=()):
         """Copies each (offset, buffer) of `copies` into the region (a Put's staged
@@ -146,21 +143,12 @@ class SharedRegion:
         call, opened on demand) and returns (code, message, details, body, copied) of the
         server's reply; None, with nothing copied, when the frame is larger than
         MAX_FRAME_BYTES. copied: whether the staged Get destinations `copy_outs` ((block
-        index, offset, writable array) each) were copied out of the region already, which
-        kvtier._native does for an OK reply in the same GIL release; else the caller
-        copies. DeadlineExceededError when `timeout` seconds pass without a reply (that
+        index, offset, writable array) each) were copied out of the region already
+        (always False here: the caller copies). DeadlineExceededError when `timeout` seconds pass without a reply (that
         connection is dropped); OSError when the socket fails (the caller may redo the
         call over gRPC, after staging the copies itself)."""
         if len(request) + _FRAME.size > MAX_FRAME_BYTES:
             return None
-        if self._native is not None:
-            mapped = self._mapped()  # the mapping stays while the copies run
-            try:
-                return self._native.call(op, request, timeout, copies, copy_outs)
-            except TimeoutError:
-                raise errors.DeadlineExceededError("Deadline Exceeded") from None
-            finally:
-                del mapped
         self.stage(copies)
         request_id = next(self._request_ids)
         deadline_ms = int((time.time() + timeout) * 1000)
@@ -207,8 +195,6 @@ class SharedRegion:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        if self._native is not None:
-            self._native.close()
         for s in idle:
             s.close()
         self._sock.close()

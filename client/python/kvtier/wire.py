@@ -146,8 +146,8 @@ class GetStreamParser:
 
     def on_header(self, data):
         """Parses the serialized GetHeader `data` and returns each block's destination
-        (a uint8 array of exactly info.size bytes, or None): the header callback of
-        kvtier._native's Get, which then fills them itself."""
+        (a uint8 array of exactly info.size bytes, or None), which the chunks then
+        fill."""
         self.header = pb.GetHeader.FromString(data)
         for k, info in enumerate(self.header.blocks):
             d = None
