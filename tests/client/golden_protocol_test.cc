@@ -30,12 +30,12 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "kv/codec.h"
+#include "kv/prefix_key.h"
 #include "protocol/frame.h"
 #include "protocol/lookup_form.h"
 #include "protocol/rendezvous.h"
 #include "protocol/shm_wire.h"
-#include "storage/kv/codec.h"
-#include "storage/kv/prefix_key.h"
 
 namespace kvtier::client {
 namespace {

@@ -224,8 +224,8 @@ TEST_F(ClientTest, LookupReportsTheResidentPrefix) {
     options.keep_compact = compact;
     auto by_view = client->Lookup("lookup", views, options);
     auto by_string = client->Lookup("lookup", s.keys, options);
-    ASSERT_TRUE(by_view.ok()) << by_view.status();
-    ASSERT_TRUE(by_string.ok()) << by_string.status();
+    ASSERT_OK(by_view);
+    ASSERT_OK(by_string);
     EXPECT_EQ(by_view->SerializeAsString(), by_string->SerializeAsString()) << compact;
     EXPECT_EQ(by_view->prefix_blocks(), 3u);
   }

@@ -1,6 +1,6 @@
 """The one place the Python package takes protocol constants, codec ids and client
-defaults from: kvtier._native (the C++ definitions: storage/kv/codec.h, protocol/frame.h,
-protocol/shm_wire.h, storage/kv/prefix_key.h, client/client.h ClientOptions) when the
+defaults from: kvtier._native (the C++ definitions: kv/codec.h, protocol/frame.h,
+protocol/shm_wire.h, kv/prefix_key.h, client/client.h ClientOptions) when the
 extension is built, else the pure-Python values below. tests/data/golden/protocol.txt pins
 both (tests/python/test_golden.py for Python, tests/client/golden_protocol_test.cc for
 C++), so a C++ change that is not mirrored here fails a test instead of becoming a Python
