@@ -107,6 +107,9 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<absl::StatusOr<BlockRef>> GetMany(std::string_view ns,
+                                                std::span<const std::string> keys) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   using TieredStore::Lookup;
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string_view> keys,
                                       const LeaseOptions& lease) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -219,6 +222,15 @@ class TieredStoreImpl final : public TieredStore {
   // pinned blocks) and returns a read handle. NOT_FOUND on absence or checksum failure.
   absl::StatusOr<BlockRef> Promote(NsState* ns, std::string_view key, bool pin,
                                    int64_t pin_until_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  // The part of Get under mu_: counts the Get, waits for an in-flight prefetch of the
+  // block, serves it when hot or reports the miss. nullopt: it must be read from cold.
+  std::optional<absl::StatusOr<BlockRef>> GetResidentLocked(NsState* ns, std::string_view key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Promote for the keys[at[k]] (cold, at the time of GetResidentLocked), read with
+  // ColdTier::MultiGetBlock in batches of about kGetBatchBytes; results into out[at[k]].
+  void PromoteMany(NsState* ns, std::span<const std::string> keys, std::span<const size_t> at,
+                   std::vector<absl::StatusOr<BlockRef>>* out) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr uint64_t kGetBatchBytes = 32ull << 20;
   // Counts, deletes and reports as a miss a block whose cold read failed verification.
   absl::Status DropCorruptCold(NsState* ns, std::string_view key, const absl::Status& cause)
       ABSL_LOCKS_EXCLUDED(mu_);
