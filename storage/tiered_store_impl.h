@@ -303,8 +303,26 @@ class TieredStoreImpl final : public TieredStore {
   };
   // Queues the cold blocks among `ids` (the Lookup's keys) of the reported prefix, within
   // the bounds (StoreOptions::prefetch_*) and the tenant's hot quota.
-  void QueuePrefetchLocked(NsState* ns, std::span<const BlockId> ids, const LookupResult& out)
+  // REQUIRES: `ids` are the Lookup's entries, one per key. O(1): the run is handed to
+  // the readers, which register its blocks (ExpandPrefetchRunLocked) off the Lookup's
+  // thread.
+  void QueuePrefetchLocked(NsState* ns, std::vector<BlockId> ids, const LookupResult& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Lookup's run as handed over: its entries (the Lookup's own vector, moved), how
+  // many lead the prefix (or the leased part), its lease and its deadline.
+  struct PrefetchRun {
+    NsState* ns = nullptr;
+    std::vector<BlockId> ids;
+    size_t end = 0;
+    uint64_t lease_id = 0;
+    int64_t deadline_ms = 0;
+  };
+  // Queues the run's cold-only blocks, in order, within the bounds; counts the rest
+  // skipped.
+  void ExpandPrefetchRunLocked(PrefetchRun run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the next blocks off the queue (one namespace, up to prefetch_batch_bytes, at
+  // least one), marking them in flight; cancels those no longer worth reading.
+  std::vector<BlockId> TakePrefetchBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the tracking of `id` (its counters and bytes); the caller counted why.
   void ForgetPrefetchLocked(absl::flat_hash_map<BlockId, Prefetch>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -324,7 +342,11 @@ class TieredStoreImpl final : public TieredStore {
   // look again); a queued one is taken off the queue (the Get reads it itself).
   bool GetMeetsPrefetchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads one queued block into the hot tier.
-  void PrefetchOne(BlockId id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads the in-flight blocks `ids` (TakePrefetchBatchLocked) with one
+  // ColdTier::MultiGetBlock and publishes each as a prefetched hot block.
+  // `keys` and `bytes` are theirs, captured with them.
+  void PrefetchBatch(NsState* ns, std::vector<BlockId> ids, std::vector<std::string> keys,
+                     std::vector<uint32_t> bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void PrefetchLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void StartPrefetchers();
 
@@ -388,6 +410,7 @@ class TieredStoreImpl final : public TieredStore {
   // popped), its wake-up, the bytes bounded, the counters.
   absl::flat_hash_map<BlockId, Prefetch> prefetch_ ABSL_GUARDED_BY(mu_);
   std::deque<BlockId> prefetch_queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<PrefetchRun> prefetch_runs_ ABSL_GUARDED_BY(mu_);  // handed over, not yet queued
   common::CondVar prefetch_cv_;       // a block was queued, or stopping
   common::CondVar prefetch_done_cv_;  // an in-flight prefetch ended (Gets wait on it)
   uint64_t prefetch_inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -123,6 +123,7 @@ TEST_F(TieredStorePrefetchTest, GetWaitsForTheInFlightReadInsteadOfReadingTwice)
 TEST_F(TieredStorePrefetchTest, AGetOfAQueuedBlockReadsItItselfAndTheQueueSkipsIt) {
   StoreOptions o = Options(/*hot_blocks=*/32);
   o.prefetch_threads = 1;
+  o.prefetch_batch_bytes = 1;  // one block per read
   auto store = OpenWithColdChain(o, 3);
   cold_->BlockReads();
   const std::vector<std::string> keys = ChainKeys(1, 3);
@@ -167,6 +168,13 @@ TEST_F(TieredStorePrefetchTest, BoundedByBytesInFlight) {
   auto store = OpenWithColdChain(o, 6);
   cold_->BlockReads();
   ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 6), Prefetch()).ok());
+  // The Lookup hands its run over; a reader queues it.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const PrefetchStats p = store->Stats().prefetch;
+        return p.queued_blocks + p.skipped_blocks == 6;
+      },
+      std::chrono::seconds(10)));
   const StoreStats stats = store->Stats();
   EXPECT_EQ(stats.prefetch.queued_blocks, 2u);
   EXPECT_EQ(stats.prefetch.skipped_blocks, 4u);
@@ -238,6 +246,7 @@ TEST_F(TieredStorePrefetchTest, ExpiredUnreadCountsWastedAndBecomesEvictable) {
 TEST_F(TieredStorePrefetchTest, ReleasingTheLeaseCancelsWhatIsQueuedAndInFlight) {
   StoreOptions o = Options(/*hot_blocks=*/32);
   o.prefetch_threads = 1;
+  o.prefetch_batch_bytes = 1;  // one block per read: two stay queued
   auto store = OpenWithColdChain(o, 3);
   cold_->BlockReads();
   auto r = store->Lookup("ns", ChainKeys(1, 3), Prefetch(/*lease_ms=*/5000));
