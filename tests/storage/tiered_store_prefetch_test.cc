@@ -292,5 +292,40 @@ TEST_F(TieredStorePrefetchTest, ACorruptColdCopyIsNeverPrefetchedNorServed) {
   EXPECT_EQ(store->Get("ns", KeyOf(1, 0))->tier(), Tier::kHot);
 }
 
+// GetMany answers each key as Get would (hot, cold then promoted, missing, a corrupt
+// cold copy a miss for that key only), the cold ones read in one batch.
+TEST_F(TieredStorePrefetchTest, GetManyAnswersEachKeyAsGetDoes) {
+  auto store = OpenWithColdChain(Options(/*hot_blocks=*/32), 8);
+  const std::vector<std::string> hot_payloads = PutChain(store.get(), 2, 1);
+  ASSERT_EQ(TierOf(store.get(), KeyOf(2, 0)), Tier::kHot);
+  ASSERT_TRUE(cold_->CorruptValue(/*ns_id=*/0, KeyOf(1, 3)) ||
+              cold_->CorruptValue(/*ns_id=*/1, KeyOf(1, 3)));
+  std::vector<std::string> keys = ChainKeys(1, 8);
+  keys.push_back(KeyOf(2, 0));
+  keys.push_back("never-stored");
+  const std::vector<absl::StatusOr<BlockRef>> got = store->GetMany("ns", keys);
+  ASSERT_EQ(got.size(), keys.size());
+  for (uint32_t i = 0; i < 8; ++i) {
+    if (i == 3) {
+      EXPECT_TRUE(absl::IsNotFound(got[i].status())) << got[i].status();
+      continue;
+    }
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+    EXPECT_EQ(got[i]->tier(), Tier::kCold) << i;
+    EXPECT_EQ(RefBytes(*got[i]), payloads_[i]) << i;
+    EXPECT_EQ(TierOf(store.get(), keys[i]), Tier::kHot) << i;  // promoted
+  }
+  ASSERT_TRUE(got[8].ok());
+  EXPECT_EQ(got[8]->tier(), Tier::kHot);
+  EXPECT_EQ(RefBytes(*got[8]), hot_payloads[0]);
+  EXPECT_TRUE(absl::IsNotFound(got[9].status()));
+  const NamespaceStats ns = NsStats(*store);
+  EXPECT_EQ(ns.checksum_failures, 1u);
+  EXPECT_EQ(ns.cold.hits, 7u);
+  EXPECT_EQ(ns.hot.hits, 1u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 3)), Tier::kNone);  // the corrupt copy is gone
+  EXPECT_TRUE(absl::IsNotFound(store->GetMany("nope", keys)[0].status()));
+}
+
 }  // namespace
 }  // namespace kvtier::storage::testing
