@@ -783,19 +783,38 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
   values.clear();
   std::sort(wants.begin(), wants.end(),
             [](const Want& a, const Want& b) { return a.offset < b.offset; });
+  // Runs: extents in offset order, none overlapping, gaps and size bounded.
+  struct Run {
+    size_t j = 0, k = 0;  // wants[j, k)
+    uint64_t start = 0, end = 0;
+  };
+  std::vector<Run> runs;
+  for (size_t j = 0; j < wants.size();) {
+    Run r{j, j + 1, wants[j].offset, wants[j].offset + wants[j].rec.stored_bytes};
+    while (r.k < wants.size() && wants[r.k].offset >= r.end &&
+           wants[r.k].offset - r.end <= kMultiGetGapBytes &&
+           wants[r.k].offset + wants[r.k].rec.stored_bytes - r.start <= kMultiGetRunBytes) {
+      r.end = wants[r.k].offset + wants[r.k].rec.stored_bytes;
+      ++r.k;
+    }
+    j = r.k;
+    runs.push_back(r);
+  }
   std::string run;
   std::string unpacked;
-  for (size_t j = 0; j < wants.size();) {
-    // One run: extents in offset order, none overlapping, gaps and size bounded.
-    const uint64_t start = wants[j].offset;
-    uint64_t end = start + wants[j].rec.stored_bytes;
-    size_t k = j + 1;
-    while (k < wants.size() && wants[k].offset >= end &&
-           wants[k].offset - end <= kMultiGetGapBytes &&
-           wants[k].offset + wants[k].rec.stored_bytes - start <= kMultiGetRunBytes) {
-      end = wants[k].offset + wants[k].rec.stored_bytes;
-      ++k;
+  size_t ahead = 0;  // runs [0, ahead) have been handed to the kernel's read-ahead
+  for (size_t x = 0; x < runs.size(); ++x) {
+    // The disk reads the next runs while this one is verified and copied out.
+    uint64_t window = 0;
+    for (size_t y = x + 1; y < runs.size() && y < ahead; ++y) window += runs[y].end - runs[y].start;
+    ahead = std::max(ahead, x + 1);
+    while (ahead < runs.size() && window < kMultiGetReadAheadBytes) {
+      slab_->ReadAhead(runs[ahead].start, runs[ahead].end - runs[ahead].start);
+      window += runs[ahead].end - runs[ahead].start;
+      ++ahead;
     }
+    const size_t j = runs[x].j, k = runs[x].k;
+    const uint64_t start = runs[x].start, end = runs[x].end;
     const absl::Status read = slab_->Read(start, end - start, &run);
     for (size_t m = j; m < k; ++m) {
       const Want& w = wants[m];
@@ -816,7 +835,6 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
         alone.push_back(w.i);  // GetBlock reads the record again and decides
       }
     }
-    j = k;
   }
   for (size_t i : alone) {
     out[i] = GetBlock(ns_id, keys[i], [&](std::span<const uint8_t> payload, uint64_t checksum) {

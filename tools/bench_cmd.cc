@@ -630,6 +630,9 @@ absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv
       get_gbps.push_back(static_cast<double>(n) * static_cast<double>(w.payload.size()) / 1e3 /
                          us(t2, t3));
     }
+    std::fprintf(stderr, "round %lld prefetch %s: cold lookup %.1f us, get %.1f us, hot lookup %.1f us\n",
+                 static_cast<long long>(r), arm == 1 ? "on" : "off", us(t0, t1), us(t2, t3),
+                 us(t4, t5));
     lookup_cold_us[arm].push_back(us(t0, t1));
     get_us[arm].push_back(us(t2, t3));
     lookup_hot_us[arm].push_back(us(t4, t5));
