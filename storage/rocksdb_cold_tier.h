@@ -132,9 +132,6 @@ class RocksDbColdTier final : public ColdTier {
                                           const MultiPayloadSink& sink) override;
   static constexpr uint64_t kMultiGetGapBytes = 64 << 10;
   static constexpr uint64_t kMultiGetRunBytes = 8 << 20;
-  // ... and asks the kernel to read up to this many bytes of the following runs ahead
-  // (SlabFile::ReadAhead) while it verifies and copies out the current one.
-  static constexpr uint64_t kMultiGetReadAheadBytes = 32 << 20;
   absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) override;
   absl::Status PutNamespace(uint32_t ns_id, std::string_view spec) override;
   absl::Status DeleteNamespace(uint32_t ns_id) override;

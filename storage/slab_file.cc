@@ -130,11 +130,6 @@ absl::Status SlabFile::Read(uint64_t offset, uint64_t bytes, std::string* out) c
   return absl::OkStatus();
 }
 
-void SlabFile::ReadAhead(uint64_t offset, uint64_t bytes) const {
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes),
-                        POSIX_FADV_WILLNEED);
-}
-
 absl::Status SlabFile::Sync() {
   if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_);
   return absl::OkStatus();

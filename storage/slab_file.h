@@ -66,10 +66,6 @@ class SlabFile {
   // pread of `bytes` at `offset` into *out. DATA_LOSS when the file ends first (a
   // truncated slab); UNAVAILABLE on I/O errors.
   absl::Status Read(uint64_t offset, uint64_t bytes, std::string* out) const;
-  // Asks the kernel to start reading [offset, offset + bytes) into the page cache
-  // (posix_fadvise WILLNEED) and returns without waiting: a later Read of the range
-  // then finds it there or in flight. Advisory; errors are ignored.
-  void ReadAhead(uint64_t offset, uint64_t bytes) const;
   // fdatasync. UNAVAILABLE on I/O errors.
   absl::Status Sync();
   // The file's size (fstat): the end of the highest extent ever written, which may lie
