@@ -816,10 +816,10 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
       }
       uint64_t checksum = 0;
       ColdRecordHeader header;
+      const auto* base = reinterpret_cast<const uint8_t*>(run.data());
       absl::StatusOr<std::span<const uint8_t>> body = ParseColdRecord(
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(run.data()) + (w.offset - start),
-                                   w.rec.stored_bytes),
-          &unpacked, &checksum, &header);
+          std::span<const uint8_t>(base + (w.offset - start), w.rec.stored_bytes), &unpacked,
+          &checksum, &header);
       if (body.ok() && checksum == w.rec.checksum && body->size() == w.rec.payload_bytes &&
           header.record.ns_id == ns_id && header.record.key == keys[w.i]) {
         sink(w.i, *body, checksum);

@@ -158,7 +158,9 @@ void TieredStoreImpl::PromoteMany(NsState* ns, std::span<const std::string> keys
         });
     for (size_t k = 0; k < reads.size(); ++k) {
       Read& r = reads[k];
-      if (st[k].ok() && !r.size_ok) st[k] = absl::DataLossError("cold payload larger than its slot");
+      if (st[k].ok() && !r.size_ok) {
+        st[k] = absl::DataLossError("cold payload larger than its slot");
+      }
       if (st[k].ok() && r.slot) hot_->SetPayload(*r.slot, r.payload_bytes);
     }
     std::vector<size_t> corrupt;

@@ -515,7 +515,9 @@ void PrintResult(const PhaseResult& r, const std::string& target, const std::str
 // it: sequential 1 MiB reads with O_DIRECT (no page cache), GB/s.
 absl::StatusOr<double> RawDirectReadGbps(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_DIRECT);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("--drop-cache: cannot open ", path, " O_DIRECT"));
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("--drop-cache: cannot open ", path, " O_DIRECT"));
+  }
   constexpr size_t kBytes = 1 << 20;
   void* buf = nullptr;
   if (posix_memalign(&buf, 4096, kBytes) != 0) {
@@ -637,7 +639,8 @@ absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv
       get_gbps.push_back(static_cast<double>(n) * static_cast<double>(w.payload.size()) / 1e3 /
                          us(t2, t3));
     }
-    std::fprintf(stderr, "round %lld prefetch %s: cold lookup %.1f us, get %.1f us, hot lookup %.1f us\n",
+    std::fprintf(stderr,
+                 "round %lld prefetch %s: cold lookup %.1f us, get %.1f us, hot lookup %.1f us\n",
                  static_cast<long long>(r), arm == 1 ? "on" : "off", us(t0, t1), us(t2, t3),
                  us(t4, t5));
     lookup_cold_us[arm].push_back(us(t0, t1));
