@@ -292,6 +292,35 @@ TEST_F(TieredStorePrefetchTest, ACorruptColdCopyIsNeverPrefetchedNorServed) {
   EXPECT_EQ(store->Get("ns", KeyOf(1, 0))->tier(), Tier::kHot);
 }
 
+// The Lookup hands its run to the readers; one whose lease has ended by the time a reader
+// takes it up queues nothing, and its blocks are counted cancelled.
+TEST_F(TieredStorePrefetchTest, ARunWhoseLeaseEndedBeforeAReaderTookItQueuesNothing) {
+  StoreOptions o = Options(/*hot_blocks=*/32);
+  o.prefetch_threads = 1;
+  auto store = OpenWithColdChain(o, 3);
+  cold_->BlockReads();
+  ASSERT_TRUE(store->Lookup("ns", ChainKeys(1, 1), Prefetch()).ok());
+  cold_->WaitForBlockedReads(1);  // the only reader is busy with block 0
+  const std::vector<std::string> rest = {KeyOf(1, 1), KeyOf(1, 2)};
+  auto r = store->Lookup("ns", rest, Prefetch(/*lease_ms=*/5000));
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->leased_blocks, 2u);
+  ASSERT_EQ(*store->ReleaseLease("ns", r->lease_id), 2u);
+  cold_->ReleaseReads();
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const PrefetchStats p = store->Stats().prefetch;
+        return p.prefetched_blocks == 1 && p.cancelled == 2;
+      },
+      std::chrono::seconds(10)));
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.prefetch.queued_blocks, 1u);
+  EXPECT_EQ(stats.prefetch.inflight_bytes, 0u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 0)), Tier::kHot);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 1)), Tier::kCold);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 2)), Tier::kCold);
+}
+
 // GetMany answers each key as Get would (hot, cold then promoted, missing, a corrupt
 // cold copy a miss for that key only), the cold ones read in one batch.
 TEST_F(TieredStorePrefetchTest, GetManyAnswersEachKeyAsGetDoes) {
