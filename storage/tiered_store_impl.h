@@ -301,11 +301,10 @@ class TieredStoreImpl final : public TieredStore {
     uint64_t lease_id = 0;     // the Lookup's lease (0: none)
     int64_t deadline_ms = 0;   // dropped (counted wasted when kUnread) at this store time
   };
-  // Queues the cold blocks among `ids` (the Lookup's keys) of the reported prefix, within
-  // the bounds (StoreOptions::prefetch_*) and the tenant's hot quota.
-  // REQUIRES: `ids` are the Lookup's entries, one per key. O(1): the run is handed to
-  // the readers, which register its blocks (ExpandPrefetchRunLocked) off the Lookup's
-  // thread.
+  // Hands the Lookup's reported prefix (its leased part, with a lease) to the readers in
+  // O(1): they queue its cold blocks within the bounds (StoreOptions::prefetch_*) and the
+  // tenant's hot quota (ExpandPrefetchRunLocked), off the Lookup's thread.
+  // REQUIRES: `ids` are the Lookup's entries, one per key.
   void QueuePrefetchLocked(NsState* ns, std::vector<BlockId> ids, const LookupResult& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A Lookup's run as handed over: its entries (the Lookup's own vector, moved), how
@@ -341,7 +340,6 @@ class TieredStoreImpl final : public TieredStore {
   // prefetch counts a hit; a cold block being prefetched is waited for (true: wait, then
   // look again); a queued one is taken off the queue (the Get reads it itself).
   bool GetMeetsPrefetchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads one queued block into the hot tier.
   // Reads the in-flight blocks `ids` (TakePrefetchBatchLocked) with one
   // ColdTier::MultiGetBlock and publishes each as a prefetched hot block.
   // `keys` and `bytes` are theirs, captured with them.

@@ -1,6 +1,7 @@
 // TieredStoreImpl: prefetch on Lookup (tiered_store_impl.h, docs/prefetch.md). A Lookup
-// with LeaseOptions::prefetch queues the cold blocks of its reported prefix; reader
-// threads promote them to hot in queue order. Each tracked block moves kQueued ->
+// with LeaseOptions::prefetch hands its reported prefix to the reader threads (O(1) on
+// its thread); a reader queues the run's cold blocks, and the readers promote them to
+// hot in queue order, a batch per cold-tier read. Each tracked block moves kQueued ->
 // kInFlight -> kUnread and is forgotten when a Get reads it (a hit), when it leaves hot
 // unread (wasted, evicted), when its lease or deadline ends first (wasted, expired; or
 // cancelled while still queued), or when it stops being a cold block worth reading
