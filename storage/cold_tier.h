@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -84,6 +85,28 @@ class ColdTier {
   // payload. NOT_FOUND if absent; DATA_LOSS if the record is malformed or the checksum
   // fails (sink is not called, the record stays); UNAVAILABLE / INTERNAL on read errors.
   virtual absl::Status GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) = 0;
+
+  // Called by MultiGetBlock with key i's verified payload (valid only during the call).
+  using MultiPayloadSink =
+      std::function<void(size_t i, std::span<const uint8_t> payload, uint64_t checksum)>;
+
+  // Reads the blocks `keys` of namespace `ns_id` as GetBlock reads each one, batched
+  // where the tier can (RocksDbColdTier: one index MultiGet, extents read in slab order,
+  // adjacent ones in one pread). Returns one status per key, GetBlock's codes; `sink` is
+  // called exactly once for each key whose status is OK (in any order, from the calling
+  // thread) and never for another. A block that fails its checksum is DATA_LOSS for that
+  // key only; the other keys are unaffected. Default: GetBlock per key, in order.
+  virtual std::vector<absl::Status> MultiGetBlock(uint32_t ns_id,
+                                                  std::span<const std::string_view> keys,
+                                                  const MultiPayloadSink& sink) {
+    std::vector<absl::Status> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      out.push_back(GetBlock(ns_id, keys[i], [&](std::span<const uint8_t> payload,
+                                                 uint64_t checksum) { sink(i, payload, checksum); }));
+    }
+    return out;
+  }
 
   // Deletes the block and its index record; absent is OK. UNAVAILABLE / INTERNAL.
   virtual absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) = 0;

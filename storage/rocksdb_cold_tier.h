@@ -64,6 +64,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -122,6 +123,15 @@ class RocksDbColdTier final : public ColdTier {
   absl::StatusOr<uint32_t> PutBlock(ColdIndexRecord record, std::span<const uint8_t> payload,
                                     uint64_t checksum, bool compress) override;
   absl::Status GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) override;
+  // One RocksDB MultiGet for the index records; the extents sorted by slab offset and
+  // runs of them at most kMultiGetGapBytes apart read with one pread of at most
+  // kMultiGetRunBytes; each block's header and payload verified as GetBlock does. A
+  // block that fails there (or whose run fails to read) is read again alone by GetBlock,
+  // whose status it gets (a record changed meanwhile is read again; damage is DATA_LOSS).
+  std::vector<absl::Status> MultiGetBlock(uint32_t ns_id, std::span<const std::string_view> keys,
+                                          const MultiPayloadSink& sink) override;
+  static constexpr uint64_t kMultiGetGapBytes = 64 << 10;
+  static constexpr uint64_t kMultiGetRunBytes = 8 << 20;
   absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) override;
   absl::Status PutNamespace(uint32_t ns_id, std::string_view spec) override;
   absl::Status DeleteNamespace(uint32_t ns_id) override;

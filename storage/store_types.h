@@ -129,6 +129,10 @@ struct StoreOptions {
   uint64_t prefetch_unread_ms = 10000;
   // Threads reading prefetched blocks from cold (0: prefetch is off). Default: 2.
   uint32_t prefetch_threads = 2;
+  // A reader takes queued blocks of one namespace up to this many payload bytes (at
+  // least one block) and reads them with one ColdTier::MultiGetBlock; a Get of one of
+  // them waits for the batch. Default: 4 MiB.
+  uint64_t prefetch_batch_bytes = 4ull << 20;
   // Where block events go (docs/design.md §4 Tiers and eviction): one event per tier
   // change of a block, reported under the index mutex that orders the change, so a
   // consumer applying them in order knows which tiers hold each block: BlockStored

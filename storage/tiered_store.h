@@ -122,6 +122,19 @@ class TieredStore {
   // queued is taken off the queue and read by this call.
   virtual absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) = 0;
 
+  // Returns Get(ns, keys[i]) for every key, in order, with the same results and counts;
+  // the blocks that must come from cold are read in batches (ColdTier::MultiGetBlock:
+  // slab order, adjacent extents in one read), so one call for a whole prefix reads the
+  // cold tier near its sequential speed. A block that fails verification is a miss for
+  // that key only. Default: Get per key.
+  virtual std::vector<absl::StatusOr<BlockRef>> GetMany(std::string_view ns,
+                                                        std::span<const std::string> keys) {
+    std::vector<absl::StatusOr<BlockRef>> out;
+    out.reserve(keys.size());
+    for (const std::string& key : keys) out.push_back(Get(ns, key));
+    return out;
+  }
+
   // Returns how many leading `keys` are resident and each key's tier. Never changes
   // recency, never takes a lease. NOT_FOUND unknown namespace.
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string> keys) {

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "common/mutex.h"
@@ -19,40 +21,171 @@ absl::StatusOr<BlockRef> TieredStoreImpl::Get(std::string_view ns_name, std::str
   {
     common::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(ns, FindNsLocked(ns_name));
-    ns->stats.gets++;
-    BlockId id = index_.Find(ns->id, key);
+    std::optional<absl::StatusOr<BlockRef>> resident = GetResidentLocked(ns, key);
+    if (resident) return *std::move(resident);
+  }
+  return Promote(ns, key, false, 0);
+}
+
+std::optional<absl::StatusOr<BlockRef>> TieredStoreImpl::GetResidentLocked(NsState* ns,
+                                                                          std::string_view key) {
+  ns->stats.gets++;
+  BlockId id = index_.Find(ns->id, key);
+  if (id == kNoEntry || !index_.at(id).resident()) {
+    ns->stats.get_misses++;
+    return absl::NotFoundError("block not found");
+  }
+  if (!prefetch_.empty() && GetMeetsPrefetchLocked(id)) {
+    // Being promoted by a prefetch: wait for it rather than read the block twice.
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      prefetch_done_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+      id = index_.Find(ns->id, key);
+      if (id == kNoEntry || !index_.at(id).resident()) break;
+    } while (GetMeetsPrefetchLocked(id));
+    prefetch_stats_.get_waits++;
+    prefetch_stats_.get_wait_us += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+            .count());
     if (id == kNoEntry || !index_.at(id).resident()) {
       ns->stats.get_misses++;
       return absl::NotFoundError("block not found");
     }
-    if (!prefetch_.empty() && GetMeetsPrefetchLocked(id)) {
-      // Being promoted by a prefetch: wait for it rather than read the block twice.
-      const auto start = std::chrono::steady_clock::now();
-      do {
-        prefetch_done_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
-        id = index_.Find(ns->id, key);
-        if (id == kNoEntry || !index_.at(id).resident()) break;
-      } while (GetMeetsPrefetchLocked(id));
-      prefetch_stats_.get_waits++;
-      prefetch_stats_.get_wait_us += static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(
-              std::chrono::steady_clock::now() - start)
-              .count());
-      if (id == kNoEntry || !index_.at(id).resident()) {
-        ns->stats.get_misses++;
-        return absl::NotFoundError("block not found");
+  }
+  Entry& e = index_.at(id);
+  if (e.flags & Entry::kHot) {
+    e.hits++;
+    TouchLocked(id);
+    policy_->OnAccess(id, InfoLocked(id));
+    ns->stats.hot.hits++;
+    return hot_->NewRef(e.slot, Tier::kHot, e.block_index);
+  }
+  return std::nullopt;
+}
+
+std::vector<absl::StatusOr<BlockRef>> TieredStoreImpl::GetMany(std::string_view ns_name,
+                                                               std::span<const std::string> keys) {
+  std::vector<absl::StatusOr<BlockRef>> out;
+  out.reserve(keys.size());
+  NsState* ns;
+  std::vector<size_t> cold;
+  {
+    common::MutexLock lock(&mu_);
+    absl::StatusOr<NsState*> found = FindNsLocked(ns_name);
+    if (!found.ok()) {
+      out.assign(keys.size(), found.status());
+      return out;
+    }
+    ns = *found;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::optional<absl::StatusOr<BlockRef>> resident = GetResidentLocked(ns, keys[i]);
+      if (resident) {
+        out.push_back(*std::move(resident));
+      } else {
+        out.push_back(absl::NotFoundError("block not found"));  // replaced below
+        cold.push_back(i);
       }
     }
-    Entry& e = index_.at(id);
-    if (e.flags & Entry::kHot) {
-      e.hits++;
-      TouchLocked(id);
-      policy_->OnAccess(id, InfoLocked(id));
-      ns->stats.hot.hits++;
-      return hot_->NewRef(e.slot, Tier::kHot, e.block_index);
-    }
   }
-  return Promote(ns, key, false, 0);
+  if (cold.size() == 1) {
+    out[cold[0]] = Promote(ns, keys[cold[0]], false, 0);
+  } else if (!cold.empty()) {
+    PromoteMany(ns, keys, cold, &out);
+  }
+  return out;
+}
+
+void TieredStoreImpl::PromoteMany(NsState* ns, std::span<const std::string> keys,
+                                  std::span<const size_t> at,
+                                  std::vector<absl::StatusOr<BlockRef>>* out) {
+  struct Read {
+    size_t i = 0;  // into keys / *out
+    uint32_t payload_bytes = 0;
+    bool standalone = false;
+    bool size_ok = true;
+    uint64_t reserved = 0;
+    std::optional<SlotId> slot;
+    HotTier::SlotView dst;
+    std::string heap_copy;
+  };
+  for (size_t from = 0; from < at.size();) {
+    // One batch: about kGetBatchBytes of blocks that are still cold.
+    std::vector<Read> reads;
+    {
+      common::MutexLock lock(&mu_);
+      uint64_t bytes = 0;
+      for (; from < at.size() && bytes < kGetBatchBytes; ++from) {
+        const size_t i = at[from];
+        const BlockId id = index_.Find(ns->id, keys[i]);
+        if (id == kNoEntry || !(index_.at(id).flags & Entry::kCold)) {
+          ns->stats.get_misses++;
+          (*out)[i] = absl::NotFoundError("block not found");
+          continue;
+        }
+        Read r;
+        r.i = i;
+        r.payload_bytes = index_.at(id).payload_bytes;
+        r.standalone = index_.at(id).flags & Entry::kStandalone;
+        bytes += r.payload_bytes;
+        reads.push_back(std::move(r));
+      }
+    }
+    // As Promote: into a hot slot within the tenant's quota, else a heap copy.
+    std::vector<std::string_view> views;
+    views.reserve(reads.size());
+    for (Read& r : reads) {
+      const bool to_hot =
+          !r.standalone && ReserveTenantHot(ns, r.payload_bytes, /*count_rejection=*/false,
+                                            /*parent_key=*/{}, &r.reserved)
+                               .ok();
+      if (to_hot) r.slot = AllocSlot(std::max<uint64_t>(ns->slot_bytes, r.payload_bytes));
+      if (r.slot) r.dst = hot_->View(*r.slot);
+      views.push_back(keys[r.i]);
+    }
+    // No lock is held during the reads.
+    std::vector<absl::Status> st = cold_->MultiGetBlock(
+        ns->id, views, [&](size_t k, std::span<const uint8_t> bytes, uint64_t /*checksum*/) {
+          Read& r = reads[k];
+          r.payload_bytes = static_cast<uint32_t>(bytes.size());
+          if (!r.slot) {
+            r.heap_copy.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          } else if (bytes.size() > r.dst.alloc_bytes) {
+            r.size_ok = false;
+          } else {
+            std::memcpy(r.dst.data, bytes.data(), bytes.size());
+          }
+        });
+    for (size_t k = 0; k < reads.size(); ++k) {
+      Read& r = reads[k];
+      if (st[k].ok() && !r.size_ok) {
+        st[k] = absl::DataLossError("cold payload larger than its slot");
+      }
+      if (st[k].ok() && r.slot) hot_->SetPayload(*r.slot, r.payload_bytes);
+    }
+    std::vector<size_t> corrupt;
+    {
+      common::MutexLock lock(&mu_);
+      for (size_t k = 0; k < reads.size(); ++k) {
+        Read& r = reads[k];
+        UnreserveTenantHotLocked(ns, &r.reserved);
+        if (!st[k].ok()) {
+          if (r.slot) hot_->Release(*r.slot);
+          if (absl::IsDataLoss(st[k])) {
+            corrupt.push_back(k);
+            continue;
+          }
+          ns->stats.get_misses++;
+          (*out)[r.i] =
+              absl::IsNotFound(st[k]) ? absl::NotFoundError("block not found") : st[k];
+          continue;
+        }
+        (*out)[r.i] = PublishPromotedLocked(ns, keys[r.i], r.slot, std::move(r.heap_copy),
+                                            false, 0);
+      }
+    }
+    for (size_t k : corrupt) (*out)[reads[k].i] = DropCorruptCold(ns, keys[reads[k].i], st[k]);
+  }
 }
 
 absl::StatusOr<BlockRef> TieredStoreImpl::Promote(NsState* ns, std::string_view key, bool pin,

@@ -107,6 +107,9 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<BlockRef> Get(std::string_view ns, std::string_view key) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<absl::StatusOr<BlockRef>> GetMany(std::string_view ns,
+                                                std::span<const std::string> keys) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   using TieredStore::Lookup;
   absl::StatusOr<LookupResult> Lookup(std::string_view ns, std::span<const std::string_view> keys,
                                       const LeaseOptions& lease) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -219,6 +222,15 @@ class TieredStoreImpl final : public TieredStore {
   // pinned blocks) and returns a read handle. NOT_FOUND on absence or checksum failure.
   absl::StatusOr<BlockRef> Promote(NsState* ns, std::string_view key, bool pin,
                                    int64_t pin_until_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  // The part of Get under mu_: counts the Get, waits for an in-flight prefetch of the
+  // block, serves it when hot or reports the miss. nullopt: it must be read from cold.
+  std::optional<absl::StatusOr<BlockRef>> GetResidentLocked(NsState* ns, std::string_view key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Promote for the keys[at[k]] (cold, at the time of GetResidentLocked), read with
+  // ColdTier::MultiGetBlock in batches of about kGetBatchBytes; results into out[at[k]].
+  void PromoteMany(NsState* ns, std::span<const std::string> keys, std::span<const size_t> at,
+                   std::vector<absl::StatusOr<BlockRef>>* out) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr uint64_t kGetBatchBytes = 32ull << 20;
   // Counts, deletes and reports as a miss a block whose cold read failed verification.
   absl::Status DropCorruptCold(NsState* ns, std::string_view key, const absl::Status& cause)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -289,10 +301,27 @@ class TieredStoreImpl final : public TieredStore {
     uint64_t lease_id = 0;     // the Lookup's lease (0: none)
     int64_t deadline_ms = 0;   // dropped (counted wasted when kUnread) at this store time
   };
-  // Queues the cold blocks among `ids` (the Lookup's keys) of the reported prefix, within
-  // the bounds (StoreOptions::prefetch_*) and the tenant's hot quota.
-  void QueuePrefetchLocked(NsState* ns, std::span<const BlockId> ids, const LookupResult& out)
+  // Hands the Lookup's reported prefix (its leased part, with a lease) to the readers in
+  // O(1): they queue its cold blocks within the bounds (StoreOptions::prefetch_*) and the
+  // tenant's hot quota (ExpandPrefetchRunLocked), off the Lookup's thread.
+  // REQUIRES: `ids` are the Lookup's entries, one per key.
+  void QueuePrefetchLocked(NsState* ns, std::vector<BlockId> ids, const LookupResult& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Lookup's run as handed over: its entries (the Lookup's own vector, moved), how
+  // many lead the prefix (or the leased part), its lease and its deadline.
+  struct PrefetchRun {
+    NsState* ns = nullptr;
+    std::vector<BlockId> ids;
+    size_t end = 0;
+    uint64_t lease_id = 0;
+    int64_t deadline_ms = 0;
+  };
+  // Queues the run's cold-only blocks, in order, within the bounds; counts the rest
+  // skipped.
+  void ExpandPrefetchRunLocked(PrefetchRun run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the next blocks off the queue (one namespace, up to prefetch_batch_bytes, at
+  // least one), marking them in flight; cancels those no longer worth reading.
+  std::vector<BlockId> TakePrefetchBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the tracking of `id` (its counters and bytes); the caller counted why.
   void ForgetPrefetchLocked(absl::flat_hash_map<BlockId, Prefetch>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -311,8 +340,11 @@ class TieredStoreImpl final : public TieredStore {
   // prefetch counts a hit; a cold block being prefetched is waited for (true: wait, then
   // look again); a queued one is taken off the queue (the Get reads it itself).
   bool GetMeetsPrefetchLocked(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads one queued block into the hot tier.
-  void PrefetchOne(BlockId id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads the in-flight blocks `ids` (TakePrefetchBatchLocked) with one
+  // ColdTier::MultiGetBlock and publishes each as a prefetched hot block.
+  // `keys` and `bytes` are theirs, captured with them.
+  void PrefetchBatch(NsState* ns, std::vector<BlockId> ids, std::vector<std::string> keys,
+                     std::vector<uint32_t> bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void PrefetchLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void StartPrefetchers();
 
@@ -376,6 +408,7 @@ class TieredStoreImpl final : public TieredStore {
   // popped), its wake-up, the bytes bounded, the counters.
   absl::flat_hash_map<BlockId, Prefetch> prefetch_ ABSL_GUARDED_BY(mu_);
   std::deque<BlockId> prefetch_queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<PrefetchRun> prefetch_runs_ ABSL_GUARDED_BY(mu_);  // handed over, not yet queued
   common::CondVar prefetch_cv_;       // a block was queued, or stopping
   common::CondVar prefetch_done_cv_;  // an in-flight prefetch ended (Gets wait on it)
   uint64_t prefetch_inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -55,7 +55,7 @@ absl::StatusOr<LookupResult> TieredStoreImpl::Lookup(std::string_view ns_name,
     LeaseLocked(*ns, ids, lease, &out);
   }
   if (lease.prefetch && out.prefix_blocks > prefix_hot && (lease.lease_ms == 0 || out.lease_id != 0)) {
-    QueuePrefetchLocked(ns, ids, out);
+    QueuePrefetchLocked(ns, std::move(ids), out);
   }
   return out;
 }

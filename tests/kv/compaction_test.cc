@@ -157,7 +157,7 @@ TEST(CompactionPropertyTest, SinksKeptUnderEveryPolicyAndBudget) {
     const uint32_t d = 2 * (1 + rng() % 4);
     const uint32_t T = 1 + rng() % 80;
     const uint32_t n_sink = rng() % 6;
-    SCOPED_TRACE(testing::Message() << "iter " << iter << " T " << T << " n_sink " << n_sink);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " T " << T << " n_sink " << n_sink);
 
     const uint32_t window = rng() % (T + 3);
     if (n_sink + window > 0) {

@@ -2,6 +2,7 @@
 
 #include <rocksdb/db.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -160,6 +161,86 @@ TEST(ColdTierTest, CorruptedExtentIsDataLossNeverServed) {
   auto restored = read_after(original);
   ASSERT_OK(restored);
   EXPECT_EQ(*restored, payload);
+}
+
+// MultiGetBlock serves every key as GetBlock would, whatever the batching: the bytes of
+// each block once; an absent key NOT_FOUND and a damaged extent DATA_LOSS for that key
+// only. The blocks span several 8 MiB runs and have freed extents (gaps) between them.
+TEST(ColdTierTest, MultiGetBlockServesEachKeyAsGetBlockDoesAndADamagedBlockOnlyFailsItself) {
+  kvtier::testing::TempDir dir;
+  const std::string db = dir.Sub("db");
+  auto opened = RocksDbColdTier::Open(ColdTierOptions{db});
+  ASSERT_OK(opened);
+  ColdTier& cold = **opened;
+  std::mt19937 rng(11);
+  std::vector<std::string> keys;
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 40; ++i) {
+    const size_t bytes = i % 5 == 0 ? 1'100'000 + rng() % 50'000 : 1 + rng() % 90'000;
+    keys.push_back(absl::StrCat("m", i));
+    payloads.push_back(RandomBytes(bytes, 100 + i));
+    ASSERT_OK(PutKey(cold, keys.back(), payloads.back()));
+  }
+  // Compressed blocks are read as well.
+  keys.push_back("zeros");
+  payloads.push_back(std::string(200'000, '\0'));
+  {
+    ColdIndexRecord rec;
+    rec.key = "zeros";
+    ASSERT_OK(cold.PutBlock(rec, Bytes(payloads.back()), PayloadChecksum(Bytes(payloads.back())), true));
+  }
+  // Gaps: every 7th block deleted (its key is then absent).
+  std::vector<bool> present(keys.size(), true);
+  for (size_t i = 3; i < 40; i += 7) {
+    ASSERT_OK(cold.DeleteBlock(0, keys[i]));
+    present[i] = false;
+  }
+  // Damage block 12's payload in place, the tier open.
+  const size_t damaged = 12;
+  {
+    const std::string slab = ReadFile(SlabPath(db));
+    const size_t at = slab.find(payloads[damaged].substr(500, 64));
+    ASSERT_NE(at, std::string::npos);
+    std::fstream f(SlabPath(db), std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(at));
+    const char flipped = static_cast<char>(slab[at] ^ 0x40);
+    f.write(&flipped, 1);
+  }
+  // Ask in a shuffled order, with a key never stored.
+  std::vector<size_t> order(keys.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<std::string_view> ask;
+  for (size_t i : order) ask.push_back(keys[i]);
+  ask.push_back("never-stored");
+  std::vector<std::string> got(ask.size());
+  std::vector<int> calls(ask.size(), 0);
+  const std::vector<absl::Status> st =
+      cold.MultiGetBlock(0, ask, [&](size_t i, std::span<const uint8_t> b, uint64_t sum) {
+        ASSERT_LT(i, ask.size());
+        EXPECT_EQ(sum, PayloadChecksum(b));
+        calls[i]++;
+        got[i].assign(reinterpret_cast<const char*>(b.data()), b.size());
+      });
+  ASSERT_EQ(st.size(), ask.size());
+  for (size_t j = 0; j < order.size(); ++j) {
+    const size_t i = order[j];
+    if (!present[i]) {
+      EXPECT_TRUE(absl::IsNotFound(st[j])) << keys[i] << ": " << st[j];
+      EXPECT_EQ(calls[j], 0) << keys[i];
+    } else if (i == damaged) {
+      EXPECT_TRUE(absl::IsDataLoss(st[j])) << st[j];
+      EXPECT_EQ(calls[j], 0);
+    } else {
+      ASSERT_OK(st[j]) << keys[i] << ": " << st[j];
+      EXPECT_EQ(calls[j], 1) << keys[i];
+      EXPECT_TRUE(got[j] == payloads[i]) << keys[i];
+    }
+  }
+  EXPECT_TRUE(absl::IsNotFound(st.back())) << st.back();
+  EXPECT_EQ(calls.back(), 0);
+  // GetBlock agrees on the damaged block.
+  EXPECT_TRUE(absl::IsDataLoss(Read(cold, 0, keys[damaged]).status()));
 }
 
 TEST(ColdTierTest, DeletedAndReplacedExtentsAreReused) {

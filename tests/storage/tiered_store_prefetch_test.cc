@@ -124,6 +124,7 @@ TEST_F(TieredStorePrefetchTest, GetWaitsForTheInFlightReadInsteadOfReadingTwice)
 TEST_F(TieredStorePrefetchTest, AGetOfAQueuedBlockReadsItItselfAndTheQueueSkipsIt) {
   StoreOptions o = Options(/*hot_blocks=*/32);
   o.prefetch_threads = 1;
+  o.prefetch_batch_bytes = 1;  // one block per read
   auto store = OpenWithColdChain(o, 3);
   cold_->BlockReads();
   const std::vector<std::string> keys = ChainKeys(1, 3);
@@ -168,6 +169,13 @@ TEST_F(TieredStorePrefetchTest, BoundedByBytesInFlight) {
   auto store = OpenWithColdChain(o, 6);
   cold_->BlockReads();
   ASSERT_OK(store->Lookup("ns", ChainKeys(1, 6), Prefetch()));
+  // The Lookup hands its run over; a reader queues it.
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const PrefetchStats p = store->Stats().prefetch;
+        return p.queued_blocks + p.skipped_blocks == 6;
+      },
+      std::chrono::seconds(10)));
   const StoreStats stats = store->Stats();
   EXPECT_EQ(stats.prefetch.queued_blocks, 2u);
   EXPECT_EQ(stats.prefetch.skipped_blocks, 4u);
@@ -239,6 +247,7 @@ TEST_F(TieredStorePrefetchTest, ExpiredUnreadCountsWastedAndBecomesEvictable) {
 TEST_F(TieredStorePrefetchTest, ReleasingTheLeaseCancelsWhatIsQueuedAndInFlight) {
   StoreOptions o = Options(/*hot_blocks=*/32);
   o.prefetch_threads = 1;
+  o.prefetch_batch_bytes = 1;  // one block per read: two stay queued
   auto store = OpenWithColdChain(o, 3);
   cold_->BlockReads();
   auto r = store->Lookup("ns", ChainKeys(1, 3), Prefetch(/*lease_ms=*/5000));
@@ -282,6 +291,70 @@ TEST_F(TieredStorePrefetchTest, ACorruptColdCopyIsNeverPrefetchedNorServed) {
   EXPECT_TRUE(absl::IsNotFound(store->Get("ns", KeyOf(1, 1)).status()));
   EXPECT_EQ(NsStats(*store).checksum_failures, 1u);
   EXPECT_EQ(store->Get("ns", KeyOf(1, 0))->tier(), Tier::kHot);
+}
+
+// The Lookup hands its run to the readers; one whose lease has ended by the time a reader
+// takes it up queues nothing, and its blocks are counted cancelled.
+TEST_F(TieredStorePrefetchTest, ARunWhoseLeaseEndedBeforeAReaderTookItQueuesNothing) {
+  StoreOptions o = Options(/*hot_blocks=*/32);
+  o.prefetch_threads = 1;
+  auto store = OpenWithColdChain(o, 3);
+  cold_->BlockReads();
+  ASSERT_OK(store->Lookup("ns", ChainKeys(1, 1), Prefetch()));
+  cold_->WaitForBlockedReads(1);  // the only reader is busy with block 0
+  const std::vector<std::string> rest = {KeyOf(1, 1), KeyOf(1, 2)};
+  auto r = store->Lookup("ns", rest, Prefetch(/*lease_ms=*/5000));
+  ASSERT_OK(r);
+  ASSERT_EQ(r->leased_blocks, 2u);
+  ASSERT_EQ(*store->ReleaseLease("ns", r->lease_id), 2u);
+  cold_->ReleaseReads();
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const PrefetchStats p = store->Stats().prefetch;
+        return p.prefetched_blocks == 1 && p.cancelled == 2;
+      },
+      std::chrono::seconds(10)));
+  const StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.prefetch.queued_blocks, 1u);
+  EXPECT_EQ(stats.prefetch.inflight_bytes, 0u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 0)), Tier::kHot);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 1)), Tier::kCold);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 2)), Tier::kCold);
+}
+
+// GetMany answers each key as Get would (hot, cold then promoted, missing, a corrupt
+// cold copy a miss for that key only), the cold ones read in one batch.
+TEST_F(TieredStorePrefetchTest, GetManyAnswersEachKeyAsGetDoes) {
+  auto store = OpenWithColdChain(Options(/*hot_blocks=*/32), 8);
+  const std::vector<std::string> hot_payloads = PutChain(store.get(), 2, 1);
+  ASSERT_EQ(TierOf(store.get(), KeyOf(2, 0)), Tier::kHot);
+  ASSERT_TRUE(cold_->CorruptValue(/*ns_id=*/0, KeyOf(1, 3)) ||
+              cold_->CorruptValue(/*ns_id=*/1, KeyOf(1, 3)));
+  std::vector<std::string> keys = ChainKeys(1, 8);
+  keys.push_back(KeyOf(2, 0));
+  keys.push_back("never-stored");
+  const std::vector<absl::StatusOr<BlockRef>> got = store->GetMany("ns", keys);
+  ASSERT_EQ(got.size(), keys.size());
+  for (uint32_t i = 0; i < 8; ++i) {
+    if (i == 3) {
+      EXPECT_TRUE(absl::IsNotFound(got[i].status())) << got[i].status();
+      continue;
+    }
+    ASSERT_OK(got[i]) << i << ": " << got[i].status();
+    EXPECT_EQ(got[i]->tier(), Tier::kCold) << i;
+    EXPECT_EQ(RefBytes(*got[i]), payloads_[i]) << i;
+    EXPECT_EQ(TierOf(store.get(), keys[i]), Tier::kHot) << i;  // promoted
+  }
+  ASSERT_OK(got[8]);
+  EXPECT_EQ(got[8]->tier(), Tier::kHot);
+  EXPECT_EQ(RefBytes(*got[8]), hot_payloads[0]);
+  EXPECT_TRUE(absl::IsNotFound(got[9].status()));
+  const NamespaceStats ns = NsStats(*store);
+  EXPECT_EQ(ns.checksum_failures, 1u);
+  EXPECT_EQ(ns.cold.hits, 7u);
+  EXPECT_EQ(ns.hot.hits, 1u);
+  EXPECT_EQ(TierOf(store.get(), KeyOf(1, 3)), Tier::kNone);  // the corrupt copy is gone
+  EXPECT_TRUE(absl::IsNotFound(store->GetMany("nope", keys)[0].status()));
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 //   ASSERT_OK(cold->Open());           // ASSERT_THAT(expr, IsOk())
 //   ASSERT_OK_AND_ASSIGN(auto v, F()); // ASSERT_OK on a StatusOr, then binds its value
 //
-// Each matcher takes an absl::Status, an absl::StatusOr<T>, or anything with the
-// `ok()` / `error_code()` / `error_message()` shape of grpc::Status.
+// Each matcher takes an absl::Status, an absl::StatusOr<T>, anything with the
+// `ok()` / `error_code()` / `error_message()` shape of grpc::Status, or anything with
+// `ok()` / `ToString()` (rocksdb::Status; StatusIs sees those as UNKNOWN when not OK).
 #ifndef KVTIER_TESTS_TESTING_STATUS_MATCHERS_H_
 #define KVTIER_TESTS_TESTING_STATUS_MATCHERS_H_
 
@@ -46,6 +47,13 @@ Summary Summarize(const absl::StatusOr<T>& s) {
 template <typename S>
 auto Summarize(const S& s) -> decltype(s.error_code(), s.error_message(), Summary()) {
   return {static_cast<absl::StatusCode>(s.error_code()), std::string(s.error_message())};
+}
+// Any other status type with ok() and ToString() (rocksdb::Status, protobuf's
+// util::Status): not OK reads as UNKNOWN with its ToString() as the message.
+template <typename S>
+auto Summarize(const S& s) -> decltype(s.ok(), s.ToString(), Summary()) {
+  return s.ok() ? Summary{absl::StatusCode::kOk, ""}
+                : Summary{absl::StatusCode::kUnknown, std::string(s.ToString())};
 }
 
 class IsOkMatcher {

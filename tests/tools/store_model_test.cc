@@ -42,7 +42,7 @@ TEST(StoreModelTest, SimulatorAndRealStoreAgreeForEveryStorePolicy) {
     for (Case c : {Case{8.0, 1}, Case{1.5, 1}, Case{4.0, 0}}) {
       for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kPrefixLru, SimPolicy::kLfu,
                           SimPolicy::kReuse, SimPolicy::kAdaptive}) {
-        SCOPED_TRACE(testing::Message() << "trace " << t << " policy " << SimPolicyName(p)
+        SCOPED_TRACE(::testing::Message() << "trace " << t << " policy " << SimPolicyName(p)
                                         << " cold " << c.cold_capacities << " sinks "
                                         << c.sink_blocks);
         SimOptions so;
