@@ -44,6 +44,12 @@ struct SlabScan {
 // UNAVAILABLE on read errors.
 absl::StatusOr<SlabScan> ScanSlab(const SlabFile& slab, uint64_t chunk_bytes = 8ull << 20);
 
+// Reads the extent at `offset` again and verifies it as ScanSlab does (header, then the
+// body against its checksum); returns its header. NOT_FOUND for a killed header;
+// DATA_LOSS for a damaged header or body, or one that runs past the end of the file;
+// UNAVAILABLE on read errors. Thread-safe (one positional read or two).
+absl::StatusOr<ColdRecordHeader> VerifyExtent(const SlabFile& slab, uint64_t offset);
+
 }  // namespace kvtier::storage
 
 #endif  // KVTIER_STORAGE_SLAB_SCAN_H_
