@@ -13,8 +13,10 @@
 // Several extents may hold the same key (a crash between a re-Put and the kill of the
 // old copy; an unacknowledged Put): the caller keeps the highest seq.
 //
-// Reads sequentially in chunks of `chunk_bytes`. Thread-compatible: the slab must not be
-// written during the scan.
+// Reads sequentially in chunks of `chunk_bytes` (positional reads, no lock). It may run
+// while the slab is written (RocksDbColdTier::RecoverOnline): what it reports is then a
+// mix of before and after, and an extent written meanwhile may read as damaged, so a
+// caller acting on it reads each extent again (VerifyExtent) under its own exclusion.
 #ifndef KVTIER_STORAGE_SLAB_SCAN_H_
 #define KVTIER_STORAGE_SLAB_SCAN_H_
 

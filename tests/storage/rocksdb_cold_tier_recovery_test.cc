@@ -485,11 +485,13 @@ TEST(ColdTierRecoveryTest, OnlineRebuildReindexesLostBlocksOnlyAndKeepsDeletesDe
   LoseRecordsSilently(db, {20, 21, 22, 23, 24, 25});
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
   ASSERT_TRUE(cold.ok()) << cold.status();
-  // While the records are lost: 21 is put again (new bytes, a newer copy), 30 (known) is
-  // deleted, and a damaged copy: 25's extent gets a flipped body byte.
+  // While the records are lost: 30 (known) is deleted, 21 is put again (new bytes, a
+  // newer copy; best fit puts it in 30's freed extent: a Put may reuse the space of a
+  // block whose record is lost, which is then gone, hence "rebuild soon" in
+  // docs/recovery.md), and 25's extent gets a flipped body byte.
   const std::string fresh(kBlockBytes, 'n');
-  ASSERT_TRUE(PutBlock(**cold, 1, Key(21), Key(20), 21, fresh).ok());
   ASSERT_TRUE((*cold)->DeleteBlock(1, Key(30)).ok());
+  ASSERT_TRUE(PutBlock(**cold, 1, Key(21), Key(20), 21, fresh).ok());
   {
     auto slab = SlabFile::Open(db + "/cold.slab", 0);
     ASSERT_TRUE(slab.ok());
