@@ -161,6 +161,18 @@ class RecoveryTest : public ::testing::Test {
     ASSERT_TRUE(f.good()) << path;
   }
 
+  static void FlipByteAt(const std::string& path, uint64_t at) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&c, 1);
+    ASSERT_TRUE(f.good()) << path;
+  }
+
   // Where block i's extent lies in cold.slab.
   uint64_t ExtentOf(uint32_t i) const {
     auto slab = storage::SlabFile::Open(data_ + "/cold.slab", 0);
@@ -215,7 +227,7 @@ TEST_F(RecoveryTest, FlippedSstOrManifestByteLosesNoBlockAndKeepsTheDamagedFiles
   }
   const auto ssts = DbFiles(".sst");
   ASSERT_FALSE(ssts.empty()) << "no table file";
-  FlipBytes(ssts.front(), 1, 2);
+  FlipByteAt(ssts.front(), 10);  // inside the first data block: its checksum fails
   auto server = RestartAndCheck({});
   ASSERT_TRUE(server.has_value());
   ASSERT_EQ(*server->Terminate(), 0);
@@ -234,17 +246,7 @@ TEST_F(RecoveryTest, FlippedSstOrManifestByteLosesNoBlockAndKeepsTheDamagedFiles
 TEST_F(RecoveryTest, DamagedSlabExtentCostsExactlyItsBlock) {
   PutAndStop(Stop::kSigterm);
   const uint64_t at = ExtentOf(17);
-  // A payload byte, well past the header and keys.
-  {
-    std::fstream f(data_ + "/cold.slab", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(at + 1000));
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x5a;
-    f.seekp(static_cast<std::streamoff>(at + 1000));
-    f.write(&c, 1);
-    ASSERT_TRUE(f.good());
-  }
+  FlipByteAt(data_ + "/cold.slab", at + 1000);  // a payload byte, past the header and keys
   {
     auto server = RestartAndCheck({17});
     ASSERT_TRUE(server.has_value());
