@@ -81,8 +81,6 @@ class Logger;
 
 namespace kvtier::storage {
 
-struct SlabScan;  // slab_scan.h
-
 struct ColdTierOptions {
   // Database directory; created if missing. Default: none (required).
   std::string dir;
@@ -141,8 +139,9 @@ class RocksDbColdTier final : public ColdTier {
   uint64_t wal_dropped_ranges() const { return recovery_.wal_dropped_ranges; }
   uint64_t wal_dropped_bytes() const { return recovery_.wal_dropped_bytes; }
   ColdTierRecovery recovery() const override { return recovery_; }
-  // ColdTier::RecoverOnline: a slab scan alongside the live calls, then, inside
-  // hooks.exclusive, each extent it acts on read and verified again: a verified extent in
+  // ColdTier::RecoverOnline: a slab scan and a pass over the index records alongside the
+  // live calls (O(blocks)), then, inside hooks.exclusive (O(extents no record names)),
+  // each record and extent it acts on read and verified again: a verified extent in
   // free space whose key has no index record is re-indexed (hooks.adopt allowing) and
   // its space claimed; a verified extent in free space whose key has a verified record
   // (or that hooks.adopt refuses, or whose namespace has no spec) is killed; a damaged
@@ -175,9 +174,6 @@ class RocksDbColdTier final : public ColdTier {
   // Makes the database's namespace records those of `meta` (cold.meta is written first,
   // so it is the newer copy) and adopts them as meta_.namespaces.
   absl::Status SyncNamespaces(const ColdMeta& meta);
-  // RecoverOnline's part inside hooks.exclusive, given the scan made before it.
-  absl::Status Reconcile(const SlabScan& scan, ColdRecoverMode mode,
-                               const ColdRecoverHooks& hooks, ColdRecoverReport* report);
 
   const ColdTierOptions options_;
   rocksdb::DB* db_ = nullptr;
