@@ -690,19 +690,33 @@ absl::StatusOr<ColdRecoverReport> RocksDbColdTier::RecoverOnline(ColdRecoverMode
   }
   absl::flat_hash_map<std::string, uint64_t>().swap(named);
 
+  // The database's namespace records, then cold.meta's specs (written first: a namespace
+  // write under way shows in `specs_before`, and is at worst written again below).
+  auto read_db_namespaces = [&](std::map<uint32_t, std::string>* in_db) {
+    in_db->clear();
+    return ForEachNamespace(
+        [&](uint32_t id, std::string_view spec) { in_db->emplace(id, std::string(spec)); });
+  };
+  std::map<uint32_t, std::string> in_db;
+  RETURN_IF_ERROR(read_db_namespaces(&in_db));
+  std::map<uint32_t, std::string> specs_before;
+  {
+    common::MutexLock lock(&meta_mu_);
+    specs_before = meta_.namespaces;
+  }
+
   // The reconcile: no Put, Delete or namespace write runs (hooks.exclusive). Its cost is
-  // in the candidates, not in the index size.
+  // in the candidates, not in the index size (the database is read only for them).
   auto critical = [&]() -> absl::Status {
     std::map<uint32_t, std::string> specs;
     {
       common::MutexLock lock(&meta_mu_);
       specs = meta_.namespaces;
     }
+    // A namespace was registered or dropped since: read the database's records again.
+    if (specs != specs_before) RETURN_IF_ERROR(read_db_namespaces(&in_db));
     {
       // Namespace records: the database follows cold.meta (written first).
-      std::map<uint32_t, std::string> in_db;
-      RETURN_IF_ERROR(ForEachNamespace(
-          [&](uint32_t id, std::string_view spec) { in_db.emplace(id, std::string(spec)); }));
       rocksdb::WriteBatch batch;
       for (const auto& [id, spec] : specs) {
         auto it = in_db.find(id);
