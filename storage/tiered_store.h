@@ -518,10 +518,11 @@ class TieredStore {
   // re-creates the index records and namespace records it lost, makes those blocks
   // resident again (cold; announced as stored), and frees damaged and stale extents.
   // kVerify changes nothing and reports what a rebuild would do.
-  // Concurrency contract with live calls: Gets, Lookups and Puts go on during the slab
-  // scan (the long part). Its reconcile then holds every key stripe and the namespace
-  // write lock: Puts and Deletes (and flushes, demotions, cold evictions,
-  // RegisterNamespace) wait for it; Gets and Lookups do not. Hence:
+  // Concurrency contract with live calls: every call goes on during the slab scan and
+  // the pass over the index (the long parts, O(blocks)). The reconcile then holds every
+  // key stripe and the namespace write lock: Puts and Deletes (and flushes, demotions,
+  // cold evictions, RegisterNamespace) wait for it; Gets and Lookups do not. It costs
+  // O(extents no index record names): microseconds when nothing was lost. Hence:
   //  - a block whose Delete (or drop) was acknowledged before the reconcile never comes
   //    back: its extent was killed first and every extent is read again inside it; one
   //    deleted after it is found in the index and deleted as usual;
