@@ -133,7 +133,14 @@ class TieredStoreImpl final : public TieredStore {
       ABSL_LOCKS_EXCLUDED(mu_, ns_write_mu_, recover_mu_);
 
  private:
+#ifdef KVTIER_TSAN
+  // RecoverCold holds every stripe at once, and TSAN's deadlock detector aborts a thread
+  // holding more than 64 locks (sanitizer_deadlock_detector.h: all_locks_with_contexts_):
+  // the TSAN build (scripts/tsan.sh) uses fewer stripes, the same code otherwise.
+  static constexpr size_t kNumStripes = 32;
+#else
   static constexpr size_t kNumStripes = 64;
+#endif
   static constexpr int64_t kPinForever = std::numeric_limits<int64_t>::max();
 
   enum class DemoteMode { kWatermark, kAdmin, kCopyOnly };
