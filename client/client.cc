@@ -545,6 +545,15 @@ absl::StatusOr<uint64_t> Client::DropNamespace(std::string_view ns, bool force,
   return resp.blocks();
 }
 
+absl::StatusOr<v1::RecoverResponse> Client::Recover(bool verify, const CallOptions& call) {
+  v1::RecoverRequest req;
+  req.set_mode(verify ? v1::RecoverRequest::VERIFY : v1::RecoverRequest::REBUILD);
+  v1::RecoverResponse resp;
+  RETURN_IF_ERROR(
+      impl_->Unary("Recover", call, false, &v1::KvCacheAdmin::Stub::Recover, req, &resp));
+  return resp;
+}
+
 absl::StatusOr<v1::ClusterStatusResponse> Client::ClusterStatus(const CallOptions& call) {
   v1::ClusterStatusResponse resp;
   RETURN_IF_ERROR(impl_->Unary("ClusterStatus", call, true, &v1::KvCacheAdmin::Stub::ClusterStatus,

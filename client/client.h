@@ -419,6 +419,12 @@ class Client {
   // FAILED_PRECONDITION while leases of it are in force unless `force`. Not retried.
   absl::StatusOr<uint64_t> DropNamespace(std::string_view ns, bool force,
                                          const CallOptions& call = {});
+  // Recovery on demand of the node called (RecoverRequest; docs/recovery.md "On
+  // demand"): scans its cold slab; with `verify` reports what a rebuild would change and
+  // changes nothing, else re-creates lost index and namespace records and frees damaged
+  // extents. Operator token only (PERMISSION_DENIED). It reads the whole slab: give it a
+  // long deadline (call.deadline_ms). Not retried.
+  absl::StatusOr<kvtier::v1::RecoverResponse> Recover(bool verify, const CallOptions& call = {});
   // Peers, ownership shares and per-node stats as seen by the answering node.
   absl::StatusOr<kvtier::v1::ClusterStatusResponse> ClusterStatus(const CallOptions& call = {});
 

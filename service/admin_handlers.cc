@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
 #include "service/admission.h"
@@ -138,6 +139,41 @@ UnaryWork DropNamespaceWork(ServiceContext* ctx, const v1::DropNamespaceRequest*
   });
 }
 
+UnaryWork RecoverWork(ServiceContext* /*ctx*/, const v1::RecoverRequest* request,
+                      v1::RecoverResponse* response) {
+  return Synchronous([request, response](storage::TieredStore& store,
+                                         const Caller& caller) -> absl::Status {
+    if (!caller.is_operator) {
+      return absl::PermissionDeniedError("Recover needs an operator token");
+    }
+    storage::ColdRecoverMode mode;
+    switch (request->mode()) {
+      case v1::RecoverRequest::VERIFY: mode = storage::ColdRecoverMode::kVerify; break;
+      case v1::RecoverRequest::REBUILD: mode = storage::ColdRecoverMode::kRebuild; break;
+      case v1::RecoverRequest::MODE_UNSPECIFIED:
+        return absl::InvalidArgumentError("mode: set VERIFY or REBUILD");
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("mode: unknown value ", static_cast<int>(request->mode()),
+                         " (VERIFY = 1, REBUILD = 2)"));
+    }
+    ASSIGN_OR_RETURN(storage::ColdRecoverReport r, store.RecoverCold(mode));
+    response->set_rebuilt(mode == storage::ColdRecoverMode::kRebuild);
+    response->set_scan_bytes(r.scan_bytes);
+    response->set_seconds(r.seconds);
+    response->set_extents_scanned(r.extents_scanned);
+    response->set_records_verified(r.records_verified);
+    response->set_records_recreated(r.records_recreated);
+    response->set_damaged_extents(r.damaged_extents);
+    response->set_damaged_records(r.damaged_records);
+    response->set_stale_copies(r.stale_copies);
+    response->set_orphan_blocks(r.orphan_blocks);
+    response->set_deleted_extents(r.deleted_extents);
+    response->set_namespaces_recreated(r.namespaces_recreated);
+    return absl::OkStatus();
+  });
+}
+
 UnaryWork ClusterStatusWork(ServiceContext* ctx, const v1::ClusterStatusRequest* /*request*/,
                             v1::ClusterStatusResponse* response) {
   return [ctx, response](storage::TieredStore& store, const Caller& caller, FinishFn finish) {
@@ -203,6 +239,13 @@ grpc::ServerUnaryReactor* KvCacheAdminImpl::DropNamespace(grpc::CallbackServerCo
   // Timed with Evict (a namespace-wide admin removal).
   return RunParsed(ctx_, context, Op::kEvict, "DropNamespace", request, response,
                    &DropNamespaceWork);
+}
+
+grpc::ServerUnaryReactor* KvCacheAdminImpl::Recover(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  // Timed with Flush (an admin call that reads or writes the cold tier at length).
+  return RunParsed(ctx_, context, Op::kFlush, "Recover", request, response, &RecoverWork);
 }
 
 }  // namespace kvtier::service

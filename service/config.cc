@@ -296,6 +296,9 @@ constexpr FlagSpec kFlags[] = {
      "prefetch_on_lookup: Lookups prefetch their cold prefix unless they say otherwise"},
     {"--tenant-quota", "TENANT:HOT[:COLD[:LEASED]]",
      "adds a tenant_quotas entry (SIZEs, 0 = unlimited); repeatable"},
+    {"--recover", nullptr,
+     "before serving, rebuild the cold tier's index and namespaces from cold.slab "
+     "(docs/recovery.md; after a power loss or an unclean stop)"},
     {"--help", nullptr, "print this text"},
 };
 
@@ -307,7 +310,7 @@ const FlagSpec* FindFlag(std::string_view name) {
   return nullptr;
 }
 
-// Applies one flag (other than --config / --check-config / --help) to `c`.
+// Applies one flag (other than --config / --check-config / --recover / --help) to `c`.
 absl::Status ApplyFlag(const std::string& flag, const std::string& value, v1::ServerConfig& c) {
   if (flag == "--port") {
     ASSIGN_OR_RETURN(uint32_t v, ParseU32(value, flag));
@@ -459,6 +462,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   ApplyDefaults(cl.config);
   for (const auto& [flag, value] : flags) {
     if (flag == "--config" || flag == "--check-config") continue;
+    if (flag == "--recover") {
+      cl.recover = true;
+      continue;
+    }
     RETURN_IF_ERROR(ApplyFlag(flag, value, cl.config));
   }
   RETURN_IF_ERROR(ValidateConfig(cl.config));

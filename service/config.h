@@ -47,6 +47,9 @@ struct CommandLine {
   enum class Mode { kServe, kCheckConfig, kHelp };
   Mode mode = Mode::kServe;
   v1::ServerConfig config;  // defaulted and validated (kServe / kCheckConfig)
+  // --recover: rebuild the cold tier's index and namespaces from its slab before serving
+  // (storage/rocksdb_cold_tier.h, docs/recovery.md).
+  bool recover = false;
 };
 
 // Parses argv[1..] (`--flag value` or `--flag=value`): --config FILE, --check-config
@@ -54,7 +57,7 @@ struct CommandLine {
 // common/byte_size.h), --policy, --hot-allocator, --metrics-port, --node-id,
 // --executor-threads, --max-message-bytes, --warm-from-cold, --shm-socket, --tls-cert,
 // --tls-key, --tls-client-ca, --tls-require-client-cert, --events-endpoint,
-// --events-replay-endpoint, --help (-h).
+// --events-replay-endpoint, --recover, --help (-h).
 // Loads the file, applies defaults, then the flags, then validates. INVALID_ARGUMENT
 // naming the flag ("unknown flag --x", "--port: missing value") or field; NOT_FOUND for
 // an unreadable config file.

@@ -140,7 +140,8 @@ using KvCacheAdminBase = v1::KvCacheAdmin::WithRawCallbackMethod_Stats<
         v1::KvCacheAdmin::WithRawCallbackMethod_Evict<v1::KvCacheAdmin::WithRawCallbackMethod_Flush<
             v1::KvCacheAdmin::WithRawCallbackMethod_ClusterStatus<
                 v1::KvCacheAdmin::WithRawCallbackMethod_DropNamespace<
-                    v1::KvCacheAdmin::Service>>>>>>;
+                    v1::KvCacheAdmin::WithRawCallbackMethod_Recover<
+                        v1::KvCacheAdmin::Service>>>>>>>;
 
 // Thread-safe. `ctx` must outlive the service.
 class KvCacheServiceImpl final : public KvCacheBase {
@@ -203,6 +204,10 @@ class KvCacheAdminImpl final : public KvCacheAdminBase {
   grpc::ServerUnaryReactor* DropNamespace(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
+  // RecoverRequest: operator only; runs on the executor for the whole scan.
+  grpc::ServerUnaryReactor* Recover(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
 
  private:
   ServiceContext* ctx_;

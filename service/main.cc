@@ -4,7 +4,7 @@
 // the store is open and health is SERVING exactly one line `kvtierd listening on
 // HOST:PORT` to stdout; every log line goes to stderr. SIGTERM / SIGINT: graceful
 // shutdown, store flushed, exit 0.
-// --recover (anywhere among the flags): before serving, rebuild the cold tier's index and
+// --recover (service/config.h CommandLine::recover): before serving, rebuild the cold tier's index and
 // namespaces from its slab (storage/rocksdb_cold_tier.h, docs/recovery.md); the rebuild's
 // figures are logged. Open does the same by itself whenever it detects a loss.
 #include <malloc.h>
@@ -23,7 +23,6 @@
 int main(int argc, char** argv) {
   using kvtier::service::CommandLine;
   std::vector<std::string> args(argv + 1, argv + argc);
-  const bool recover = std::erase(args, std::string("--recover")) > 0;
   auto cl = kvtier::service::ParseCommandLine(args);
   const bool check =
       !args.empty() && (args[0] == "--check-config" || args[0].rfind("--check-config=", 0) == 0);
@@ -41,7 +40,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (recover) {
+  if (cl->recover) {
     kvtier::storage::ColdTierOptions cold;
     cold.dir = kvtier::service::ToStoreOptions(cl->config).data_dir;
     cold.recover = true;

@@ -64,6 +64,45 @@ struct ColdTierRecovery {
   uint64_t namespaces_recreated = 0; // namespace specs the database had lost
 };
 
+// Recovery on a running tier (ColdTier::RecoverOnline; docs/recovery.md "On demand").
+enum class ColdRecoverMode {
+  kVerify,   // scan and count what a rebuild would change; change nothing
+  kRebuild,  // re-create lost index records and namespace records, free damaged extents
+};
+
+// What RecoverOnline found (kVerify: would do; kRebuild: did).
+struct ColdRecoverReport {
+  uint64_t scan_bytes = 0;           // bytes of slab read
+  double seconds = 0;                // the whole call
+  uint64_t extents_scanned = 0;      // extents the scan verified (header and body)
+  uint64_t records_verified = 0;     // index records whose extent holds their block
+  uint64_t records_recreated = 0;    // index records re-created for lost blocks
+  uint64_t damaged_extents = 0;      // free space holding a header or body that fails
+                                     // its checksum (kRebuild kills those with a header)
+  uint64_t damaged_records = 0;      // index records naming an extent that fails: left
+                                     // to the read path (a miss, then dropped)
+  uint64_t stale_copies = 0;         // verified extents no record names whose key has a
+                                     // newer block: freed (killed)
+  uint64_t orphan_blocks = 0;        // verified extents of a namespace with no spec: freed
+  uint64_t deleted_extents = 0;      // killed headers seen (deleted blocks): left dead
+  uint64_t namespaces_recreated = 0; // namespace records the database lacked (or differed)
+};
+
+// The caller's side of RecoverOnline, which runs its reconcile inside `exclusive`.
+struct ColdRecoverHooks {
+  // Runs `critical` while no PutBlock, DeleteBlock, PutNamespace or DeleteNamespace runs
+  // or starts (GetBlock and the ForEach* calls may), and returns its status.
+  std::function<absl::Status(const std::function<absl::Status()>& critical)> exclusive;
+  // Inside `critical`: whether the verified extent of `record` (a key no index record
+  // names) should become the key's block again. False (the caller holds a newer copy of
+  // the key, or its namespace is going away): the extent is freed as a stale copy.
+  // Null: always true.
+  std::function<bool(const ColdIndexRecord& record)> adopt;
+  // Inside `critical`, kRebuild only: `record` was re-created (durably) and is the
+  // key's block now. Null: nothing.
+  std::function<void(const ColdIndexRecord& record)> adopted;
+};
+
 class ColdTier {
  public:
   // Called with a verified payload (valid only during the call) and its checksum.
@@ -137,6 +176,20 @@ class ColdTier {
 
   // What opening the tier had to drop to start (ColdTierRecovery). Default: nothing.
   virtual ColdTierRecovery recovery() const { return {}; }
+
+  // Checks the index against the tier's own copy of the blocks while the tier serves
+  // (docs/recovery.md "On demand"), and with kRebuild re-creates what the index lost.
+  // What it may change, so that no acknowledged block is lost and no deleted one comes
+  // back: it adds index records (for keys that have none, only through hooks.adopt) and
+  // namespace records, and it frees only space no index record names; it never changes
+  // or deletes an index record. Its long part (reading the blocks) runs alongside every
+  // other call; what it acts on is read again inside hooks.exclusive. UNIMPLEMENTED for a
+  // tier without a self-describing copy (the default); UNAVAILABLE / INTERNAL on I/O
+  // errors (what was written before stays consistent).
+  virtual absl::StatusOr<ColdRecoverReport> RecoverOnline(ColdRecoverMode /*mode*/,
+                                                          const ColdRecoverHooks& /*hooks*/) {
+    return absl::UnimplementedError("this cold tier cannot be rebuilt from its blocks");
+  }
 };
 
 }  // namespace kvtier::storage

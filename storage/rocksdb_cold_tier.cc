@@ -629,6 +629,245 @@ absl::Status RocksDbColdTier::RebuildSlab() {
   return slab_->Reset(kept);
 }
 
+absl::StatusOr<ColdRecoverReport> RocksDbColdTier::RecoverOnline(ColdRecoverMode mode,
+                                                                 const ColdRecoverHooks& hooks) {
+  const absl::Time start = absl::Now();
+  const bool rebuild = mode == ColdRecoverMode::kRebuild;
+  ColdRecoverReport report;
+  // Everything up to `critical` runs alongside Puts and Deletes, so what it saw may be
+  // stale by then: `critical` reads again each record and extent it acts on.
+  ASSIGN_OR_RETURN(SlabScan scan, ScanSlab(*slab_));
+  report.scan_bytes = scan.bytes;
+  report.extents_scanned = scan.extents.size();
+  report.deleted_extents = scan.killed_headers;
+  absl::flat_hash_map<uint64_t, size_t> scanned_at;
+  scanned_at.reserve(scan.extents.size());
+  for (size_t i = 0; i < scan.extents.size(); ++i) scanned_at.emplace(scan.extents[i].offset, i);
+  auto holds = [](const ColdRecordHeader& h, const ColdIndexRecord& r) {
+    return h.record.ns_id == r.ns_id && h.record.key == r.key &&
+           h.record.checksum == r.checksum && h.record.stored_bytes == r.stored_bytes &&
+           h.record.payload_bytes == r.payload_bytes;
+  };
+  // Whether the extent a record names holds its block (the scan's view, else read again).
+  auto verified = [&](const ColdIndexRecord& rec, uint64_t offset) -> absl::StatusOr<bool> {
+    auto at = scanned_at.find(offset);
+    if (at != scanned_at.end() && holds(scan.extents[at->second].header, rec)) return true;
+    absl::StatusOr<ColdRecordHeader> h = VerifyExtent(*slab_, offset);
+    if (!h.ok() && !absl::IsDataLoss(h.status()) && !absl::IsNotFound(h.status())) {
+      return h.status();
+    }
+    return h.ok() && holds(*h, rec);
+  };
+  // The index as it is now: which records the blocks back (counted, never changed), and
+  // which keys have a record at all.
+  absl::flat_hash_map<std::string, uint64_t> named;  // index key -> offset
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
+    const std::string prefix(1, kBlockIndexPrefix);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      ColdIndexRecord rec;
+      uint64_t offset = 0;
+      if (it->key().size() < 6 ||
+          !ParseIndex(std::string_view(it->value().data(), it->value().size()), &rec, &offset)
+               .ok()) {
+        ++report.damaged_records;
+        continue;
+      }
+      rec.ns_id = DecodeNsId(it->key().data() + 1);
+      rec.key.assign(it->key().data() + 5, it->key().size() - 5);
+      ASSIGN_OR_RETURN(const bool ok, verified(rec, offset));
+      ++(ok ? report.records_verified : report.damaged_records);
+      named.emplace(it->key().ToString(), offset);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "scan block index"));
+  }
+  // Candidates: verified extents no record named, and damaged extents.
+  std::vector<size_t> unnamed;
+  for (size_t i = 0; i < scan.extents.size(); ++i) {
+    const ColdIndexRecord& r = scan.extents[i].header.record;
+    auto n = named.find(IndexKey(r.ns_id, r.key));
+    if (n == named.end() || n->second != scan.extents[i].offset) unnamed.push_back(i);
+  }
+  absl::flat_hash_map<std::string, uint64_t>().swap(named);
+
+  // The database's namespace records, then cold.meta's specs (written first: a namespace
+  // write under way shows in `specs_before`, and is at worst written again below).
+  auto read_db_namespaces = [&](std::map<uint32_t, std::string>* in_db) {
+    in_db->clear();
+    return ForEachNamespace(
+        [&](uint32_t id, std::string_view spec) { in_db->emplace(id, std::string(spec)); });
+  };
+  std::map<uint32_t, std::string> in_db;
+  RETURN_IF_ERROR(read_db_namespaces(&in_db));
+  std::map<uint32_t, std::string> specs_before;
+  {
+    common::MutexLock lock(&meta_mu_);
+    specs_before = meta_.namespaces;
+  }
+
+  // The reconcile: no Put, Delete or namespace write runs (hooks.exclusive). Its cost is
+  // in the candidates, not in the index size (the database is read only for them).
+  auto critical = [&]() -> absl::Status {
+    std::map<uint32_t, std::string> specs;
+    {
+      common::MutexLock lock(&meta_mu_);
+      specs = meta_.namespaces;
+    }
+    // A namespace was registered or dropped since: read the database's records again.
+    if (specs != specs_before) RETURN_IF_ERROR(read_db_namespaces(&in_db));
+    {
+      // Namespace records: the database follows cold.meta (written first).
+      rocksdb::WriteBatch batch;
+      for (const auto& [id, spec] : specs) {
+        auto it = in_db.find(id);
+        if (it != in_db.end() && it->second == spec) continue;
+        ++report.namespaces_recreated;
+        RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, BlockKey(id, "", kNamespacePrefix), spec),
+                                  "put namespace"));
+      }
+      if (rebuild && batch.Count() > 0) {
+        rocksdb::WriteOptions wo;
+        wo.sync = true;
+        RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "rewrite namespaces"));
+      }
+    }
+    std::vector<uint64_t> kills;
+    absl::flat_hash_map<std::string, ColdRecordHeader> lost;  // index key -> newest copy
+    absl::flat_hash_map<std::string, uint64_t> lost_at;
+    for (size_t i : unnamed) {
+      const ScannedExtent& e = scan.extents[i];
+      const ColdIndexRecord& r = e.header.record;
+      const std::string key = IndexKey(r.ns_id, r.key);
+      // The key's record now (a Put may have written one since).
+      std::string value;
+      const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), meta_cf_, key, &value);
+      if (!got.ok() && !got.IsNotFound()) return FromRocks(got, "get block index");
+      ColdIndexRecord rec;
+      uint64_t rec_offset = 0;
+      const bool has_record = got.ok();
+      const bool parsed = has_record && ParseIndex(value, &rec, &rec_offset).ok();
+      if (parsed && rec_offset == e.offset) continue;        // its own record's (now)
+      if (!slab_->IsFree(e.offset, r.stored_bytes)) continue;  // in use by another
+      absl::StatusOr<ColdRecordHeader> now = VerifyExtent(*slab_, e.offset);
+      if (!now.ok() || now->seq != e.header.seq) continue;  // killed or reused since
+      if (!specs.contains(r.ns_id)) {
+        ++report.orphan_blocks;
+        kills.push_back(e.offset);
+        continue;
+      }
+      if (has_record) {
+        // A verified record is the block (this copy is older or was never acknowledged);
+        // a damaged one is left to the read path (never changed here).
+        rec.ns_id = r.ns_id;
+        rec.key = r.key;
+        bool ok = false;
+        if (parsed) {
+          ASSIGN_OR_RETURN(ok, verified(rec, rec_offset));
+        }
+        if (ok) {
+          ++report.stale_copies;
+          kills.push_back(e.offset);
+        }
+        continue;
+      }
+      if (r.key.empty() || r.parent_key.size() > 255) {
+        ++report.damaged_extents;
+        kills.push_back(e.offset);
+        continue;
+      }
+      auto [it, inserted] = lost.try_emplace(key, *now);
+      if (!inserted) {
+        ++report.stale_copies;
+        if (it->second.seq < now->seq) {
+          kills.push_back(lost_at[key]);
+          it->second = *now;
+        } else {
+          kills.push_back(e.offset);
+          continue;
+        }
+      }
+      lost_at[key] = e.offset;
+    }
+    for (const SlabFile::Extent& d : scan.damaged) {
+      if (!slab_->IsFree(d.offset, SlabFile::kUnitBytes)) continue;  // a record's: counted
+      absl::StatusOr<ColdRecordHeader> now = VerifyExtent(*slab_, d.offset);
+      if (!absl::IsDataLoss(now.status())) continue;  // killed or rewritten since
+      ++report.damaged_extents;
+      kills.push_back(d.offset);
+    }
+    report.damaged_extents += scan.damaged_headers;  // no scan adopts those: nothing to kill
+    // Keys the caller holds a newer copy of (or whose namespace is going) stay out.
+    std::vector<std::pair<std::string, ColdRecordHeader>> adopt;
+    adopt.reserve(lost.size());
+    for (auto& [key, h] : lost) {
+      if (hooks.adopt && !hooks.adopt(h.record)) {
+        ++report.stale_copies;
+        kills.push_back(lost_at[key]);
+        continue;
+      }
+      adopt.emplace_back(key, h);
+    }
+    report.records_recreated = adopt.size();
+    if (!rebuild) return absl::OkStatus();
+
+    // Kill the losers first: a later scan must not find them whatever happens next.
+    for (uint64_t offset : kills) RETURN_IF_ERROR(Kill(offset));
+    if (!kills.empty()) RETURN_IF_ERROR(slab_->Sync());
+    rocksdb::WriteBatch batch;
+    std::vector<const ColdIndexRecord*> written;
+    std::vector<SlabFile::Extent> claimed;
+    auto unclaim = [&] {
+      for (const SlabFile::Extent& c : claimed) slab_->Free(c.offset, c.bytes);
+    };
+    for (const auto& [key, h] : adopt) {
+      const uint64_t offset = lost_at[key];
+      if (!slab_->Claim(offset, h.record.stored_bytes)) continue;  // checked free above
+      claimed.push_back({offset, h.record.stored_bytes});
+      absl::Status put =
+          FromRocks(batch.Put(meta_cf_, key, EncodeIndex(h.record, offset)), "put block index");
+      if (!put.ok()) {
+        unclaim();
+        return put;
+      }
+      written.push_back(&h.record);
+    }
+    if (batch.Count() > 0) {
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      if (absl::Status st = FromRocks(db_->Write(wo, &batch), "rewrite block index"); !st.ok()) {
+        unclaim();
+        return st;
+      }
+    }
+    blocks_.fetch_add(static_cast<int64_t>(written.size()), std::memory_order_relaxed);
+    report.records_recreated = written.size();
+    for (const ColdIndexRecord* r : written) {
+      if (hooks.adopted) hooks.adopted(*r);
+    }
+    // Seqs above every copy seen, so a later re-Put's copy always wins a later scan.
+    uint64_t next = next_seq_.load();
+    while (next <= scan.max_seq && !next_seq_.compare_exchange_weak(next, scan.max_seq + 1)) {
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(hooks.exclusive ? hooks.exclusive(critical) : critical());
+  report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  KVTIER_LOG(WARNING) << "cold tier " << options_.dir << ": "
+                      << (rebuild ? "online rebuild" : "online verify") << " from "
+                      << kSlabFileName << ": " << report.scan_bytes << " bytes, "
+                      << report.extents_scanned << " extents in " << report.seconds << " s; "
+                      << report.records_verified << " records verified, "
+                      << report.records_recreated
+                      << (rebuild ? " re-created, " : " to re-create, ")
+                      << report.damaged_records << " naming a damaged extent; "
+                      << report.damaged_extents << " damaged extent(s), "
+                      << report.stale_copies << " stale copies, " << report.orphan_blocks
+                      << " orphan block(s)" << (rebuild ? " freed; " : " to free; ")
+                      << report.namespaces_recreated << " namespace record(s)"
+                      << (rebuild ? " re-created" : " to re-create");
+  return report;
+}
+
 RocksDbColdTier::~RocksDbColdTier() {
   CloseDb();
   if (!opened_) return;

@@ -149,6 +149,16 @@ class RocksDbColdTier final : public ColdTier {
   uint64_t wal_dropped_ranges() const { return recovery_.wal_dropped_ranges; }
   uint64_t wal_dropped_bytes() const { return recovery_.wal_dropped_bytes; }
   ColdTierRecovery recovery() const override { return recovery_; }
+  // ColdTier::RecoverOnline: a slab scan and a pass over the index records alongside the
+  // live calls (O(blocks)), then, inside hooks.exclusive (O(extents no record names)),
+  // each record and extent it acts on read and verified again: a verified extent in
+  // free space whose key has no index record is re-indexed (hooks.adopt allowing) and
+  // its space claimed; a verified extent in free space whose key has a verified record
+  // (or that hooks.adopt refuses, or whose namespace has no spec) is killed; a damaged
+  // one in free space is killed; namespace records follow cold.meta. kVerify writes
+  // nothing. Logged at WARNING with the figures.
+  absl::StatusOr<ColdRecoverReport> RecoverOnline(ColdRecoverMode mode,
+                                                  const ColdRecoverHooks& hooks) override;
 
  private:
   explicit RocksDbColdTier(const ColdTierOptions& options) : options_(options) {}

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -75,6 +76,53 @@ void SlabFile::Free(uint64_t offset, uint64_t bytes) {
   KVTIER_CHECK(used_ >= length && offset + length <= end_) << "free of an unallocated extent";
   used_ -= length;
   AddFreeLocked(offset, length);
+}
+
+std::map<uint64_t, uint64_t>::const_iterator SlabFile::FreeRangeHoldingLocked(
+    uint64_t offset, uint64_t length) const {
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it == free_by_offset_.begin()) return free_by_offset_.end();
+  --it;
+  return it->first + it->second >= offset + length ? it : free_by_offset_.end();
+}
+
+bool SlabFile::IsFree(uint64_t offset, uint64_t bytes) const {
+  const uint64_t length = Round(std::max<uint64_t>(bytes, 1));
+  common::MutexLock lock(&mu_);
+  return offset >= end_ || FreeRangeHoldingLocked(offset, length) != free_by_offset_.end();
+}
+
+bool SlabFile::Claim(uint64_t offset, uint64_t bytes) {
+  const uint64_t length = Round(std::max<uint64_t>(bytes, 1));
+  if (offset % kUnitBytes != 0) return false;
+  common::MutexLock lock(&mu_);
+  if (offset >= end_) {
+    // Free ranges never touch end_, so [end_, offset) joins no neighbour but may merge
+    // with none: add it as it is.
+    if (offset > end_) {
+      free_by_offset_.emplace(end_, offset - end_);
+      free_by_size_.emplace(offset - end_, end_);
+    }
+    end_ = offset + length;
+    used_ += length;
+    return true;
+  }
+  const auto it = FreeRangeHoldingLocked(offset, length);
+  if (it == free_by_offset_.end()) return false;
+  const uint64_t start = it->first;
+  const uint64_t stop = it->first + it->second;  // below end_ (free ranges never touch it)
+  free_by_size_.erase({it->second, it->first});
+  free_by_offset_.erase(it);
+  if (offset > start) {
+    free_by_offset_.emplace(start, offset - start);
+    free_by_size_.emplace(offset - start, start);
+  }
+  if (stop > offset + length) {
+    free_by_offset_.emplace(offset + length, stop - offset - length);
+    free_by_size_.emplace(stop - offset - length, offset + length);
+  }
+  used_ += length;
+  return true;
 }
 
 void SlabFile::AddFreeLocked(uint64_t offset, uint64_t length) {

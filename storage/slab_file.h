@@ -60,6 +60,12 @@ class SlabFile {
   std::optional<uint64_t> Allocate(uint64_t bytes);
   // Returns an extent from Allocate or Reset. REQUIRES: it is allocated.
   void Free(uint64_t offset, uint64_t bytes);
+  // Whether no allocation overlaps the extent at `offset` (its rounded length).
+  bool IsFree(uint64_t offset, uint64_t bytes) const;
+  // Allocates exactly the extent at `offset` (unit-aligned) when it is free (IsFree);
+  // returns false, changing nothing, otherwise. It may end past the limit, as Reset's.
+  // Recovery on a running tier uses it for an extent its index lost.
+  bool Claim(uint64_t offset, uint64_t bytes);
 
   // pwrite of `data` at `offset`, then fdatasync when `sync`. UNAVAILABLE on I/O errors.
   absl::Status Write(uint64_t offset, std::string_view data, bool sync);
@@ -86,6 +92,10 @@ class SlabFile {
   SlabFile(std::string path, int fd, uint64_t limit)
       : path_(std::move(path)), fd_(fd), limit_(limit) {}
   void AddFreeLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free range (offset -> length) holding [offset, offset + length), or end().
+  std::map<uint64_t, uint64_t>::const_iterator FreeRangeHoldingLocked(uint64_t offset,
+                                                                      uint64_t length) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const int fd_;

@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "storage/checksum.h"
 
@@ -62,6 +63,35 @@ absl::StatusOr<SlabScan> ScanSlab(const SlabFile& slab, uint64_t chunk_bytes) {
     at += SlabFile::Round(stored);
   }
   return out;
+}
+
+absl::StatusOr<ColdRecordHeader> VerifyExtent(const SlabFile& slab, uint64_t offset) {
+  ASSIGN_OR_RETURN(const uint64_t end, slab.FileBytes());
+  if (offset + kColdRecordHeaderBytes > end) {
+    return absl::DataLossError(absl::StrCat("cold slab has no extent at ", offset));
+  }
+  std::string buf;
+  RETURN_IF_ERROR(slab.Read(offset, std::min<uint64_t>(SlabFile::kUnitBytes, end - offset), &buf));
+  uint16_t key_bytes, parent_bytes;
+  std::memcpy(&key_bytes, buf.data() + 6, 2);
+  std::memcpy(&parent_bytes, buf.data() + 8, 2);
+  const uint64_t head_bytes = kColdRecordHeaderBytes + key_bytes + parent_bytes;
+  if (head_bytes > buf.size() && offset + head_bytes <= end) {
+    RETURN_IF_ERROR(slab.Read(offset, head_bytes, &buf));
+  }
+  ASSIGN_OR_RETURN(ColdRecordHeader h,
+                   ParseColdRecordHeader(std::span<const uint8_t>(
+                       reinterpret_cast<const uint8_t*>(buf.data()), buf.size())));
+  const uint64_t stored = h.record.stored_bytes;
+  if (offset + stored > end) {
+    return absl::DataLossError(absl::StrCat("cold extent at ", offset, " runs past the end"));
+  }
+  if (stored > buf.size()) RETURN_IF_ERROR(slab.Read(offset, stored, &buf));
+  const auto value = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf.data()), stored);
+  if (PayloadChecksum(value.subspan(h.header_bytes)) != h.body_checksum) {
+    return absl::DataLossError(absl::StrCat("cold extent at ", offset, " fails its body checksum"));
+  }
+  return h;
 }
 
 }  // namespace kvtier::storage

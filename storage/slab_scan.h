@@ -13,8 +13,10 @@
 // Several extents may hold the same key (a crash between a re-Put and the kill of the
 // old copy; an unacknowledged Put): the caller keeps the highest seq.
 //
-// Reads sequentially in chunks of `chunk_bytes`. Thread-compatible: the slab must not be
-// written during the scan.
+// Reads sequentially in chunks of `chunk_bytes` (positional reads, no lock). It may run
+// while the slab is written (RocksDbColdTier::RecoverOnline): what it reports is then a
+// mix of before and after, and an extent written meanwhile may read as damaged, so a
+// caller acting on it reads each extent again (VerifyExtent) under its own exclusion.
 #ifndef KVTIER_STORAGE_SLAB_SCAN_H_
 #define KVTIER_STORAGE_SLAB_SCAN_H_
 
@@ -43,6 +45,12 @@ struct SlabScan {
 
 // UNAVAILABLE on read errors.
 absl::StatusOr<SlabScan> ScanSlab(const SlabFile& slab, uint64_t chunk_bytes = 8ull << 20);
+
+// Reads the extent at `offset` again and verifies it as ScanSlab does (header, then the
+// body against its checksum); returns its header. NOT_FOUND for a killed header;
+// DATA_LOSS for a damaged header or body, or one that runs past the end of the file;
+// UNAVAILABLE on read errors. Thread-safe (one positional read or two).
+absl::StatusOr<ColdRecordHeader> VerifyExtent(const SlabFile& slab, uint64_t offset);
 
 }  // namespace kvtier::storage
 

@@ -220,6 +220,31 @@ class TieredStore {
 
   // Returns a snapshot of the counters and capacities. Never fails.
   virtual StoreStats Stats() const = 0;
+
+  // Recovery on demand (docs/recovery.md "On demand"; the admin RPC Recover): checks the
+  // cold tier's index against its slab (ColdTier::RecoverOnline) and, with kRebuild,
+  // re-creates the index records and namespace records it lost, makes those blocks
+  // resident again (cold; announced as stored), and frees damaged and stale extents.
+  // kVerify changes nothing and reports what a rebuild would do.
+  // Concurrency contract with live calls: every call goes on during the slab scan and
+  // the pass over the index (the long parts, O(blocks)). The reconcile then holds every
+  // key stripe and the namespace write lock: Puts and Deletes (and flushes, demotions,
+  // cold evictions, RegisterNamespace) wait for it; Gets and Lookups do not. It costs
+  // O(extents no index record names): microseconds when nothing was lost. Hence:
+  //  - a block whose Delete (or drop) was acknowledged before the reconcile never comes
+  //    back: its extent was killed first and every extent is read again inside it; one
+  //    deleted after it is found in the index and deleted as usual;
+  //  - an acknowledged block is never lost: no index record is changed or deleted, only
+  //    free slab space is reclaimed, and a key the store holds a newer copy of (hot) is
+  //    not re-indexed from an older extent.
+  //  - a Delete of a block the store did not know (its record was lost before it
+  //    started) removes nothing, so a later rebuild may bring that block back with
+  //    exactly the bytes its Put carried.
+  // One recovery runs at a time (a second waits). UNIMPLEMENTED when the cold tier has no
+  // self-describing copy; the cold tier's I/O errors.
+  virtual absl::StatusOr<ColdRecoverReport> RecoverCold(ColdRecoverMode /*mode*/) {
+    return absl::UnimplementedError("this store cannot recover its cold tier on demand");
+  }
 };
 
 }  // namespace kvtier::storage

@@ -99,6 +99,7 @@ absl::StatusOr<uint64_t> TieredStoreImpl::DropNamespace(std::string_view ns_name
                                                "back on restart): ",
                                                cold_status.message()));
   }
+  common::MutexLock ns_write(&ns_write_mu_);  // RecoverCold's reconcile excludes the write
   RETURN_IF_ERROR(cold_->DeleteNamespace(ns->id));
   return removed;
 }

@@ -260,6 +260,7 @@ absl::Status TieredStoreImpl::AddNamespaceLocked(BlockId id, const NamespaceOpti
 
 absl::StatusOr<NamespaceOptions> TieredStoreImpl::RegisterNamespace(const NamespaceOptions& ns) {
   RETURN_IF_ERROR(ns.Validate());
+  common::MutexLock ns_write(&ns_write_mu_);  // RecoverCold's reconcile excludes the write
   common::MutexLock lock(&mu_);
   auto it = ns_by_name_.find(ns.name);
   if (it != ns_by_name_.end()) {

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -131,9 +132,18 @@ class TieredStoreImpl final : public TieredStore {
   absl::StatusOr<uint64_t> DropNamespace(std::string_view ns, bool force) override
       ABSL_LOCKS_EXCLUDED(mu_);
   StoreStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ColdRecoverReport> RecoverCold(ColdRecoverMode mode) override
+      ABSL_LOCKS_EXCLUDED(mu_, ns_write_mu_, recover_mu_);
 
  private:
+#ifdef KVTIER_TSAN
+  // RecoverCold holds every stripe at once, and TSAN's deadlock detector aborts a thread
+  // holding more than 64 locks (sanitizer_deadlock_detector.h: all_locks_with_contexts_):
+  // the TSAN build (scripts/tsan.sh) uses fewer stripes, the same code otherwise.
+  static constexpr size_t kNumStripes = 32;
+#else
   static constexpr size_t kNumStripes = 64;
+#endif
   static constexpr int64_t kPinForever = std::numeric_limits<int64_t>::max();
 
   enum class DemoteMode { kWatermark, kAdmin, kCopyOnly };
@@ -147,6 +157,15 @@ class TieredStoreImpl final : public TieredStore {
   common::Mutex& Stripe(uint16_t ns, std::string_view key) {
     return stripes_[XXH3_64bits_withSeed(key.data(), key.size(), ns) % kNumStripes];
   }
+
+  // --- Recovery on demand (tiered_store_recover.cc)
+  // Runs fn holding stripes_[i..] (then returns its status); stripes are taken in index
+  // order, and nothing else holds two.
+  absl::Status WithStripesFrom(size_t i, const std::function<absl::Status()>& fn);
+  // Whether the cold tier should re-index `record` (no resident copy of its key here, its
+  // namespace live), and indexing it as a cold block.
+  bool MayAdoptCold(const ColdIndexRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  void AdoptCold(const ColdIndexRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Setup (tiered_store_impl.cc)
   absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
@@ -378,6 +397,10 @@ class TieredStoreImpl final : public TieredStore {
   const uint64_t high_bytes_;                     // demotion starts above this many hot bytes
   const uint64_t low_bytes_;                      // ... and stops at or below this many
   std::array<common::Mutex, kNumStripes> stripes_;  // serialize cold writes per key
+  // Serializes the cold tier's namespace writes with RecoverCold's reconcile. Lock
+  // order: ns_write_mu_ -> stripe -> mu_.
+  common::Mutex ns_write_mu_;
+  common::Mutex recover_mu_;  // one RecoverCold at a time
   std::thread demoter_;                           // started by Init, joined by the destructor
   std::thread flusher_;                           // ditto (write-back debt)
   std::vector<std::thread> prefetchers_;          // ditto (prefetch on Lookup)

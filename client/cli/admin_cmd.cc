@@ -1,4 +1,5 @@
-// `kvtier stats | namespaces | lookup | put | get | evict | flush | drop-namespace`: talk to a kvtierd.
+// `kvtier stats | namespaces | lookup | put | get | evict | flush | drop-namespace |
+// recover`: talk to a kvtierd.
 #include <unistd.h>
 
 #include <cstdio>
@@ -57,7 +58,11 @@ constexpr char kAdminUsage[] =
     "        kvtier loops until done, one progress line per call\n"
     "  drop-namespace --namespace NS [--force]\n"
     "        removes every block of NS and NS itself from this server (AllBlocksCleared);\n"
-    "        refused while leases of NS are in force unless --force\n";
+    "        refused while leases of NS are in force unless --force\n"
+    "  recover [--verify]   scan this server's cold slab and re-create the index and\n"
+    "        namespace records it lost (docs/recovery.md); --verify only reports what a\n"
+    "        rebuild would do. Operator token; reads the whole slab (call deadline:\n"
+    "        --timeout-ms, default 1 hour)\n";
 
 std::string JsonEscape(std::string_view s) {
   std::string out;
@@ -458,13 +463,39 @@ absl::Status RunFlush(const Flags& flags) {
   }
 }
 
+absl::Status RunRecover(const Flags& flags) {
+  ASSIGN_OR_RETURN(auto client, ConnectFromFlags(flags));
+  client::CallOptions call;
+  ASSIGN_OR_RETURN(call.deadline_ms, flags.GetInt("timeout-ms", 3600 * 1000));
+  const bool verify = flags.Has("verify");
+  ASSIGN_OR_RETURN(v1::RecoverResponse r, client->Recover(verify, call));
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  if (flags.Has("json")) {
+    std::printf("%s\n", ProtoJson(r).c_str());
+    return absl::OkStatus();
+  }
+  std::printf("%s: %llu bytes of slab scanned in %.2f s, %llu extents verified\n",
+              verify ? "verify (nothing changed)" : "rebuild", u(r.scan_bytes()), r.seconds(),
+              u(r.extents_scanned()));
+  std::printf("index records: %llu verified, %llu %s, %llu naming a damaged extent\n",
+              u(r.records_verified()), u(r.records_recreated()),
+              verify ? "to re-create" : "re-created", u(r.damaged_records()));
+  std::printf("extents %s: %llu damaged, %llu stale copies, %llu orphans; %llu deleted "
+              "extents seen\n",
+              verify ? "to free" : "freed", u(r.damaged_extents()), u(r.stale_copies()),
+              u(r.orphan_blocks()), u(r.deleted_extents()));
+  std::printf("namespace records %s: %llu\n", verify ? "to re-create" : "re-created",
+              u(r.namespaces_recreated()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunAdmin(int argc, char** argv) {
   const std::string_view command = argv[0];
   Flags flags = Flags::Parse(argc, argv, 1,
                               {"json", "watch", "raw", "drop", "local-only", "cluster", "tls",
-                               "help", "force"});
+                               "help", "force", "verify"});
   if (flags.Has("help") && command != "stats") {  // stats explains its own columns
     std::fputs(kAdminUsage, stdout);
     return 0;
@@ -473,7 +504,8 @@ int RunAdmin(int argc, char** argv) {
       {"server", "auth-token", "json", "timeout-ms", "namespace", "watch", "interval", "cluster", "keys", "tokens",
        "generate", "seed", "shared-prefix", "extra", "local-only", "layout", "dtype", "codec",
        "tenant", "model", "sinks", "key", "parent", "index", "file", "raw", "out", "drop",
-       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "max-ms", "help", "force"});
+       "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "max-ms", "help", "force",
+       "verify"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier %s: %s\n\n%s", std::string(command).c_str(),
                  known.ok() ? "unexpected positional argument" : std::string(known.message()).c_str(),
@@ -489,6 +521,7 @@ int RunAdmin(int argc, char** argv) {
   else if (command == "evict") status = RunEvict(flags);
   else if (command == "flush") status = RunFlush(flags);
   else if (command == "drop-namespace") status = RunDropNamespace(flags);
+  else if (command == "recover") status = RunRecover(flags);
   else status = absl::InvalidArgumentError("unknown command");
   if (!status.ok()) {
     std::fprintf(stderr, "kvtier %s: %s\n", std::string(command).c_str(),

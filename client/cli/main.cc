@@ -21,6 +21,8 @@ constexpr char kUsage[] =
     "  put | get                     store or fetch blocks (a file or generated blocks)\n"
     "  evict | flush                 admin eviction, make hot blocks durable\n"
     "  drop-namespace                remove a namespace and all its blocks\n"
+    "  recover [--verify]            rebuild (or check) the cold index from the slab\n"
+    "  admin COMMAND ...             the same commands (`kvtier admin recover`)\n"
     "  health [--service NAME]       exit 0 when the server is SERVING (exec probes)\n"
     "  bench                         load generator (--server ADDR or --redis ADDR)\n"
     "\n"
@@ -61,9 +63,11 @@ int main(int argc, char** argv) {
   if (command == "health") return kvtier::cli::RunHealth(argc - 1, argv + 1);
   if (command == "stats" || command == "namespaces" || command == "lookup" ||
       command == "put" || command == "get" || command == "evict" || command == "flush" ||
-      command == "drop-namespace") {
+      command == "drop-namespace" || command == "recover") {
     return kvtier::cli::RunAdmin(argc - 1, argv + 1);
   }
+  // `kvtier admin COMMAND`: the admin commands under one word.
+  if (command == "admin" && argc > 2) return kvtier::cli::RunAdmin(argc - 2, argv + 2);
   std::fprintf(stderr, "kvtier: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

@@ -234,6 +234,19 @@ TEST(ConfigTest, PrefetchOnLookupIsOffUnlessTheFlagTurnsItOn) {
   EXPECT_THAT(UsageText(), HasSubstr("--prefetch-on-lookup"));
 }
 
+TEST(ConfigTest, RecoverIsAFlagOfItsOwnListedInHelp) {
+  auto plain = ParseCommandLine({"--port", "0"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->recover);
+  // Anywhere among the flags, and it sets nothing in the config.
+  auto cl = ParseCommandLine({"--port", "0", "--recover", "--data-dir", "/tmp/x"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->recover);
+  EXPECT_EQ(cl->config.data_dir(), "/tmp/x");
+  EXPECT_EQ(cl->mode, CommandLine::Mode::kServe);
+  EXPECT_THAT(UsageText(), HasSubstr("--recover\n      before serving, rebuild the cold tier"));
+}
+
 TEST(ConfigTest, HelpListsEveryEvictionPolicyAndTheSizeSyntax) {
   const std::string usage = UsageText();
   for (const char* policy :

@@ -7,6 +7,7 @@
 // directory FlippedByteAnywhereInTheDatabaseLosesNoBlock tries (scripts/bench.sh runs 100).
 #include <rocksdb/db.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "storage/checksum.h"
+#include "storage/cold_meta_file.h"
 #include "storage/cold_record.h"
 #include "storage/rocksdb_cold_tier.h"
 #include "storage/slab_file.h"
@@ -424,6 +426,160 @@ TEST(ColdTierRecoveryTest, FormatOneSlabIsRefusedNamingWhy) {
   ASSERT_FALSE(cold.ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(cold.status())) << cold.status();
   EXPECT_NE(cold.status().message().find("format 1"), std::string::npos) << cold.status();
+}
+
+// --- Recovery on demand (RecoverOnline), on a running tier.
+
+// Deletes the index records of namespace 1's keys `keys` with RocksDB directly (the tier
+// closed) and marks the last close unclean, so Open does not notice: the silent loss an
+// unclean shutdown can leave (docs/recovery.md), which RecoverOnline exists for.
+void LoseRecordsSilently(const std::string& dir, const std::vector<int>& keys) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {"meta", rocksdb::ColumnFamilyOptions()}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw).ok());
+  for (int i : keys) {
+    const std::string k = std::string("i\0\0\0\1", 5) + Key(i);
+    ASSERT_TRUE(raw->Delete(rocksdb::WriteOptions(), handles[1], k).ok());
+  }
+  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+  ASSERT_TRUE(raw->Close().ok());
+  delete raw;
+  auto meta = ReadColdMetaFile(dir + "/cold.meta");
+  ASSERT_TRUE(meta.ok() && meta->has_value());
+  ColdMeta m = **meta;
+  m.clean = false;
+  ASSERT_TRUE(WriteColdMetaFile(dir + "/cold.meta", m).ok());
+}
+
+ColdRecoverHooks NoHooks() { return {}; }
+
+TEST(ColdTierRecoveryTest, OnlineVerifyReportsLostRecordsAndChangesNothing) {
+  kvtier::testing::TempDir dir;
+  const std::string db = dir.Sub("db");
+  MakeTier(db, /*flushed=*/false);
+  LoseRecordsSilently(db, {10, 11, 12, 13, 14});
+  auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_FALSE((*cold)->recovery().slab_scanned);  // the loss went unnoticed at open
+  EXPECT_TRUE(absl::IsNotFound(Read(**cold, 1, Key(12)).status()));
+  for (int round = 0; round < 2; ++round) {
+    auto r = (*cold)->RecoverOnline(ColdRecoverMode::kVerify, NoHooks());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->extents_scanned, static_cast<uint64_t>(kBlocks));
+    EXPECT_EQ(r->records_verified, static_cast<uint64_t>(kBlocks - 5));
+    EXPECT_EQ(r->records_recreated, 5u);
+    EXPECT_EQ(r->damaged_extents + r->damaged_records + r->stale_copies + r->orphan_blocks, 0u);
+    EXPECT_GT(r->scan_bytes, static_cast<uint64_t>(kBlocks) * kBlockBytes);
+    EXPECT_TRUE(absl::IsNotFound(Read(**cold, 1, Key(12)).status()));  // still lost
+  }
+}
+
+TEST(ColdTierRecoveryTest, OnlineRebuildReindexesLostBlocksOnlyAndKeepsDeletesDead) {
+  kvtier::testing::TempDir dir;
+  const std::string db = dir.Sub("db");
+  MakeTier(db, /*flushed=*/true);
+  LoseRecordsSilently(db, {20, 21, 22, 23, 24, 25});
+  auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  // While the records are lost: 30 (known) is deleted, 21 is put again (new bytes, a
+  // newer copy; best fit puts it in 30's freed extent: a Put may reuse the space of a
+  // block whose record is lost, which is then gone, hence "rebuild soon" in
+  // docs/recovery.md), and 25's extent gets a flipped body byte.
+  const std::string fresh(kBlockBytes, 'n');
+  ASSERT_TRUE((*cold)->DeleteBlock(1, Key(30)).ok());
+  ASSERT_TRUE(PutBlock(**cold, 1, Key(21), Key(20), 21, fresh).ok());
+  {
+    auto slab = SlabFile::Open(db + "/cold.slab", 0);
+    ASSERT_TRUE(slab.ok());
+    auto scan = ScanSlab(**slab);
+    ASSERT_TRUE(scan.ok());
+    for (const ScannedExtent& e : scan->extents) {
+      if (e.header.record.key == Key(25)) FlipByte(db + "/cold.slab", e.offset + 200, 0x10);
+    }
+  }
+  auto r = (*cold)->RecoverOnline(ColdRecoverMode::kRebuild, NoHooks());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->records_recreated, 4u);  // 20, 22, 23, 24
+  EXPECT_EQ(r->stale_copies, 1u);       // 21's old copy
+  EXPECT_EQ(r->damaged_extents, 1u);    // 25
+  EXPECT_EQ(r->damaged_records, 0u);
+  for (int i = 0; i < kBlocks; ++i) {
+    auto got = Read(**cold, 1, Key(i));
+    if (i == 25 || i == 30) {
+      EXPECT_TRUE(absl::IsNotFound(got.status())) << i << ": " << got.status();
+    } else {
+      ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+      EXPECT_EQ(*got, i == 21 ? fresh : Payload(i)) << i;
+    }
+  }
+  // The claimed extents are allocated: new blocks land elsewhere and every old one stays.
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(PutBlock(**cold, 2, Key(100 + i), "", 0, Payload(100 + i)).ok());
+  }
+  for (int i : {20, 22, 23, 24}) EXPECT_EQ(*Read(**cold, 1, Key(i)), Payload(i)) << i;
+  // A second rebuild finds nothing more to do, and a full rebuild at open agrees.
+  auto again = (*cold)->RecoverOnline(ColdRecoverMode::kRebuild, NoHooks());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->records_recreated + again->stale_copies + again->damaged_extents, 0u);
+  cold->reset();
+  ColdTierOptions full{db};
+  full.recover = true;
+  auto reopened = RocksDbColdTier::Open(full);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_TRUE(absl::IsNotFound(Read(**reopened, 1, Key(30)).status()));
+  EXPECT_EQ(*Read(**reopened, 1, Key(21)), fresh);
+  EXPECT_EQ(*Read(**reopened, 1, Key(22)), Payload(22));
+}
+
+TEST(ColdTierRecoveryTest, OnlineRebuildAsksBeforeReindexingAndRunsItsReconcileInExclusive) {
+  kvtier::testing::TempDir dir;
+  const std::string db = dir.Sub("db");
+  MakeTier(db, /*flushed=*/false);
+  LoseRecordsSilently(db, {40, 41});
+  auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  int exclusive_calls = 0;
+  bool inside = false;
+  std::vector<std::string> asked, adopted;
+  ColdRecoverHooks hooks;
+  hooks.exclusive = [&](const std::function<absl::Status()>& critical) {
+    ++exclusive_calls;
+    inside = true;
+    absl::Status st = critical();
+    inside = false;
+    return st;
+  };
+  hooks.adopt = [&](const ColdIndexRecord& rec) {
+    EXPECT_TRUE(inside);
+    asked.push_back(rec.key);
+    return rec.key != Key(41);  // the caller holds a newer 41
+  };
+  hooks.adopted = [&](const ColdIndexRecord& rec) {
+    EXPECT_TRUE(inside);
+    EXPECT_EQ(rec.parent_key, Key(std::atoi(rec.key.c_str() + 1) - 1));
+    adopted.push_back(rec.key);
+  };
+  auto r = (*cold)->RecoverOnline(ColdRecoverMode::kRebuild, hooks);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(exclusive_calls, 1);
+  std::sort(asked.begin(), asked.end());
+  EXPECT_EQ(asked, (std::vector<std::string>{Key(40), Key(41)}));
+  EXPECT_EQ(adopted, std::vector<std::string>{Key(40)});
+  EXPECT_EQ(r->records_recreated, 1u);
+  EXPECT_EQ(r->stale_copies, 1u);  // 41's refused copy is killed
+  EXPECT_EQ(*Read(**cold, 1, Key(40)), Payload(40));
+  EXPECT_TRUE(absl::IsNotFound(Read(**cold, 1, Key(41)).status()));
+  // Killed: a full rebuild does not bring 41's old copy back either.
+  cold->reset();
+  ColdTierOptions full{db};
+  full.recover = true;
+  auto reopened = RocksDbColdTier::Open(full);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_TRUE(absl::IsNotFound(Read(**reopened, 1, Key(41)).status()));
+  EXPECT_EQ(*Read(**reopened, 1, Key(40)), Payload(40));
 }
 
 }  // namespace

@@ -37,6 +37,31 @@ TEST(SlabFileTest, BestFitReuseMergesAndRespectsTheLimit) {
   EXPECT_EQ(s.used_bytes(), 10 * kUnit);
 }
 
+TEST(SlabFileTest, ClaimTakesExactlyAFreeExtentAndNothingInUse) {
+  kvtier::testing::TempDir dir;
+  auto slab = SlabFile::Open(dir.Sub("slab"), 0);
+  ASSERT_TRUE(slab.ok()) << slab.status();
+  SlabFile& s = **slab;
+  ASSERT_TRUE(s.Reset({{0, kUnit}, {4 * kUnit, kUnit}}).ok());  // free: [1, 4)
+  EXPECT_FALSE(s.IsFree(0, 1));
+  EXPECT_TRUE(s.IsFree(kUnit, 3 * kUnit));
+  EXPECT_FALSE(s.IsFree(2 * kUnit, 3 * kUnit));  // runs into [4, 5)
+  EXPECT_TRUE(s.IsFree(9 * kUnit, kUnit));       // past the end
+  EXPECT_FALSE(s.Claim(3 * kUnit, 2 * kUnit));   // overlaps an allocation
+  EXPECT_FALSE(s.Claim(kUnit + 1, 1));           // misaligned
+  EXPECT_TRUE(s.Claim(2 * kUnit, 1));            // the middle of the hole
+  EXPECT_FALSE(s.Claim(2 * kUnit, 1));           // now in use
+  EXPECT_EQ(s.used_bytes(), 3 * kUnit);
+  EXPECT_EQ(s.Allocate(kUnit), kUnit);           // the two halves stay free
+  EXPECT_EQ(s.Allocate(kUnit), 3 * kUnit);
+  EXPECT_TRUE(s.Claim(8 * kUnit, 2 * kUnit));    // past the end: [5, 8) becomes free
+  EXPECT_EQ(s.end_bytes(), 10 * kUnit);
+  EXPECT_EQ(s.Allocate(3 * kUnit), 5 * kUnit);
+  EXPECT_EQ(s.Allocate(kUnit), 10 * kUnit);
+  s.Free(8 * kUnit, 2 * kUnit);
+  EXPECT_TRUE(s.IsFree(8 * kUnit, 2 * kUnit));
+}
+
 TEST(SlabFileTest, ResetRebuildsFreeGapsAndWritesReadBack) {
   kvtier::testing::TempDir dir;
   auto slab = SlabFile::Open(dir.Sub("slab"), 0);

@@ -42,7 +42,8 @@ the socket too when the server offers it (SharedMemoryOffer.socket_lookup), as i
 Deadlines: every call has one (`timeout` seconds, else the client's `timeout`) covering all
 its attempts. Retries: idempotent calls (register, get, lookup, pin, unpin, delete, stats,
 list_namespaces, evict, flush, cluster_status) are retried on UNAVAILABLE with exponential
-backoff while the deadline allows; put_blocks, report_scores and drop_namespace never are.
+backoff while the deadline allows; put_blocks, report_scores, drop_namespace and recover
+never are.
 
 Errors: kvtier.KvtierError subclasses (kvtier.errors) carrying the gRPC code, the server's
 message, the RPC name and the structured detail.
@@ -721,6 +722,16 @@ class Client(_pypaths.PythonPaths):
             if r.flushed_blocks == 0:
                 raise errors.DeadlineExceededError(
                     "no block written within the call deadline", rpc="Flush")
+
+    def recover(self, verify=False, timeout=3600.0):
+        """Recovery on demand of the server called (RecoverRequest; docs/recovery.md "On
+        demand"): scans its cold slab; with `verify` reports what a rebuild would change
+        and changes nothing, else re-creates lost index and namespace records and frees
+        damaged extents. Returns the RecoverResponse (counts, bytes, seconds). Operator
+        token only (PermissionDeniedError). Reads the whole slab, hence the long default
+        `timeout` (seconds). Not retried."""
+        mode = pb.RecoverRequest.VERIFY if verify else pb.RecoverRequest.REBUILD
+        return self._unary("Recover", True, pb.RecoverRequest(mode=mode), False, timeout)
 
     def cluster_status(self, timeout=None):
         return self._unary("ClusterStatus", True, pb.ClusterStatusRequest(), True, timeout)
