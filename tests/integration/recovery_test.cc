@@ -28,6 +28,7 @@
 #include "tests/integration/sequences.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::client {
@@ -66,7 +67,7 @@ std::unique_ptr<Client> Connect(const std::string& address, bool with_spec = tru
   o.shared_memory = false;
   o.auth_token = token;
   auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
+  EXPECT_OK(c);
   return c.ok() ? std::move(*c) : nullptr;
 }
 
@@ -82,17 +83,17 @@ class RecoveryTest : public ::testing::Test {
 
   void PutAndStop(Stop stop) {
     auto server = ServerProcess::StartKvtierd(data_, Args());
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server);
     auto client = Connect(server->address());
     ASSERT_NE(client, nullptr);
     auto put = client->PutBlocks(kNs, seq_.blocks);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     client.reset();
     if (stop == Stop::kSigkill) {
       server->Kill();
     } else {
       auto code = server->Terminate();
-      ASSERT_TRUE(code.ok()) << code.status();
+      ASSERT_OK(code);
       ASSERT_EQ(*code, 0);
     }
   }
@@ -104,7 +105,7 @@ class RecoveryTest : public ::testing::Test {
     std::vector<std::string> args = Args();
     args.insert(args.end(), extra.begin(), extra.end());
     auto server = ServerProcess::StartKvtierd(data_, args);
-    EXPECT_TRUE(server.ok()) << server.status();
+    EXPECT_OK(server);
     if (!server.ok()) return std::nullopt;
     ExpectBlocks(server->address(), lost);
     return std::move(*server);
@@ -114,7 +115,7 @@ class RecoveryTest : public ::testing::Test {
     auto client = Connect(address, /*with_spec=*/false);
     ASSERT_NE(client, nullptr);
     auto got = client->GetBlocks(kNs, seq_.keys);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_EQ(got->size(), kBlocks);
     uint32_t served = 0;
     for (uint32_t i = 0; i < kBlocks; ++i) {
@@ -176,9 +177,9 @@ class RecoveryTest : public ::testing::Test {
   // Where block i's extent lies in cold.slab.
   uint64_t ExtentOf(uint32_t i) const {
     auto slab = storage::SlabFile::Open(data_ + "/cold.slab", 0);
-    EXPECT_TRUE(slab.ok());
+    EXPECT_OK(slab);
     auto scan = storage::ScanSlab(**slab);
-    EXPECT_TRUE(scan.ok());
+    EXPECT_OK(scan);
     for (const storage::ScannedExtent& e : scan->extents) {
       if (e.header.record.key == seq_.keys[i]) return e.offset;
     }
@@ -264,19 +265,18 @@ void LoseRecordsSilently(const std::string& dir, const std::vector<std::string>&
       {"meta", rocksdb::ColumnFamilyOptions()}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw).ok());
+  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
   for (const std::string& key : keys) {
-    ASSERT_TRUE(
-        raw->Delete(rocksdb::WriteOptions(), handles[1], std::string("i\0\0\0\0", 5) + key).ok());
+    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], std::string("i\0\0\0\0", 5) + key));
   }
   for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_TRUE(raw->Close().ok());
+  ASSERT_OK(raw->Close());
   delete raw;
   auto meta = storage::ReadColdMetaFile(dir + "/cold.meta");
   ASSERT_TRUE(meta.ok() && meta->has_value());
   storage::ColdMeta m = **meta;
   m.clean = false;
-  ASSERT_TRUE(storage::WriteColdMetaFile(dir + "/cold.meta", m).ok());
+  ASSERT_OK(storage::WriteColdMetaFile(dir + "/cold.meta", m));
 }
 
 TEST_F(RecoveryTest, AdminRecoverBringsBackRecordsARestartDidNotMiss) {
@@ -291,7 +291,7 @@ TEST_F(RecoveryTest, AdminRecoverBringsBackRecordsARestartDidNotMiss) {
   ASSERT_NE(client, nullptr);
 
   auto verify = client->Recover(/*verify=*/true);
-  ASSERT_TRUE(verify.ok()) << verify.status();
+  ASSERT_OK(verify);
   EXPECT_FALSE(verify->rebuilt());
   EXPECT_EQ(verify->extents_scanned(), kBlocks);
   EXPECT_EQ(verify->records_verified(), kBlocks - lost.size());
@@ -300,14 +300,14 @@ TEST_F(RecoveryTest, AdminRecoverBringsBackRecordsARestartDidNotMiss) {
   ExpectBlocks(server->address(), lost);  // verify changed nothing
 
   auto rebuild = client->Recover(/*verify=*/false);
-  ASSERT_TRUE(rebuild.ok()) << rebuild.status();
+  ASSERT_OK(rebuild);
   EXPECT_TRUE(rebuild->rebuilt());
   EXPECT_EQ(rebuild->records_recreated(), lost.size());
   EXPECT_EQ(rebuild->damaged_extents() + rebuild->damaged_records(), 0u);
   ExpectBlocks(server->address(), {});
   // The blocks are in the index again: Lookup sees the whole chain.
   auto lookup = client->Lookup(kNs, seq_.keys);
-  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  ASSERT_OK(lookup);
   EXPECT_EQ(lookup->prefix_blocks(), kBlocks);
 
   // Unset or unknown mode: INVALID_ARGUMENT naming the field.
@@ -335,7 +335,7 @@ TEST_F(RecoveryTest, AdminRecoverNeedsAnOperator) {
   std::vector<std::string> args = Args();
   args.insert(args.end(), {"--config", dir_.Sub("auth.textproto")});
   auto server = ServerProcess::StartKvtierd(data_, args);
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   auto client = Connect(server->address(), /*with_spec=*/false, "token-a");
   ASSERT_NE(client, nullptr);
   auto r = client->Recover(/*verify=*/true);

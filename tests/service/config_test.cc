@@ -236,11 +236,11 @@ TEST(ConfigTest, PrefetchOnLookupIsOffUnlessTheFlagTurnsItOn) {
 
 TEST(ConfigTest, RecoverIsAFlagOfItsOwnListedInHelp) {
   auto plain = ParseCommandLine({"--port", "0"});
-  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_OK(plain);
   EXPECT_FALSE(plain->recover);
   // Anywhere among the flags, and it sets nothing in the config.
   auto cl = ParseCommandLine({"--port", "0", "--recover", "--data-dir", "/tmp/x"});
-  ASSERT_TRUE(cl.ok()) << cl.status();
+  ASSERT_OK(cl);
   EXPECT_TRUE(cl->recover);
   EXPECT_EQ(cl->config.data_dir(), "/tmp/x");
   EXPECT_EQ(cl->mode, CommandLine::Mode::kServe);

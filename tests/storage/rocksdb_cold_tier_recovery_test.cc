@@ -439,19 +439,19 @@ void LoseRecordsSilently(const std::string& dir, const std::vector<int>& keys) {
       {"meta", rocksdb::ColumnFamilyOptions()}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw).ok());
+  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
   for (int i : keys) {
     const std::string k = std::string("i\0\0\0\1", 5) + Key(i);
-    ASSERT_TRUE(raw->Delete(rocksdb::WriteOptions(), handles[1], k).ok());
+    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], k));
   }
   for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_TRUE(raw->Close().ok());
+  ASSERT_OK(raw->Close());
   delete raw;
   auto meta = ReadColdMetaFile(dir + "/cold.meta");
   ASSERT_TRUE(meta.ok() && meta->has_value());
   ColdMeta m = **meta;
   m.clean = false;
-  ASSERT_TRUE(WriteColdMetaFile(dir + "/cold.meta", m).ok());
+  ASSERT_OK(WriteColdMetaFile(dir + "/cold.meta", m));
 }
 
 ColdRecoverHooks NoHooks() { return {}; }
@@ -462,12 +462,12 @@ TEST(ColdTierRecoveryTest, OnlineVerifyReportsLostRecordsAndChangesNothing) {
   MakeTier(db, /*flushed=*/false);
   LoseRecordsSilently(db, {10, 11, 12, 13, 14});
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   ASSERT_FALSE((*cold)->recovery().slab_scanned);  // the loss went unnoticed at open
   EXPECT_TRUE(absl::IsNotFound(Read(**cold, 1, Key(12)).status()));
   for (int round = 0; round < 2; ++round) {
     auto r = (*cold)->RecoverOnline(ColdRecoverMode::kVerify, NoHooks());
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(r->extents_scanned, static_cast<uint64_t>(kBlocks));
     EXPECT_EQ(r->records_verified, static_cast<uint64_t>(kBlocks - 5));
     EXPECT_EQ(r->records_recreated, 5u);
@@ -483,25 +483,25 @@ TEST(ColdTierRecoveryTest, OnlineRebuildReindexesLostBlocksOnlyAndKeepsDeletesDe
   MakeTier(db, /*flushed=*/true);
   LoseRecordsSilently(db, {20, 21, 22, 23, 24, 25});
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   // While the records are lost: 30 (known) is deleted, 21 is put again (new bytes, a
   // newer copy; best fit puts it in 30's freed extent: a Put may reuse the space of a
   // block whose record is lost, which is then gone, hence "rebuild soon" in
   // docs/recovery.md), and 25's extent gets a flipped body byte.
   const std::string fresh(kBlockBytes, 'n');
-  ASSERT_TRUE((*cold)->DeleteBlock(1, Key(30)).ok());
-  ASSERT_TRUE(PutBlock(**cold, 1, Key(21), Key(20), 21, fresh).ok());
+  ASSERT_OK((*cold)->DeleteBlock(1, Key(30)));
+  ASSERT_OK(PutBlock(**cold, 1, Key(21), Key(20), 21, fresh));
   {
     auto slab = SlabFile::Open(db + "/cold.slab", 0);
-    ASSERT_TRUE(slab.ok());
+    ASSERT_OK(slab);
     auto scan = ScanSlab(**slab);
-    ASSERT_TRUE(scan.ok());
+    ASSERT_OK(scan);
     for (const ScannedExtent& e : scan->extents) {
       if (e.header.record.key == Key(25)) FlipByte(db + "/cold.slab", e.offset + 200, 0x10);
     }
   }
   auto r = (*cold)->RecoverOnline(ColdRecoverMode::kRebuild, NoHooks());
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->records_recreated, 4u);  // 20, 22, 23, 24
   EXPECT_EQ(r->stale_copies, 1u);       // 21's old copy
   EXPECT_EQ(r->damaged_extents, 1u);    // 25
@@ -511,24 +511,24 @@ TEST(ColdTierRecoveryTest, OnlineRebuildReindexesLostBlocksOnlyAndKeepsDeletesDe
     if (i == 25 || i == 30) {
       EXPECT_TRUE(absl::IsNotFound(got.status())) << i << ": " << got.status();
     } else {
-      ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+      ASSERT_OK(got) << i << ": " << got.status();
       EXPECT_EQ(*got, i == 21 ? fresh : Payload(i)) << i;
     }
   }
   // The claimed extents are allocated: new blocks land elsewhere and every old one stays.
   for (int i = 0; i < 16; ++i) {
-    ASSERT_TRUE(PutBlock(**cold, 2, Key(100 + i), "", 0, Payload(100 + i)).ok());
+    ASSERT_OK(PutBlock(**cold, 2, Key(100 + i), "", 0, Payload(100 + i)));
   }
   for (int i : {20, 22, 23, 24}) EXPECT_EQ(*Read(**cold, 1, Key(i)), Payload(i)) << i;
   // A second rebuild finds nothing more to do, and a full rebuild at open agrees.
   auto again = (*cold)->RecoverOnline(ColdRecoverMode::kRebuild, NoHooks());
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->records_recreated + again->stale_copies + again->damaged_extents, 0u);
   cold->reset();
   ColdTierOptions full{db};
   full.recover = true;
   auto reopened = RocksDbColdTier::Open(full);
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_OK(reopened);
   EXPECT_TRUE(absl::IsNotFound(Read(**reopened, 1, Key(30)).status()));
   EXPECT_EQ(*Read(**reopened, 1, Key(21)), fresh);
   EXPECT_EQ(*Read(**reopened, 1, Key(22)), Payload(22));
@@ -540,7 +540,7 @@ TEST(ColdTierRecoveryTest, OnlineRebuildAsksBeforeReindexingAndRunsItsReconcileI
   MakeTier(db, /*flushed=*/false);
   LoseRecordsSilently(db, {40, 41});
   auto cold = RocksDbColdTier::Open(ColdTierOptions{db});
-  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_OK(cold);
   int exclusive_calls = 0;
   bool inside = false;
   std::vector<std::string> asked, adopted;
@@ -563,7 +563,7 @@ TEST(ColdTierRecoveryTest, OnlineRebuildAsksBeforeReindexingAndRunsItsReconcileI
     adopted.push_back(rec.key);
   };
   auto r = (*cold)->RecoverOnline(ColdRecoverMode::kRebuild, hooks);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(exclusive_calls, 1);
   std::sort(asked.begin(), asked.end());
   EXPECT_EQ(asked, (std::vector<std::string>{Key(40), Key(41)}));
@@ -577,7 +577,7 @@ TEST(ColdTierRecoveryTest, OnlineRebuildAsksBeforeReindexingAndRunsItsReconcileI
   ColdTierOptions full{db};
   full.recover = true;
   auto reopened = RocksDbColdTier::Open(full);
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_OK(reopened);
   EXPECT_TRUE(absl::IsNotFound(Read(**reopened, 1, Key(41)).status()));
   EXPECT_EQ(*Read(**reopened, 1, Key(40)), Payload(40));
 }

@@ -40,9 +40,9 @@ TEST(SlabFileTest, BestFitReuseMergesAndRespectsTheLimit) {
 TEST(SlabFileTest, ClaimTakesExactlyAFreeExtentAndNothingInUse) {
   kvtier::testing::TempDir dir;
   auto slab = SlabFile::Open(dir.Sub("slab"), 0);
-  ASSERT_TRUE(slab.ok()) << slab.status();
+  ASSERT_OK(slab);
   SlabFile& s = **slab;
-  ASSERT_TRUE(s.Reset({{0, kUnit}, {4 * kUnit, kUnit}}).ok());  // free: [1, 4)
+  ASSERT_OK(s.Reset({{0, kUnit}, {4 * kUnit, kUnit}}));  // free: [1, 4)
   EXPECT_FALSE(s.IsFree(0, 1));
   EXPECT_TRUE(s.IsFree(kUnit, 3 * kUnit));
   EXPECT_FALSE(s.IsFree(2 * kUnit, 3 * kUnit));  // runs into [4, 5)

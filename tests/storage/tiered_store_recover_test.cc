@@ -16,6 +16,7 @@
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
 #include "tests/testing/fake_cold_tier.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::storage {
@@ -65,19 +66,18 @@ void LoseRecordsSilently(const std::string& dir, const std::vector<std::string>&
       {"meta", rocksdb::ColumnFamilyOptions()}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw).ok());
+  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
   for (const std::string& key : keys) {
-    ASSERT_TRUE(
-        raw->Delete(rocksdb::WriteOptions(), handles[1], std::string("i\0\0\0\0", 5) + key).ok());
+    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], std::string("i\0\0\0\0", 5) + key));
   }
   for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_TRUE(raw->Close().ok());
+  ASSERT_OK(raw->Close());
   delete raw;
   auto meta = ReadColdMetaFile(dir + "/cold.meta");
   ASSERT_TRUE(meta.ok() && meta->has_value());
   ColdMeta m = **meta;
   m.clean = false;
-  ASSERT_TRUE(WriteColdMetaFile(dir + "/cold.meta", m).ok());
+  ASSERT_OK(WriteColdMetaFile(dir + "/cold.meta", m));
 }
 
 // What every key must read as after the rebuild: the bytes, or absent.
@@ -89,12 +89,12 @@ void ExpectFinalState(TieredStore& store, const std::string& when) {
                                                   << " came back";
       continue;
     }
-    ASSERT_TRUE(ref.ok()) << when << ": block " << i << ": " << ref.status();
+    ASSERT_OK(ref) << when << ": block " << i << ": " << ref.status();
     EXPECT_EQ(RefBytes(*ref), i < kRePut ? RePut(i) : Old(i)) << when << ": block " << i;
   }
   for (int j = 0; j < kNew; ++j) {
     auto ref = store.Get("ns", KeyOf(2, j));
-    ASSERT_TRUE(ref.ok()) << when << ": new block " << j << ": " << ref.status();
+    ASSERT_OK(ref) << when << ": new block " << j << ": " << ref.status();
     EXPECT_EQ(RefBytes(*ref), New(j)) << when << ": new block " << j;
   }
   EXPECT_EQ(NsStats(store).checksum_failures, 0u) << when;
@@ -105,10 +105,10 @@ TEST(TieredStoreRecoverTest, RebuildWhilePutsAndDeletesRunLosesNothingAndRevives
   const std::string dir = tmp.Sub("db");
   {
     auto store = TieredStore::Open(Options(dir));
-    ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->RegisterNamespace(SmallNamespace("ns", /*write_through=*/true)).ok());
-    for (int i = 0; i < kOld; ++i) ASSERT_TRUE(PutRoot(**store, KeyOf(1, i), Old(i)).ok());
-    for (int f = 0; f < kFillers; ++f) ASSERT_TRUE(PutRoot(**store, KeyOf(3, f), New(f)).ok());
+    ASSERT_OK(store);
+    ASSERT_OK((*store)->RegisterNamespace(SmallNamespace("ns", /*write_through=*/true)));
+    for (int i = 0; i < kOld; ++i) ASSERT_OK(PutRoot(**store, KeyOf(1, i), Old(i)));
+    for (int f = 0; f < kFillers; ++f) ASSERT_OK(PutRoot(**store, KeyOf(3, f), New(f)));
     for (int f = 0; f < kFillers; f += 2) {
       std::vector<std::string> key = {KeyOf(3, f)};
       ASSERT_EQ(*(*store)->Delete("ns", key), 1u);
@@ -119,14 +119,14 @@ TEST(TieredStoreRecoverTest, RebuildWhilePutsAndDeletesRunLosesNothingAndRevives
   LoseRecordsSilently(dir, lost);
 
   auto opened = TieredStore::Open(Options(dir));
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   TieredStore& store = **opened;
   EXPECT_TRUE(absl::IsNotFound(store.Get("ns", KeyOf(1, 5)).status()));
   EXPECT_EQ(NsStats(store).cold.blocks, static_cast<uint64_t>(kOld - kLost + kFillers / 2));
 
   // Verify: the report, and nothing changed.
   auto verify = store.RecoverCold(ColdRecoverMode::kVerify);
-  ASSERT_TRUE(verify.ok()) << verify.status();
+  ASSERT_OK(verify);
   EXPECT_EQ(verify->records_recreated, static_cast<uint64_t>(kLost));
   EXPECT_EQ(verify->records_verified, static_cast<uint64_t>(kOld - kLost + kFillers / 2));
   EXPECT_EQ(verify->deleted_extents, static_cast<uint64_t>(kFillers / 2));
@@ -160,7 +160,7 @@ TEST(TieredStoreRecoverTest, RebuildWhilePutsAndDeletesRunLosesNothingAndRevives
   putter.join();
   deleter.join();
   reputter.join();
-  ASSERT_TRUE(rebuild.ok()) << rebuild.status();
+  ASSERT_OK(rebuild);
   // How the writers and the reconcile interleaved this run (re-puts before it: fewer
   // re-created, more stale copies).
   std::printf("rebuild: %llu re-created, %llu stale copies, %llu deleted extents seen\n",
@@ -177,7 +177,7 @@ TEST(TieredStoreRecoverTest, RebuildWhilePutsAndDeletesRunLosesNothingAndRevives
   // The re-created blocks are cold blocks of the index again (Lookup sees them).
   std::vector<std::string> keys = {KeyOf(1, 20)};
   auto lookup = store.Lookup("ns", keys);
-  ASSERT_TRUE(lookup.ok());
+  ASSERT_OK(lookup);
   EXPECT_EQ(lookup->prefix_blocks, 1u);
 
   // A full rebuild from the slab at the next open agrees: nothing deleted comes back.
@@ -186,10 +186,10 @@ TEST(TieredStoreRecoverTest, RebuildWhilePutsAndDeletesRunLosesNothingAndRevives
     ColdTierOptions full;
     full.dir = dir;
     full.recover = true;
-    ASSERT_TRUE(RocksDbColdTier::Open(full).ok());
+    ASSERT_OK(RocksDbColdTier::Open(full));
   }
   auto reopened = TieredStore::Open(Options(dir));
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_OK(reopened);
   ExpectFinalState(**reopened, "after a full rebuild at open");
 }
 
@@ -198,7 +198,7 @@ TEST(TieredStoreRecoverTest, ColdTierWithoutASlabAnswersUnimplemented) {
   o.hot_capacity_bytes = 1 << 20;
   o.hot_allocator = "malloc";
   auto store = TieredStore::Open(o, std::make_unique<kvtier::testing::FakeColdTier>());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store);
   EXPECT_TRUE(absl::IsUnimplemented((*store)->RecoverCold(ColdRecoverMode::kVerify).status()));
 }
 
