@@ -5,8 +5,6 @@
 // exactly its block. The admin RPC Recover (and the client's Recover) finds and brings
 // back index records a restart did not notice were lost, with its argument checks and
 // operator-only auth.
-#include <rocksdb/db.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -22,10 +20,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
-#include "storage/cold_meta_file.h"
 #include "storage/slab_file.h"
 #include "storage/slab_scan.h"
 #include "tests/integration/sequences.h"
+#include "tests/testing/cold_damage.h"
 #include "tests/testing/namespace_spec.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -257,34 +255,12 @@ TEST_F(RecoveryTest, DamagedSlabExtentCostsExactlyItsBlock) {
   RestartAndCheck({17}, {"--recover"});
 }
 
-// Deletes the index records of `keys` (namespace id 0) with RocksDB directly and marks the
-// last close unclean: a loss no restart notices (docs/recovery.md "Unclean shutdown").
-void LoseRecordsSilently(const std::string& dir, const std::vector<std::string>& keys) {
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {"meta", rocksdb::ColumnFamilyOptions()}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
-  for (const std::string& key : keys) {
-    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], std::string("i\0\0\0\0", 5) + key));
-  }
-  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_OK(raw->Close());
-  delete raw;
-  auto meta = storage::ReadColdMetaFile(dir + "/cold.meta");
-  ASSERT_TRUE(meta.ok() && meta->has_value());
-  storage::ColdMeta m = **meta;
-  m.clean = false;
-  ASSERT_OK(storage::WriteColdMetaFile(dir + "/cold.meta", m));
-}
-
 TEST_F(RecoveryTest, AdminRecoverBringsBackRecordsARestartDidNotMiss) {
   PutAndStop(Stop::kSigkill);
   const std::set<uint32_t> lost = {50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
   std::vector<std::string> keys;
   for (uint32_t i : lost) keys.push_back(seq_.keys[i]);
-  LoseRecordsSilently(data_, keys);
+  ::kvtier::testing::LoseRecordsSilently(data_, 0, keys);
   auto server = RestartAndCheck(lost);
   ASSERT_TRUE(server.has_value());
   auto client = Connect(server->address(), /*with_spec=*/false);

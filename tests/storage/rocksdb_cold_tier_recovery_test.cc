@@ -27,6 +27,7 @@
 #include "storage/rocksdb_cold_tier.h"
 #include "storage/slab_file.h"
 #include "storage/slab_scan.h"
+#include "tests/testing/cold_damage.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -430,31 +431,15 @@ TEST(ColdTierRecoveryTest, FormatOneSlabIsRefusedNamingWhy) {
 
 // --- Recovery on demand (RecoverOnline), on a running tier.
 
-// Deletes the index records of namespace 1's keys `keys` with RocksDB directly (the tier
-// closed) and marks the last close unclean, so Open does not notice: the silent loss an
-// unclean shutdown can leave (docs/recovery.md), which RecoverOnline exists for.
-void LoseRecordsSilently(const std::string& dir, const std::vector<int>& keys) {
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {"meta", rocksdb::ColumnFamilyOptions()}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
-  for (int i : keys) {
-    const std::string k = std::string("i\0\0\0\1", 5) + Key(i);
-    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], k));
-  }
-  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_OK(raw->Close());
-  delete raw;
-  auto meta = ReadColdMetaFile(dir + "/cold.meta");
-  ASSERT_TRUE(meta.ok() && meta->has_value());
-  ColdMeta m = **meta;
-  m.clean = false;
-  ASSERT_OK(WriteColdMetaFile(dir + "/cold.meta", m));
-}
-
 ColdRecoverHooks NoHooks() { return {}; }
+
+// Loses namespace 1's records of Key(i) for every i in `ids` (the silent loss an unclean
+// shutdown can leave, which RecoverOnline exists for).
+void LoseRecordsSilently(const std::string& dir, const std::vector<int>& ids) {
+  std::vector<std::string> keys;
+  for (int i : ids) keys.push_back(Key(i));
+  ::kvtier::testing::LoseRecordsSilently(dir, 1, keys);
+}
 
 TEST(ColdTierRecoveryTest, OnlineVerifyReportsLostRecordsAndChangesNothing) {
   kvtier::testing::TempDir dir;

@@ -2,8 +2,6 @@
 // RocksDbColdTier in a temp dir: index records lost silently before a restart come back,
 // and while it runs, Puts and Deletes go on: no acknowledged block is lost, no deleted
 // block comes back (then, and after a full rebuild from the slab at the next open).
-#include <rocksdb/db.h>
-
 #include <cstdio>
 #include <latch>
 #include <string>
@@ -11,10 +9,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "storage/cold_meta_file.h"
 #include "storage/rocksdb_cold_tier.h"
 #include "storage/tiered_store.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/testing/cold_damage.h"
 #include "tests/testing/fake_cold_tier.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -57,29 +55,6 @@ absl::Status PutRoot(TieredStore& store, const std::string& key, const std::stri
   return store.Put("ns", {&put, 1});
 }
 
-// Deletes the index records of namespace 0's `keys` with RocksDB directly (the store
-// closed) and marks the last close unclean: the silent loss an unclean shutdown can
-// leave, which Open does not notice (docs/recovery.md).
-void LoseRecordsSilently(const std::string& dir, const std::vector<std::string>& keys) {
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {"meta", rocksdb::ColumnFamilyOptions()}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
-  for (const std::string& key : keys) {
-    ASSERT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], std::string("i\0\0\0\0", 5) + key));
-  }
-  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
-  ASSERT_OK(raw->Close());
-  delete raw;
-  auto meta = ReadColdMetaFile(dir + "/cold.meta");
-  ASSERT_TRUE(meta.ok() && meta->has_value());
-  ColdMeta m = **meta;
-  m.clean = false;
-  ASSERT_OK(WriteColdMetaFile(dir + "/cold.meta", m));
-}
-
 // What every key must read as after the rebuild: the bytes, or absent.
 void ExpectFinalState(TieredStore& store, const std::string& when) {
   for (int i = 0; i < kOld; ++i) {
@@ -116,7 +91,7 @@ TEST(TieredStoreRecoverTest, RebuildWhilePutsAndDeletesRunLosesNothingAndRevives
   }
   std::vector<std::string> lost;
   for (int i = 0; i < kLost; ++i) lost.push_back(KeyOf(1, i));
-  LoseRecordsSilently(dir, lost);
+  ::kvtier::testing::LoseRecordsSilently(dir, 0, lost);
 
   auto opened = TieredStore::Open(Options(dir));
   ASSERT_OK(opened);

@@ -1,0 +1,39 @@
+#include "tests/testing/cold_damage.h"
+
+#include <rocksdb/db.h>
+
+#include "gtest/gtest.h"
+#include "storage/cold_meta_file.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier::testing {
+
+void LoseRecordsSilently(const std::string& dir, uint32_t namespace_id,
+                         const std::vector<std::string>& keys) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {"meta", rocksdb::ColumnFamilyOptions()}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
+  // An index record's key: 'i', the namespace id big-endian, the block key
+  // (storage/rocksdb_cold_tier.cc IndexKey).
+  std::string prefix(1, 'i');
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    prefix.push_back(static_cast<char>(namespace_id >> shift));
+  }
+  for (const std::string& key : keys) {
+    EXPECT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], prefix + key));
+  }
+  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+  EXPECT_OK(raw->Close());
+  delete raw;
+  auto meta = storage::ReadColdMetaFile(dir + "/cold.meta");
+  ASSERT_OK(meta);
+  ASSERT_TRUE(meta->has_value()) << dir << "/cold.meta is missing";
+  storage::ColdMeta m = **meta;
+  m.clean = false;
+  ASSERT_OK(storage::WriteColdMetaFile(dir + "/cold.meta", m));
+}
+
+}  // namespace kvtier::testing
