@@ -55,10 +55,10 @@ TPB = 16
 class Env:
     """The model, tokenizer, text and a client of the kvtierd under test."""
 
-    def __init__(self, address, log):
+    def __init__(self, address, log, model_and_tokenizer=None):
         import torch
         self.torch = torch
-        self.model, self.tok = hf.load_model()
+        self.model, self.tok = model_and_tokenizer or hf.load_model()
         self.L, self.H, self.D = hf.model_shape(self.model.config)
         self.Hq = self.model.config.num_attention_heads
         self.theta = float(getattr(self.model.config, "rope_theta", 0) or
