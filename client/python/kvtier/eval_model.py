@@ -70,6 +70,7 @@ class Env:
         self.tcp = kvtier.Client(address, timeout=60.0, shared_memory=False)
         self.caches = {}
         self.seq = 0
+        self.made = []  # namespaces made since the last drop_namespaces()
         self.log = log
 
     def prefix_cache(self, codec, tag, client=None):
@@ -78,8 +79,15 @@ class Env:
         self.seq += 1
         dtype = "bf16" if codec == "bf16" else "fp16"
         ns = "eval-%s-%s-%d" % (tag, codec, self.seq)
+        self.made.append(ns)
         return hf.PrefixCache.for_model(client or self.client, self.model, ns, codec=codec,
                                         dtype=dtype, tokens_per_block=TPB)
+
+    def drop_namespaces(self):
+        """Drops every namespace made since the last call (keeps kvtierd's memory flat)."""
+        for ns in self.made:
+            self.client.drop_namespace(ns, force=True)
+        self.made = []
 
     def forward(self, ids, cache=None, pos=0, kv_len=None, capture=False):
         """Logits of `ids` at positions pos.. on top of `cache`; with capture, also the
@@ -278,7 +286,8 @@ def section_codecs(env, args):
     nb = len(ctx) // TPB
     ref, _ = env.through(env.prefix_cache("fp16", "cf"), ctx, cache, nb)
     out = {}
-    for codec in CODECS + [FOIL]:
+    codecs = args.codecs
+    for codec in codecs:
         kv, bits = _kv_codec(env, codec, ctx, cache, nb, "cf")
         ao = []
         for i in range(env.L):
@@ -289,31 +298,40 @@ def section_codecs(env, args):
                       "v_rel_err": _rel(kv[:, 1], ref[:, 1]),
                       "attn_out_rel_err": float(np.mean(ao))}
         env.log("codecs fidelity %-9s %s" % (codec, out[codec]))
-    # Next-token KL and greedy agreement: prompts from the text, prefix via the codec.
+    env.drop_namespaces()
+    # Next-token KL and greedy agreement: prompts from the text, prefix via the codec. Each
+    # prompt's prefill, fp16 reference and its greedy tokens are computed once for all codecs.
     rng = random.Random(1)
     starts = [rng.randrange(0, len(text) - args.prompt_len - 1) for _ in range(args.prompts)]
     prompts = [text[s:s + args.prompt_len] for s in starts]
-    for codec in CODECS + [FOIL]:
-        kls, agree = [], []
-        for p in prompts:
-            npb = (len(p) - args.tail) // TPB
-            _, pcache, _ = env.forward(p[:npb * TPB])
-            kv_ref, _ = env.through(env.prefix_cache("fp16", "cg"), p, pcache, npb)
+    kls = {c: [] for c in codecs}
+    agree = {c: [] for c in codecs}
+    for n, p in enumerate(prompts):
+        npb = (len(p) - args.tail) // TPB
+        _, pcache, _ = env.forward(p[:npb * TPB])
+        kv_ref, _ = env.through(env.prefix_cache("fp16", "cg"), p, pcache, npb)
+        lr, _, _ = env.forward(p[npb * TPB:], _load_cache(kv_ref), pos=npb * TPB)
+        g_ref, _ = hf.greedy(env.model, p, args.gen, _load_cache(kv_ref), npb * TPB)
+        for codec in codecs:
             kv, _ = _kv_codec(env, codec, p, pcache, npb, "cg")
-            lr, _, _ = env.forward(p[npb * TPB:], _load_cache(kv_ref), pos=npb * TPB)
             lg, _, _ = env.forward(p[npb * TPB:], _load_cache(kv), pos=npb * TPB)
-            kls.append(_kl(lr, lg))
-            g_ref, _ = hf.greedy(env.model, p, args.gen, _load_cache(kv_ref), npb * TPB)
+            kls[codec].append(_kl(lr, lg))
             g_got, _ = hf.greedy(env.model, p, args.gen, _load_cache(kv), npb * TPB)
-            agree.append(float(np.mean(np.asarray(g_ref) == np.asarray(g_got))))
-        out[codec].update({"next_token_kl": float(np.mean(kls)),
-                           "greedy_agreement": float(np.mean(agree)),
-                           "greedy_identical_prompts": int(sum(a == 1.0 for a in agree)),
+            agree[codec].append(float(np.mean(np.asarray(g_ref) == np.asarray(g_got))))
+        env.drop_namespaces()
+        env.log("codecs prompt %d: agreement %s" % (n, {c: agree[c][-1] for c in codecs}))
+    for codec in codecs:
+        out[codec].update({"next_token_kl": float(np.mean(kls[codec])),
+                           "greedy_agreement": float(np.mean(agree[codec])),
+                           "greedy_identical_prompts": int(sum(a == 1.0 for a in agree[codec])),
                            "prompts": len(prompts), "greedy_tokens": args.gen})
-        if args.ppl_tokens:
+    if args.ppl_tokens:
+        for codec in codecs:
             out[codec]["perplexity"] = _ppl_codec(env, codec, text[:args.ppl_tokens],
                                                   args.ppl_chunk)
-        env.log("codecs %-9s %s" % (codec, out[codec]))
+            out[codec]["perplexity_tokens"] = args.ppl_tokens
+            env.drop_namespaces()
+            env.log("codecs %-9s %s" % (codec, out[codec]))
     return out
 
 
@@ -472,11 +490,9 @@ def section_passkey(env, args):
                 kv32, cap = hay.prefill(ids, T, P, capture)
                 cache = _load_cache(kv32)  # what the codecs' namespaces are filled from
                 n += 1
-                made = []
                 base = kv_base = None
                 if policies or "fp16" in variants or FOIL in variants:
                     base = env.prefix_cache("fp16", "pk")
-                    made.append(base.namespace)
                     kv_base, _ = env.through(base, ids, cache, nb)
                 for v in variants:
                     if v == "full":
@@ -496,14 +512,12 @@ def section_passkey(env, args):
                             kv, _ = _token2(kv_base)
                         else:
                             pc = env.prefix_cache(v, "pk")
-                            made.append(pc.namespace)
                             kv, _ = env.through(pc, ids, cache, nb)
                         ok, m = _passkey_score(env, ids, T, answer, kv)
                     res[v] += ok
                     by_depth[v][str(depth)] += ok
                     margins[v].append(m)
-                for ns in made:  # keep kvtierd's memory flat over hundreds of trials
-                    env.client.drop_namespace(ns, force=True)
+                env.drop_namespaces()  # keeps kvtierd's memory flat over many trials
                 if args.passkey_log:
                     env.log("passkey %d depth %.1f key %s: %s" % (
                         length, depth, key, " ".join("%s=%+.2f" % (v, margins[v][-1])
@@ -680,6 +694,8 @@ def main(argv=None):
                     help="codecs: prompts for KL and greedy agreement; default 20, --quick 6")
     ap.add_argument("--gen", type=int, default=None,
                     help="codecs: greedy tokens compared per prompt; default 64, --quick 32")
+    ap.add_argument("--codecs", default=",".join(CODECS + [FOIL]),
+                    help="codecs section: the codecs compared (default all and the foil)")
     ap.add_argument("--ppl-tokens", type=int, default=4096,
                     help="codecs: tokens of the fixed text for perplexity (0 = skip it)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = cores)")
@@ -688,6 +704,7 @@ def main(argv=None):
     args.passkey_seeds = args.passkey_seeds or (2 if q else 10)
     args.passkey_lengths = [int(x) for x in (args.passkey_lengths or
                                              ("1024,2048" if q else "1024,2048,4096")).split(",")]
+    args.codecs = [c for c in args.codecs.split(",") if c]
     args.passkey_variants = [v for v in args.passkey_variants.split(",") if v]
     args.codec_context = 1024 if q else 1536
     args.prompts = args.prompts or (6 if q else 20)
