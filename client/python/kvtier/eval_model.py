@@ -392,9 +392,10 @@ class _Haystack:
     prompt, and each trial computes only needle onwards: exact up to float32 summation
     order, and half the CPU on average."""
 
-    def __init__(self, env, max_len, capture):
+    def __init__(self, env, max_len, capture, space_in_prompt=True):
         tok = env.tok
         self.env = env
+        self.space_in_prompt = space_in_prompt  # False: the old task (answer " " + digits)
         self.intro = tok(_INTRO)["input_ids"]
         self.filler = tok(_FILLER)["input_ids"]
         self.question = tok(_QUESTION)["input_ids"]
@@ -417,13 +418,15 @@ class _Haystack:
         tok = self.env.tok
         needle = tok(" The pass key is %s. Remember it. %s is the pass key. " % (key, key),
                      add_special_tokens=False)["input_ids"]
-        tail = self.question + [self.space]
+        tail = self.question + ([self.space] if self.space_in_prompt else [])
         n_fill = length - len(self.intro) - len(needle) - len(tail) + 4
         at = int(round(depth * n_fill))
         at = min((d for d in self.dots if d <= n_fill), key=lambda d: abs(d - at))
         ids = self.intro + self.hay[:at] + needle + self.hay[at:n_fill] + tail
         T = (len(ids) - 4) // TPB * TPB
         answer = tok(key, add_special_tokens=False)["input_ids"]
+        if not self.space_in_prompt:
+            answer = [self.space] + answer
         return ids, T, len(self.intro) + at, answer
 
     def prefill(self, ids, T, P, capture):
@@ -473,7 +476,8 @@ def section_passkey(env, args):
     variants = _variants(args)
     policies = [v for v in variants if "@" in v]
     capture = bool(policies)
-    hay = _Haystack(env, max(args.passkey_lengths), capture)
+    hay = _Haystack(env, max(args.passkey_lengths), capture,
+                    not getattr(args, "passkey_old_prompt", False))
     env.log("passkey: haystack of %d tokens computed" % hay.kv.shape[3])
     out = {}
     for length in args.passkey_lengths:
@@ -690,6 +694,9 @@ def main(argv=None):
     ap.add_argument("--passkey-variants", default="",
                     help="comma list of full, codecs, token2, POLICY@25%%/@50%% (default all)")
     ap.add_argument("--passkey-log", action="store_true", help="log every trial's margins")
+    ap.add_argument("--passkey-old-prompt", action="store_true",
+                    help="the old task: no ' ' after the question, the answer is ' ' + digits "
+                         "(shows its first-token near ties)")
     ap.add_argument("--prompts", type=int, default=None,
                     help="codecs: prompts for KL and greedy agreement; default 20, --quick 6")
     ap.add_argument("--gen", type=int, default=None,
