@@ -486,46 +486,48 @@ def section_passkey(env, args):
         by_depth = {v: {str(d): 0 for d in DEPTHS} for v in variants}
         n = 0
         rng = random.Random(length)
-        for depth in DEPTHS:
-            for _ in range(args.passkey_seeds):
-                key = "%05d" % rng.randrange(0, 100000)
-                ids, T, P, answer = hay.prompt(length, depth, key)
-                nb = T // TPB
-                kv32, cap = hay.prefill(ids, T, P, capture)
-                cache = _load_cache(kv32)  # what the codecs' namespaces are filled from
-                n += 1
-                base = kv_base = None
-                if policies or "fp16" in variants or FOIL in variants:
-                    base = env.prefix_cache("fp16", "pk")
-                    kv_base, _ = env.through(base, ids, cache, nb)
-                for v in variants:
-                    if v == "full":
-                        ok, m = _passkey_score(env, ids, T, answer, kv32)
-                    elif v == "fp16":
-                        ok, m = _passkey_score(env, ids, T, answer, kv_base)
-                    elif "@" in v:
-                        policy, b = v.split("@")
-                        if cap.get("scores") is None:
-                            cap["scores"] = _h2o_scores(env, cap, kv_base)
-                            cap["queries"] = _obs_queries(env, cap, T)
-                        kv, _ = env.compact(base, ids, nb, policy, T * int(b[:-1]) // 100,
-                                            cap["scores"], cap["queries"])
-                        ok, m = _passkey_score(env, ids, T, answer, kv, kv.shape[3])
+        # Depths interleaved (0.1, 0.3, ..., 0.9, 0.1, ...), so a run stopped early still
+        # covers every depth.
+        for t in range(args.passkey_seeds * len(DEPTHS)):
+            depth = DEPTHS[t % len(DEPTHS)]
+            key = "%05d" % rng.randrange(0, 100000)
+            ids, T, P, answer = hay.prompt(length, depth, key)
+            nb = T // TPB
+            kv32, cap = hay.prefill(ids, T, P, capture)
+            cache = _load_cache(kv32)  # what the codecs' namespaces are filled from
+            n += 1
+            base = kv_base = None
+            if policies or "fp16" in variants or FOIL in variants:
+                base = env.prefix_cache("fp16", "pk")
+                kv_base, _ = env.through(base, ids, cache, nb)
+            for v in variants:
+                if v == "full":
+                    ok, m = _passkey_score(env, ids, T, answer, kv32)
+                elif v == "fp16":
+                    ok, m = _passkey_score(env, ids, T, answer, kv_base)
+                elif "@" in v:
+                    policy, b = v.split("@")
+                    if cap.get("scores") is None:
+                        cap["scores"] = _h2o_scores(env, cap, kv_base)
+                        cap["queries"] = _obs_queries(env, cap, T)
+                    kv, _ = env.compact(base, ids, nb, policy, T * int(b[:-1]) // 100,
+                                        cap["scores"], cap["queries"])
+                    ok, m = _passkey_score(env, ids, T, answer, kv, kv.shape[3])
+                else:
+                    if v == FOIL:
+                        kv, _ = _token2(kv_base)
                     else:
-                        if v == FOIL:
-                            kv, _ = _token2(kv_base)
-                        else:
-                            pc = env.prefix_cache(v, "pk")
-                            kv, _ = env.through(pc, ids, cache, nb)
-                        ok, m = _passkey_score(env, ids, T, answer, kv)
-                    res[v] += ok
-                    by_depth[v][str(depth)] += ok
-                    margins[v].append(m)
-                env.drop_namespaces()  # keeps kvtierd's memory flat over many trials
-                if args.passkey_log:
-                    env.log("passkey %d depth %.1f key %s: %s" % (
-                        length, depth, key, " ".join("%s=%+.2f" % (v, margins[v][-1])
-                                                     for v in variants)))
+                        pc = env.prefix_cache(v, "pk")
+                        kv, _ = env.through(pc, ids, cache, nb)
+                    ok, m = _passkey_score(env, ids, T, answer, kv)
+                res[v] += ok
+                by_depth[v][str(depth)] += ok
+                margins[v].append(m)
+            env.drop_namespaces()  # keeps kvtierd's memory flat over many trials
+            if args.passkey_log:
+                env.log("passkey %d depth %.1f key %s: %s" % (
+                    length, depth, key, " ".join("%s=%+.2f" % (v, margins[v][-1])
+                                                 for v in variants)))
         out[str(length)] = {
             "trials": n, "accuracy": {v: res[v] / n for v in variants},
             "passed": {v: res[v] for v in variants},
