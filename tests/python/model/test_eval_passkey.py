@@ -23,7 +23,7 @@ def test_passkey_prompts_are_well_formed_and_retrieved(server, model_and_tokeniz
         assert tok.decode(ids[P - 1:P]).strip() == "."  # the needle starts a sentence
         assert "The pass key is 07391." in tok.decode(ids[P:])
         args = types.SimpleNamespace(passkey_lengths=[LENGTH], passkey_seeds=1,
-                                     passkey_variants=["full", "fp16", "snapkv@50%"],
+                                     passkey_variants=["full", "fp16"],
                                      passkey_log=False)
         out = em.section_passkey(env, args)[str(LENGTH)]
     finally:
@@ -32,5 +32,6 @@ def test_passkey_prompts_are_well_formed_and_retrieved(server, model_and_tokeniz
     print(out)
     assert out["trials"] == len(em.DEPTHS)
     assert out["passed"]["full"] == out["passed"]["fp16"] == len(em.DEPTHS)
-    assert out["margin_min"]["full"] > 1.0  # measured 2.6-4.7 at 256 tokens
-    assert 0 <= out["passed"]["snapkv@50%"] <= len(em.DEPTHS)
+    # Measured at 256 tokens: margins 3.69-4.47 (full), fp16 the same to 1e-3.
+    assert out["margin_min"]["full"] > 1.0
+    assert abs(out["margin_median"]["fp16"] - out["margin_median"]["full"]) < 0.05
