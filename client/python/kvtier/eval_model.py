@@ -13,8 +13,9 @@ object's keys):
   outliers    per head max/median of the per-channel max |K| (before / after RoPE), |V|
   codecs      per codec: bits per value, K / V / attention-output relative error, next-token
               KL against fp16, greedy agreement, perplexity of the fixed text
-  passkey     retrieval accuracy per length for the full cache, each codec, each compaction
-              policy and budget
+  passkey     retrieval accuracy (and the smallest logit margin of the key's digits) per
+              length for the full cache, each codec, each compaction policy and budget;
+              needle at depths 0.1-0.9 (see _Haystack for the task)
   perplexity  perplexity after a context under each compaction policy and budget
   ttft        time to first token with the prefix loaded (shared memory, gRPC TCP) against
               recomputing it, per prefix length and codec; bytes moved
@@ -484,6 +485,7 @@ def section_passkey(env, args):
         res = {v: 0 for v in variants}
         margins = {v: [] for v in variants}
         by_depth = {v: {str(d): 0 for d in DEPTHS} for v in variants}
+        bits = {}  # codec -> bits per value (headers included) of each trial's prefix
         n = 0
         rng = random.Random(length)
         # Depths interleaved (0.1, 0.3, ..., 0.9, 0.1, ...), so a run stopped early still
@@ -518,7 +520,9 @@ def section_passkey(env, args):
                         kv, _ = _token2(kv_base)
                     else:
                         pc = env.prefix_cache(v, "pk")
-                        kv, _ = env.through(pc, ids, cache, nb)
+                        kv, saved = env.through(pc, ids, cache, nb)
+                        bits.setdefault(v, []).append(
+                            saved.bytes_stored * 8.0 / (T * env.L * 2 * env.H * env.D))
                     ok, m = _passkey_score(env, ids, T, answer, kv)
                 res[v] += ok
                 by_depth[v][str(depth)] += ok
@@ -533,7 +537,8 @@ def section_passkey(env, args):
             "passed": {v: res[v] for v in variants},
             "by_depth": by_depth,
             "margin_median": {v: float(np.median(margins[v])) for v in variants},
-            "margin_min": {v: float(np.min(margins[v])) for v in variants}}
+            "margin_min": {v: float(np.min(margins[v])) for v in variants},
+            "bits_per_value": {v: float(np.mean(x)) for v, x in bits.items()}}
         env.log("passkey %d: %s" % (length, out[str(length)]["passed"]))
     return out
 
