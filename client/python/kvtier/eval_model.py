@@ -697,7 +697,7 @@ def main(argv=None):
     ap.add_argument("--sections", default="roundtrip,sinks,codecs,passkey,perplexity,ttft")
     ap.add_argument("--passkey-seeds", type=int, default=None,
                     help="trials per depth (5 depths); default 10, --quick 2")
-    ap.add_argument("--passkey-lengths", default=None, help="default 1024,2048,4096")
+    ap.add_argument("--passkey-lengths", default=None, help="default 1024,2048,4096; --quick 1024")
     ap.add_argument("--passkey-variants", default="",
                     help="comma list of full, codecs, token2, POLICY@25%%/@50%% (default all)")
     ap.add_argument("--passkey-log", action="store_true", help="log every trial's margins")
@@ -717,7 +717,7 @@ def main(argv=None):
     q = args.quick
     args.passkey_seeds = args.passkey_seeds or (2 if q else 10)
     args.passkey_lengths = [int(x) for x in (args.passkey_lengths or
-                                             ("1024,2048" if q else "1024,2048,4096")).split(",")]
+                                             ("1024" if q else "1024,2048,4096")).split(",")]
     args.codecs = [c for c in args.codecs.split(",") if c]
     args.passkey_variants = [v for v in args.passkey_variants.split(",") if v]
     args.codec_context = 1024 if q else 1536
