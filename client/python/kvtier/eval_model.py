@@ -321,7 +321,7 @@ def section_codecs(env, args):
             agree[codec].append(float(np.mean(np.asarray(g_ref) == np.asarray(g_got))))
         env.drop_namespaces()
         env.log("codecs prompt %d: agreement %s" % (n, {c: agree[c][-1] for c in codecs}))
-    for codec in codecs:
+    for codec in codecs if prompts else ():  # --prompts 0: fidelity and perplexity only
         out[codec].update({"next_token_kl": float(np.mean(kls[codec])),
                            "greedy_agreement": float(np.mean(agree[codec])),
                            "greedy_identical_prompts": int(sum(a == 1.0 for a in agree[codec])),
@@ -705,7 +705,8 @@ def main(argv=None):
                     help="the old task: no ' ' after the question, the answer is ' ' + digits "
                          "(shows its first-token near ties)")
     ap.add_argument("--prompts", type=int, default=None,
-                    help="codecs: prompts for KL and greedy agreement; default 20, --quick 6")
+                    help="codecs: prompts for KL and greedy agreement (0: none); default 20, "
+                         "--quick 6")
     ap.add_argument("--gen", type=int, default=None,
                     help="codecs: greedy tokens compared per prompt; default 64, --quick 32")
     ap.add_argument("--codecs", default=",".join(CODECS + [FOIL]),
@@ -721,7 +722,7 @@ def main(argv=None):
     args.codecs = [c for c in args.codecs.split(",") if c]
     args.passkey_variants = [v for v in args.passkey_variants.split(",") if v]
     args.codec_context = 1024 if q else 1536
-    args.prompts = args.prompts or (6 if q else 20)
+    args.prompts = args.prompts if args.prompts is not None else (6 if q else 20)
     args.prompt_len = 256 if q else 512
     args.tail = 16
     args.gen = args.gen or (32 if q else 64)
