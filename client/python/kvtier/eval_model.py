@@ -415,7 +415,7 @@ class _Haystack:
 
     def prompt(self, length, depth, key):
         """(ids, T = stored prefix tokens, a multiple of TPB, P = tokens before the needle,
-        answer ids). `length` is the stored prefix; 4-19 tokens after it are computed."""
+        answer ids). `length` is the stored prefix; the last 4 tokens are computed."""
         tok = self.env.tok
         needle = tok(" The pass key is %s. Remember it. %s is the pass key. " % (key, key),
                      add_special_tokens=False)["input_ids"]
