@@ -706,13 +706,14 @@ def main(argv=None):
                          "(shows its first-token near ties)")
     ap.add_argument("--prompts", type=int, default=None,
                     help="codecs: prompts for KL and greedy agreement (0: none); default 20, "
-                         "--quick 6")
+                         "--quick 4")
     ap.add_argument("--gen", type=int, default=None,
                     help="codecs: greedy tokens compared per prompt; default 64, --quick 32")
     ap.add_argument("--codecs", default=",".join(CODECS + [FOIL]),
                     help="codecs section: the codecs compared (default all and the foil)")
-    ap.add_argument("--ppl-tokens", type=int, default=4096,
-                    help="codecs: tokens of the fixed text for perplexity (0 = skip it)")
+    ap.add_argument("--ppl-tokens", type=int, default=None,
+                    help="codecs: tokens of the fixed text for perplexity (0 = skip it); "
+                         "default 4096, --quick 2048")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = cores)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -722,11 +723,12 @@ def main(argv=None):
     args.codecs = [c for c in args.codecs.split(",") if c]
     args.passkey_variants = [v for v in args.passkey_variants.split(",") if v]
     args.codec_context = 1024 if q else 1536
-    args.prompts = args.prompts if args.prompts is not None else (6 if q else 20)
+    args.prompts = args.prompts if args.prompts is not None else (4 if q else 20)
+    args.ppl_tokens = args.ppl_tokens if args.ppl_tokens is not None else (2048 if q else 4096)
     args.prompt_len = 256 if q else 512
     args.tail = 16
     args.gen = args.gen or (32 if q else 64)
-    args.ppl_chunk = 1024 if q else 512
+    args.ppl_chunk = 512
     args.ppl_context, args.ppl_eval = 1536, 512
     args.ppl_offsets = [0] if q else [0, 2048, 4096]
     args.ttft_lengths = [512, 1024, 2048]
