@@ -1,7 +1,8 @@
 // The RocksDB cold tier's own key and value encodings and its RocksDB-to-absl status
-// mapping, shared by the two halves of RocksDbColdTier: serving (rocksdb_cold_tier.cc) and
-// recovery from the slab (rocksdb_cold_tier_recovery.cc). Internal to those files; the
-// tier's contract is storage/rocksdb_cold_tier.h. Pure functions, thread-safe.
+// mapping, shared by the two halves of RocksDbColdTier: serving (rocksdb_cold_tier.cc)
+// and recovery from the slab (rocksdb_cold_tier_recovery.cc). Only those two files
+// include it; the tier's contract is storage/rocksdb_cold_tier.h. Pure functions,
+// thread-safe.
 #ifndef KVTIER_STORAGE_ROCKSDB_COLD_TIER_RECORDS_H_
 #define KVTIER_STORAGE_ROCKSDB_COLD_TIER_RECORDS_H_
 
@@ -17,7 +18,7 @@
 #include "common/strings.h"
 #include "storage/cold_record.h"
 
-namespace kvtier::storage::rocksdb_cold_internal {
+namespace kvtier::storage {
 
 inline constexpr char kBlockIndexPrefix = 'i';
 inline constexpr char kNamespacePrefix = 'n';
@@ -70,6 +71,6 @@ inline absl::Status ParseIndex(std::string_view value, ColdIndexRecord* record, 
   return ParseColdIndexValue(value.substr(0, value.size() - kOffsetBytes), record);
 }
 
-}  // namespace kvtier::storage::rocksdb_cold_internal
+}  // namespace kvtier::storage
 
 #endif  // KVTIER_STORAGE_ROCKSDB_COLD_TIER_RECORDS_H_

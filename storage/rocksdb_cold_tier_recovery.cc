@@ -34,18 +34,6 @@
 #include "storage/slab_scan.h"
 
 namespace kvtier::storage {
-
-using rocksdb_cold_internal::BlockKey;
-using rocksdb_cold_internal::DecodeNsId;
-using rocksdb_cold_internal::EncodeIndex;
-using rocksdb_cold_internal::FromRocks;
-using rocksdb_cold_internal::IndexKey;
-using rocksdb_cold_internal::kBlockIndexPrefix;
-using rocksdb_cold_internal::kMetaFileName;
-using rocksdb_cold_internal::kNamespacePrefix;
-using rocksdb_cold_internal::kSlabFileName;
-using rocksdb_cold_internal::ParseIndex;
-
 namespace {
 
 // Whether the extent at `offset` holds the block value of (ns_id, key) that `record`
