@@ -1,8 +1,8 @@
 // The RocksDB cold tier's own key and value encodings and its RocksDB-to-absl status
 // mapping, shared by the two halves of RocksDbColdTier: serving (rocksdb_cold_tier.cc)
-// and recovery from the slab (rocksdb_cold_tier_recovery.cc). Only those two files
-// include it; the tier's contract is storage/rocksdb_cold_tier.h. Pure functions,
-// thread-safe.
+// and recovery from the slab (rocksdb_cold_tier_recovery.cc). Only those two files and
+// tests that damage a tier's directory (tests/testing/cold_damage.h) include it; the
+// tier's contract is storage/rocksdb_cold_tier.h. Pure functions, thread-safe.
 #ifndef KVTIER_STORAGE_ROCKSDB_COLD_TIER_RECORDS_H_
 #define KVTIER_STORAGE_ROCKSDB_COLD_TIER_RECORDS_H_
 

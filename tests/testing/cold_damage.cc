@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "storage/cold_meta_file.h"
+#include "storage/rocksdb_cold_tier_records.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier::testing {
@@ -16,14 +17,9 @@ void LoseRecordsSilently(const std::string& dir, uint32_t namespace_id,
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir, cfs, &handles, &raw));
-  // An index record's key: 'i', the namespace id big-endian, the block key
-  // (storage/rocksdb_cold_tier.cc IndexKey).
-  std::string prefix(1, 'i');
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    prefix.push_back(static_cast<char>(namespace_id >> shift));
-  }
   for (const std::string& key : keys) {
-    EXPECT_OK(raw->Delete(rocksdb::WriteOptions(), handles[1], prefix + key));
+    EXPECT_OK(
+        raw->Delete(rocksdb::WriteOptions(), handles[1], storage::IndexKey(namespace_id, key)));
   }
   for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
   EXPECT_OK(raw->Close());
