@@ -25,9 +25,11 @@
 // `max_streams_per_call` concurrent streams.
 //
 // Deadlines: every call has one (CallOptions::deadline_ms, else the client default) that
-// covers all its attempts. Retries: idempotent calls (RegisterNamespace, Get, Lookup,
+// covers all its attempts. Retries: idempotent calls (RegisterNamespace, Put, Get, Lookup,
 // Stats, ListNamespaces, Pin, Unpin, Flush, Delete, Evict) are retried on UNAVAILABLE with
-// exponential backoff while the deadline allows; Put and ReportScores are never retried.
+// exponential backoff while the deadline allows (a Put stores blocks under keys bound to
+// their content, so storing them again leaves the same state; a stream broken by a
+// connection the server closed is redone on a new one); ReportScores is never retried.
 //
 // Errors are the server's gRPC codes mapped one-to-one onto absl::StatusCode (the
 // message prefixed with the RPC name); DEADLINE_EXCEEDED / UNAVAILABLE when the server

@@ -307,7 +307,8 @@ struct Client::Impl {
 
   // One Put stream carrying `blocks`: the header message, then chunk messages whose
   // payload slices point into the callers' buffers; or, with `shm_session`, the header
-  // alone, naming each payload's offset in the shared region.
+  // alone, naming each payload's offset in the shared region. Retried on UNAVAILABLE
+  // within the deadline (a new stream each time), except a UCX transfer's header.
   absl::Status PutStream(std::string_view ns, std::span<const PutBlock> blocks,
                          v1::PayloadFormat format, std::chrono::system_clock::time_point deadline,
                          SliceRefs* refs, PutResult* result, std::string_view shm_session = {},

@@ -41,45 +41,45 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
                                      std::string_view shm_session,
                                      std::span<const uint64_t> shm_offsets,
                                      std::string_view ucx_session, uint64_t ucx_transfer) {
-  Channel& ch = PickChannel();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(deadline);
-  Authorize(&ctx);
-  v1::PutResponse response;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          ch.channel.get(), *ch.put_method, &ctx, &response));
-
   v1::PutRequest header_msg = PutHeaderMessage(ns, blocks, format, shm_session, shm_offsets);
   if (!ucx_session.empty()) {
     header_msg.mutable_header()->set_ucx_session(std::string(ucx_session));
     header_msg.mutable_header()->set_ucx_transfer(ucx_transfer);
   }
+  const std::string header = header_msg.SerializeAsString();
   std::vector<uint64_t> sizes;
   sizes.reserve(blocks.size());
   for (const PutBlock& b : blocks) sizes.push_back(b.payload.size());
-  bool stream_ok = true;
-  {
-    grpc::Slice slice(header_msg.SerializeAsString());
-    grpc::ByteBuffer bb(&slice, 1);
-    stream_ok = writer->Write(bb);
-  }
-  if (stream_ok && shm_session.empty() && ucx_session.empty()) {
-    for (const auto& chunk : protocol::PlanChunks(sizes, options.chunk_bytes)) {
-      // Points at the caller's memory (no copy); PutRun waits for its release.
-      grpc::ByteBuffer bb = protocol::ChunkMessage(
-          chunk, [&](size_t b) { return blocks[b].payload.data(); }, refs);
-      if (!writer->Write(bb)) {
-        stream_ok = false;
-        break;
+  v1::PutResponse response;
+  // A Put stores each block under a key its content is bound to, so storing it again after
+  // a connection broke mid-call (the server closed an idle connection the client had not
+  // yet seen close: "Broken pipe") leaves the same state: retried like the idempotent
+  // calls. A UCX transfer is one-shot; its path falls back on its own.
+  const bool retry = ucx_session.empty();
+  return Call("Put", 0, retry, [&](grpc::ClientContext* ctx, Channel& ch) {
+    response.Clear();
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            ch.channel.get(), *ch.put_method, ctx, &response));
+    grpc::Slice slice(header);
+    grpc::ByteBuffer header_bb(&slice, 1);
+    bool stream_ok = writer->Write(header_bb);
+    if (stream_ok && shm_session.empty() && ucx_session.empty()) {
+      for (const auto& chunk : protocol::PlanChunks(sizes, options.chunk_bytes)) {
+        // Points at the caller's memory (no copy); PutRun waits for its release.
+        grpc::ByteBuffer bb = protocol::ChunkMessage(
+            chunk, [&](size_t b) { return blocks[b].payload.data(); }, refs);
+        if (!writer->Write(bb)) {
+          stream_ok = false;
+          break;
+        }
       }
     }
-  }
-  if (stream_ok) writer->WritesDone();
-  const grpc::Status status = writer->Finish();
-  if (!status.ok()) return FromGrpc("Put", status);
-  AddPutResponse(response, result);
-  return absl::OkStatus();
+    if (stream_ok) writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    if (status.ok()) AddPutResponse(response, result);
+    return status;
+  }, false, deadline);
 }
 
 v1::PutRequest Client::Impl::PutHeaderMessage(std::string_view ns, std::span<const PutBlock> blocks,

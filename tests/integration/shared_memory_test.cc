@@ -586,6 +586,27 @@ TEST_F(SharedMemoryTest, AfterAServerRestartTheClientFallsBackToTcp) {
   EXPECT_GT(fresh->shared_memory_socket_calls(), 0u);
 }
 
+// A Put right after the server restarted (no call in between to notice the old
+// connections closed) finds its stream broken ("Broken pipe", "Connection reset") and is
+// redone on a new connection: Puts are retried like the idempotent calls.
+TEST_F(SharedMemoryTest, APutRightAfterAServerRestartIsRedoneOnANewConnection) {
+  auto client = Connect("fp16", v1::CODEC_FP16, /*shared_memory=*/false);
+  ASSERT_NE(client, nullptr);
+  const Sequence c = MakeSequence("fp16", kLayout, 257, 15);  // 8 MiB: many stream writes
+  ASSERT_OK(client->PutBlocks("fp16", std::span(c.blocks).first(1)));
+  const int port = server_->port();
+  ASSERT_OK(server_->Terminate());
+  StartServer(port);
+
+  auto put = client->PutBlocks("fp16", std::span(c.blocks).subspan(1));
+  ASSERT_OK(put);
+  EXPECT_EQ(put->blocks_stored, 256u);
+  auto got = client->GetBlocks("fp16", c.keys);
+  ASSERT_OK(got);
+  ASSERT_EQ(got->size(), c.keys.size());
+  for (size_t i = 0; i < c.keys.size(); ++i) EXPECT_EQ((*got)[i].data, c.encoded[i]) << i;
+}
+
 // With tokens on, a session's socket calls run as the identity of the first gRPC call
 // that named it; before that they are refused, and the client falls back to gRPC.
 TEST_F(SharedMemoryTest, WithAuthAnUnboundSessionIsRefusedOverTheSocket) {

@@ -164,6 +164,21 @@ def test_after_a_server_restart_the_client_falls_back_to_tcp(start_server, nativ
         assert all(np.array_equal(o, r) for o, r in zip(out, raw))  # persisted
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_a_put_right_after_a_server_restart_is_redone_on_a_new_connection(start_server, native):
+    # No call in between notices the old connections closed: the Put's stream breaks
+    # ("Broken pipe") and is retried, as the idempotent calls are.
+    s = start_server()
+    with kvtier.Client(s.address, namespace=_spec(), native=native, shared_memory=False) as c:
+        keys, puts, raw = blocks.sequence(NS, blocks.layout(), 513, seed=15)  # 8 MiB
+        c.put_blocks(NS, puts[:1], format=kvtier.RAW)
+        s.restart()
+        assert c.put_blocks(NS, puts[1:], format=kvtier.RAW).blocks_stored == 512
+        out = [np.empty_like(r) for r in raw]
+        c.get_blocks_into(NS, keys, out, format=kvtier.RAW)
+        assert all(np.array_equal(o, r) for o, r in zip(out, raw))
+
+
 def test_lost_session_is_detected_by_the_structured_detail_only():
     from kvtier import errors
     import grpc

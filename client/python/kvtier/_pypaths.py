@@ -166,8 +166,8 @@ class PythonPaths:
         def attempt(ch, left, _):
             return _grpc_fast.stream_unary(ch.put, requests(), left, self._metadata)
 
-        resp = self._call("Put", attempt, False, deadline)
-        return resp
+        # Retried like the idempotent calls: a block's key is bound to its content (client.py).
+        return self._call("Put", attempt, True, deadline)
 
     def _get_run(self, ns, keys, fmt, deadline, dest, buffers, arrays, lease_id=0):
         region = self._region if buffers is not None else None

@@ -40,10 +40,11 @@ allocates its results) always uses TCP, like the C++ GetBlocks. lookup goes as a
 the socket too when the server offers it (SharedMemoryOffer.socket_lookup), as in C++.
 
 Deadlines: every call has one (`timeout` seconds, else the client's `timeout`) covering all
-its attempts. Retries: idempotent calls (register, get, lookup, pin, unpin, delete, stats,
-list_namespaces, evict, flush, cluster_status) are retried on UNAVAILABLE with exponential
-backoff while the deadline allows; put_blocks, report_scores, drop_namespace and recover
-never are.
+its attempts. Retries: idempotent calls (register, put_blocks, get, lookup, pin, unpin,
+delete, stats, list_namespaces, evict, flush, cluster_status) are retried on UNAVAILABLE with
+exponential backoff while the deadline allows (a Put stores blocks under keys bound to their
+content, so storing them again leaves the same state); report_scores, drop_namespace and
+recover never are.
 
 Errors: kvtier.KvtierError subclasses (kvtier.errors) carrying the gRPC code, the server's
 message, the RPC name and the structured detail.
@@ -493,7 +494,7 @@ class Client(_pypaths.PythonPaths):
 
     def put_blocks(self, ns, blocks, format=ENCODED, timeout=None):
         """Stores `blocks` (PutBlock list) in namespace `ns`; returns a PutResult. Split into
-        contiguous runs over up to max_streams_per_call concurrent streams. Never retried.
+        contiguous runs over up to max_streams_per_call concurrent streams. Retried on UNAVAILABLE.
         Raises the server's errors (NotFoundError unknown namespace, InvalidArgumentError
         bad key or payload, FailedPreconditionError layout mismatch,
         ResourceExhaustedError), DeadlineExceededError, UnavailableError."""
