@@ -393,8 +393,12 @@ PyObject* SerializedInfos(std::vector<v1::GetBlockInfo>& infos) {
   v1::GetHeader header;
   header.mutable_blocks()->Reserve(static_cast<int>(infos.size()));
   for (auto& info : infos) *header.add_blocks() = std::move(info);
-  const std::string bytes = header.SerializeAsString();
-  return PyBytes_FromStringAndSize(bytes.data(), static_cast<Py_ssize_t>(bytes.size()));
+  // Serialized straight into the bytes object: no intermediate std::string.
+  const size_t n = header.ByteSizeLong();
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+  if (out == nullptr) return nullptr;
+  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out)));
+  return out;
 }
 
 PyObject* ClientGetInto(PyObject* self, PyObject* args) {
