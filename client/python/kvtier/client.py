@@ -231,7 +231,12 @@ class Client(_pypaths.PythonPaths):
                     tls_pems=_tls_pems(tls, tls_ca_file, tls_cert_file, tls_key_file,
                                        tls_server_name),
                     tls_server_name=tls_server_name)
-        self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
+        use_cpp = native and _native is not None
+        # With the extension, the payload calls (and Lookup) run on the C++ client's
+        # num_channels connections; the calls left to grpcio (registration, admin, pins,
+        # stats) share one, instead of a second set of num_channels connections.
+        self._channels = [_Channel(address, i, opts, self._metadata)
+                          for i in range(1 if use_cpp else num_channels)]
         self._next = 0
         self._lock = threading.Lock()
         self._layouts = {}
@@ -245,7 +250,6 @@ class Client(_pypaths.PythonPaths):
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
         self.connect_info = ConnectInfo()
-        use_cpp = native and _native is not None
         try:
             self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
                           shared_memory_bytes, shared_memory_socket)
