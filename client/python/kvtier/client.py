@@ -160,7 +160,7 @@ def _tls_pems(tls, ca_file, cert_file, key_file, server_name):
 
 
 class _Channel:
-    def __init__(self, address, index, opts, metadata):
+    def __init__(self, address, index, opts, metadata, keepalive=True):
         options = [("grpc.use_local_subchannel_pool", 1), ("kvtier.channel_id", index),
                    ("grpc.max_receive_message_length", opts["max_receive_message_bytes"]),
                    ("grpc.max_send_message_length", -1)]
@@ -181,10 +181,12 @@ class _Channel:
                                              response_deserializer=pb.PutResponse.FromString)
         self.get = self.channel.unary_stream(_GET, request_serializer=pb.GetRequest.SerializeToString,
                                              response_deserializer=None)
-        self.keepalive = _grpc_fast.Keepalive(self.channel, metadata)
+        # Only the pure-Python payload paths stream over grpcio (_grpc_fast.Keepalive).
+        self.keepalive = _grpc_fast.Keepalive(self.channel, metadata) if keepalive else None
 
     def close(self):
-        self.keepalive.cancel()
+        if self.keepalive is not None:
+            self.keepalive.cancel()
         self.channel.close()
 
 
@@ -235,7 +237,7 @@ class Client(_pypaths.PythonPaths):
         # With the extension, the payload calls (and Lookup) run on the C++ client's
         # num_channels connections; the calls left to grpcio (registration, admin, pins,
         # stats) share one, instead of a second set of num_channels connections.
-        self._channels = [_Channel(address, i, opts, self._metadata)
+        self._channels = [_Channel(address, i, opts, self._metadata, keepalive=not use_cpp)
                           for i in range(1 if use_cpp else num_channels)]
         self._next = 0
         self._lock = threading.Lock()
