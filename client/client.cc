@@ -118,6 +118,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     ch.admin = v1::KvCacheAdmin::NewStub(ch.channel);
     ch.put_method = std::make_unique<grpc::internal::RpcMethod>(
         kPutMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch.channel);
+    ch.put_one_method = std::make_unique<grpc::internal::RpcMethod>(
+        kPutMethod, grpc::internal::RpcMethod::NORMAL_RPC, ch.channel);
     ch.get_method = std::make_unique<grpc::internal::RpcMethod>(
         kGetMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch.channel);
     ch.lookup_method = std::make_unique<grpc::internal::RpcMethod>(

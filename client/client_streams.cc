@@ -44,46 +44,47 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
   Channel& ch = PickChannel();
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
-  // The metadata goes out with the header message, and the header of a Put whose
-  // payloads take another path (shared memory, UCX) with the end of the stream: one
-  // batch, one wakeup of the server's reactor, instead of three of each
-  // (docs/dataplane.md, "UCX Put against the bare transport").
-  ctx.set_initial_metadata_corked(true);
   Authorize(&ctx);
   v1::PutResponse response;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          ch.channel.get(), *ch.put_method, &ctx, &response));
-
   v1::PutRequest header_msg = PutHeaderMessage(ns, blocks, format, shm_session, shm_offsets);
   if (!ucx_session.empty()) {
     header_msg.mutable_header()->set_ucx_session(std::string(ucx_session));
     header_msg.mutable_header()->set_ucx_transfer(ucx_transfer);
   }
+  grpc::Slice header_slice(header_msg.SerializeAsString());
+  const grpc::ByteBuffer header_bb(&header_slice, 1);
+  if (!shm_session.empty() || !ucx_session.empty()) {
+    // The payloads take another path, so the stream is the header alone: sent as one
+    // batch (metadata, the message, the end of the stream, the answer awaited), which is
+    // the same bytes on the wire as the stream but one wait for the caller's thread and
+    // one reaction of the server's instead of four (docs/dataplane.md, "UCX Put against
+    // the bare transport").
+    const grpc::Status status = grpc::internal::BlockingUnaryCall(
+        ch.channel.get(), *ch.put_one_method, &ctx, header_bb, &response);
+    if (!status.ok()) return FromGrpc("Put", status);
+    AddPutResponse(response, result);
+    return absl::OkStatus();
+  }
+  // The metadata goes out with the header message, the end of the stream with the last
+  // chunk.
+  ctx.set_initial_metadata_corked(true);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          ch.channel.get(), *ch.put_method, &ctx, &response));
   std::vector<uint64_t> sizes;
   sizes.reserve(blocks.size());
   for (const PutBlock& b : blocks) sizes.push_back(b.payload.size());
-  const bool in_stream = shm_session.empty() && ucx_session.empty();
-  bool stream_ok = true;
-  bool ended = false;  // the last message went with the end of the stream
-  {
-    grpc::Slice slice(header_msg.SerializeAsString());
-    grpc::ByteBuffer bb(&slice, 1);
-    if (in_stream) {
-      stream_ok = writer->Write(bb);
-    } else {
-      stream_ok = writer->Write(bb, grpc::WriteOptions().set_last_message());
-      ended = true;
-    }
-  }
-  if (stream_ok && in_stream) {
+  bool stream_ok = writer->Write(header_bb);
+  bool ended = false;  // the last chunk went with the end of the stream
+  if (stream_ok) {
     const auto chunks = protocol::PlanChunks(sizes, options.chunk_bytes);
     for (size_t c = 0; c < chunks.size(); ++c) {
       // Points at the caller's memory (no copy); PutRun waits for its release.
       grpc::ByteBuffer bb = protocol::ChunkMessage(
           chunks[c], [&](size_t b) { return blocks[b].payload.data(); }, refs);
       const bool last = c + 1 == chunks.size();
-      if (!(last ? writer->Write(bb, grpc::WriteOptions().set_last_message()) : writer->Write(bb))) {
+      if (!writer->Write(bb, last ? grpc::WriteOptions().set_last_message()
+                                  : grpc::WriteOptions())) {
         stream_ok = false;
         break;
       }
