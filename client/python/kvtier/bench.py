@@ -265,7 +265,8 @@ def main(argv=None):
         # Client CPU seconds per GB, C++ over Python (higher is better for Python, as the
         # GB/s ratio): on a shared host the steadier measure, since other processes move
         # GB/s between runs far more than they move a client's CPU per byte.
-        cpu = [[run[i].get("client_cpu_s_per_gb") for run in runs] for runs in (py_runs, cpp_runs)]
+        cpu = [[run[i].get("client_cpu_s_per_gb") for run in runs]
+               for runs in (py_runs, cpp_runs)]
         if all(v for vs in cpu for v in vs):
             py_cpu, cpp_cpu = statistics.median(cpu[0]), statistics.median(cpu[1])
             line.update(python_cpu_s_per_gb=py_cpu, cpp_cpu_s_per_gb=cpp_cpu,
