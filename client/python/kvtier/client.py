@@ -159,6 +159,21 @@ def _tls_pems(tls, ca_file, cert_file, key_file, server_name):
     return tuple(_read(f) if f else None for f in (ca_file, key_file, cert_file))
 
 
+_UNARY_METHODS = {}  # (admin, rpc) -> (full method name, response class)
+
+
+def _unary_method(admin, rpc):
+    """The full gRPC method name of a KvCache (KvCacheAdmin when `admin`) method and its
+    response message class, from the proto's descriptor."""
+    found = _UNARY_METHODS.get((admin, rpc))
+    if found is None:
+        service = pb.DESCRIPTOR.services_by_name["KvCacheAdmin" if admin else "KvCache"]
+        method = service.methods_by_name[rpc]
+        found = ("/%s/%s" % (service.full_name, rpc), getattr(pb, method.output_type.name))
+        _UNARY_METHODS[(admin, rpc)] = found
+    return found
+
+
 class _Channel:
     def __init__(self, address, index, opts, metadata, keepalive=True):
         options = [("grpc.use_local_subchannel_pool", 1), ("kvtier.channel_id", index),
@@ -234,9 +249,10 @@ class Client(_pypaths.PythonPaths):
                                        tls_server_name),
                     tls_server_name=tls_server_name)
         use_cpp = native and _native is not None
-        # With the extension, the payload calls (and Lookup) run on the C++ client's
-        # num_channels connections; the calls left to grpcio (registration, admin, pins,
-        # stats) share one, instead of a second set of num_channels connections.
+        # With the extension every call runs on the C++ client's num_channels connections
+        # (the payload calls and Lookup bound one by one, the others through
+        # _native.Client.unary); grpcio makes the handshake on one connection, closed
+        # once the C++ client is connected.
         self._channels = [_Channel(address, i, opts, self._metadata, keepalive=not use_cpp)
                           for i in range(1 if use_cpp else num_channels)]
         self._next = 0
@@ -269,6 +285,8 @@ class Client(_pypaths.PythonPaths):
                     auth_token=auth_token, tls=bool(tls), tls_ca_file=tls_ca_file,
                     tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
                     tls_server_name=tls_server_name)
+                for ch in self._channels:
+                    ch.close()
         except BaseException:
             self.close()
             raise
@@ -368,6 +386,16 @@ class Client(_pypaths.PythonPaths):
         raise AssertionError("unreachable")
 
     def _unary(self, rpc, admin, request, idempotent, timeout, wait_for_ready=False):
+        cpp = self._cpp
+        if cpp is not None:  # on the C++ client's connections, its deadline and retry rule
+            method, response_type = _unary_method(admin, rpc)
+            try:
+                return response_type.FromString(cpp.unary(
+                    method, request.SerializeToString(), idempotent, wait_for_ready,
+                    self._cpp_timeout(timeout, rpc)))
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error(rpc, e) from None
+
         def attempt(ch, left, wfr):
             stub = ch.admin if admin else ch.data
             return getattr(stub, rpc)(request, timeout=left, metadata=self._metadata,
