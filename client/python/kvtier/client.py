@@ -251,10 +251,9 @@ class Client(_pypaths.PythonPaths):
         use_cpp = native and _native is not None
         # With the extension every call runs on the C++ client's num_channels connections
         # (the payload calls and Lookup bound one by one, the others through
-        # _native.Client.unary); grpcio makes the handshake on one connection, closed
-        # once the C++ client is connected.
-        self._channels = [_Channel(address, i, opts, self._metadata, keepalive=not use_cpp)
-                          for i in range(1 if use_cpp else num_channels)]
+        # _native.Client.unary): no grpcio connection at all.
+        self._channels = ([] if use_cpp else
+                          [_Channel(address, i, opts, self._metadata) for i in range(num_channels)])
         self._next = 0
         self._lock = threading.Lock()
         self._layouts = {}
@@ -269,9 +268,9 @@ class Client(_pypaths.PythonPaths):
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
         self.connect_info = ConnectInfo()
         try:
-            self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
-                          shared_memory_bytes, shared_memory_socket)
             if use_cpp:
+                # The C++ client's handshake first (it registers the namespace); Python's
+                # own after it, through the C++ client (connect_info, the spec check).
                 self._cpp = self._connect_cpp(
                     namespace, connect_timeout, shared_memory=shared_memory,
                     shared_memory_bytes=shared_memory_bytes,
@@ -285,8 +284,8 @@ class Client(_pypaths.PythonPaths):
                     auth_token=auth_token, tls=bool(tls), tls_ca_file=tls_ca_file,
                     tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
                     tls_server_name=tls_server_name)
-                for ch in self._channels:
-                    ch.close()
+            self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
+                          shared_memory_bytes, shared_memory_socket)
         except BaseException:
             self.close()
             raise
@@ -357,6 +356,8 @@ class Client(_pypaths.PythonPaths):
     # -- plumbing ---------------------------------------------------------------------
 
     def _pick(self):
+        if not self._channels:  # a native client after close()
+            raise errors.FailedPreconditionError("the client is closed")
         with self._lock:
             self._next += 1
             return self._channels[self._next % len(self._channels)]
