@@ -9,6 +9,7 @@
 #include "client/client_impl.h"
 #include "client/prefix_keys.h"
 #include "common/status_macros.h"
+#include "common/strings.h"
 #include "protocol/convert.h"
 #include "protocol/lookup_form.h"
 #include "protocol/shm_wire.h"
@@ -118,6 +119,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     ch.admin = v1::KvCacheAdmin::NewStub(ch.channel);
     ch.put_method = std::make_unique<grpc::internal::RpcMethod>(
         kPutMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, ch.channel);
+    ch.put_one_method = std::make_unique<grpc::internal::RpcMethod>(
+        kPutMethod, grpc::internal::RpcMethod::NORMAL_RPC, ch.channel);
     ch.get_method = std::make_unique<grpc::internal::RpcMethod>(
         kGetMethod, grpc::internal::RpcMethod::SERVER_STREAMING, ch.channel);
     ch.lookup_method = std::make_unique<grpc::internal::RpcMethod>(
@@ -485,6 +488,42 @@ absl::StatusOr<uint64_t> Client::Delete(std::string_view ns, std::span<const std
   RETURN_IF_ERROR(impl_->Unary("Delete", call, true, &v1::KvCache::Stub::Delete,
                                KeyedRequest<v1::DeleteRequest>(ns, keys), &resp));
   return resp.blocks();
+}
+
+absl::StatusOr<std::string> Client::UnaryRaw(std::string_view method, std::string_view request,
+                                             bool idempotent, bool wait_for_ready,
+                                             const CallOptions& call) {
+  constexpr std::string_view kServices[] = {"/kvtier.v1.KvCache/", "/kvtier.v1.KvCacheAdmin/"};
+  std::string_view rpc;
+  for (std::string_view service : kServices) {
+    if (method.size() > service.size() && method.substr(0, service.size()) == service &&
+        method.find('/', service.size()) == std::string_view::npos) {
+      rpc = method.substr(service.size());
+    }
+  }
+  if (rpc.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "method \"", Sv(method), "\" is not a method of kvtier.v1.KvCache or KvCacheAdmin"));
+  }
+  const std::string name(method);  // RpcMethod keeps the pointer for the call
+  const std::string rpc_name(rpc);
+  const grpc::internal::RpcMethod rpc_method(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::Slice slice(request.data(), request.size());
+  const grpc::ByteBuffer req(&slice, 1);
+  grpc::ByteBuffer resp;
+  RETURN_IF_ERROR(impl_->Call(
+      rpc_name.c_str(), impl_->DeadlineMs(call.deadline_ms), idempotent,
+      [&](grpc::ClientContext* ctx, Channel& ch) {
+        resp.Clear();
+        return grpc::internal::BlockingUnaryCall(ch.channel.get(), rpc_method, ctx, req, &resp);
+      },
+      wait_for_ready));
+  if (resp.Length() == 0) return std::string();  // an empty message
+  grpc::Slice flat;
+  if (!resp.TrySingleSlice(&flat).ok() && !resp.DumpToSingleSlice(&flat).ok()) {
+    return absl::InternalError(absl::StrCat(rpc_name, ": cannot read the response"));
+  }
+  return std::string(reinterpret_cast<const char*>(flat.begin()), flat.size());
 }
 
 absl::StatusOr<v1::StatsResponse> Client::Stats(std::string_view ns, const CallOptions& call) {

@@ -430,6 +430,18 @@ class Client {
   // Peers, ownership shares and per-node stats as seen by the answering node.
   absl::StatusOr<kvtier::v1::ClusterStatusResponse> ClusterStatus(const CallOptions& call = {});
 
+  // For language bindings (kvtier._native), whose messages are their own: one unary call
+  // of the KvCache or KvCacheAdmin service by its full method name
+  // ("/kvtier.v1.KvCacheAdmin/Stats"), `request` a serialized request message, on this
+  // client's channels with its credentials, deadline and retry rule (UNAVAILABLE is
+  // retried only when `idempotent`; `wait_for_ready` waits for the channel to connect
+  // instead of failing at once). Returns the serialized response; the server's status
+  // otherwise, its message prefixed by the method's short name. INVALID_ARGUMENT for a
+  // method of another service. C++ callers use the typed calls above.
+  absl::StatusOr<std::string> UnaryRaw(std::string_view method, std::string_view request,
+                                       bool idempotent, bool wait_for_ready = false,
+                                       const CallOptions& call = {});
+
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);

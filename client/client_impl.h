@@ -62,6 +62,9 @@ struct Channel {
   std::unique_ptr<v1::KvCache::Stub> data;
   std::unique_ptr<v1::KvCacheAdmin::Stub> admin;
   std::unique_ptr<grpc::internal::RpcMethod> put_method;
+  // The same Put method sent as one batch (metadata, the header message, the end of the
+  // stream, then the answer): a Put whose payloads take another path is one message.
+  std::unique_ptr<grpc::internal::RpcMethod> put_one_method;
   std::unique_ptr<grpc::internal::RpcMethod> get_method;
   std::unique_ptr<grpc::internal::RpcMethod> lookup_method;  // raw request bytes
 };

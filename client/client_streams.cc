@@ -46,7 +46,8 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
     header_msg.mutable_header()->set_ucx_session(std::string(ucx_session));
     header_msg.mutable_header()->set_ucx_transfer(ucx_transfer);
   }
-  const std::string header = header_msg.SerializeAsString();
+  grpc::Slice header_slice(header_msg.SerializeAsString());
+  const grpc::ByteBuffer header_bb(&header_slice, 1);
   std::vector<uint64_t> sizes;
   sizes.reserve(blocks.size());
   for (const PutBlock& b : blocks) sizes.push_back(b.payload.size());
@@ -58,24 +59,41 @@ absl::Status Client::Impl::PutStream(std::string_view ns, std::span<const PutBlo
   const bool retry = ucx_session.empty();
   return Call("Put", 0, retry, [&](grpc::ClientContext* ctx, Channel& ch) {
     response.Clear();
+    if (!shm_session.empty() || !ucx_session.empty()) {
+      // The payloads take another path, so the stream is the header alone: sent as one
+      // batch (metadata, the message, the end of the stream, the answer awaited), which is
+      // the same bytes on the wire as the stream but one wait for the caller's thread and
+      // one reaction of the server's instead of four (docs/dataplane.md, "UCX Put against
+      // the bare transport").
+      const grpc::Status status = grpc::internal::BlockingUnaryCall(
+          ch.channel.get(), *ch.put_one_method, ctx, header_bb, &response);
+      if (status.ok()) AddPutResponse(response, result);
+      return status;
+    }
+    // The metadata goes out with the header message, the end of the stream with the last
+    // chunk.
+    ctx->set_initial_metadata_corked(true);
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
             ch.channel.get(), *ch.put_method, ctx, &response));
-    grpc::Slice slice(header);
-    grpc::ByteBuffer header_bb(&slice, 1);
     bool stream_ok = writer->Write(header_bb);
-    if (stream_ok && shm_session.empty() && ucx_session.empty()) {
-      for (const auto& chunk : protocol::PlanChunks(sizes, options.chunk_bytes)) {
+    bool ended = false;  // the last chunk went with the end of the stream
+    if (stream_ok) {
+      const auto chunks = protocol::PlanChunks(sizes, options.chunk_bytes);
+      for (size_t c = 0; c < chunks.size(); ++c) {
         // Points at the caller's memory (no copy); PutRun waits for its release.
         grpc::ByteBuffer bb = protocol::ChunkMessage(
-            chunk, [&](size_t b) { return blocks[b].payload.data(); }, refs);
-        if (!writer->Write(bb)) {
+            chunks[c], [&](size_t b) { return blocks[b].payload.data(); }, refs);
+        const bool last = c + 1 == chunks.size();
+        if (!writer->Write(bb, last ? grpc::WriteOptions().set_last_message()
+                                    : grpc::WriteOptions())) {
           stream_ok = false;
           break;
         }
+        ended = last;
       }
     }
-    if (stream_ok) writer->WritesDone();
+    if (stream_ok && !ended) writer->WritesDone();
     const grpc::Status status = writer->Finish();
     if (status.ok()) AddPutResponse(response, result);
     return status;

@@ -28,8 +28,10 @@ namespace kvtier::client {
 namespace {
 
 namespace v1 = ::kvtier::v1;
+using ::testing::HasSubstr;
 using testing::BinaryDir;
 using testing::ServerProcess;
+using testing::StatusIs;
 using testing::WaitUntilStopped;
 using testing::TempDir;
 
@@ -265,6 +267,29 @@ TEST_F(ClientTest, PinScoresEvictDeleteFlush) {
   ASSERT_OK(got);
   EXPECT_FALSE((*got)[0].info.found());
   EXPECT_FALSE((*got)[1].info.found());
+}
+
+TEST_F(ClientTest, UnaryRawCallsAMethodByNameWithSerializedMessages) {
+  auto client = MustConnect(Options(Spec("raw", BigLayout())));
+  ASSERT_NE(client, nullptr);
+  v1::StatsRequest req;
+  req.set_namespace_("raw");
+  auto bytes = client->UnaryRaw("/kvtier.v1.KvCacheAdmin/Stats", req.SerializeAsString(),
+                                /*idempotent=*/true);
+  ASSERT_OK(bytes);
+  v1::StatsResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(*bytes));
+  ASSERT_EQ(resp.namespaces_size(), 1);
+  EXPECT_EQ(resp.namespaces(0).name(), "raw");
+  // The server's status, prefixed with the method's short name as the typed calls are.
+  req.set_namespace_("no-such-namespace");
+  EXPECT_THAT(client->UnaryRaw("/kvtier.v1.KvCacheAdmin/Stats", req.SerializeAsString(), true),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("Stats: namespace")));
+  // Only the two kvtier services.
+  EXPECT_THAT(client->UnaryRaw("/grpc.health.v1.Health/Check", "", true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Health/Check")));
+  EXPECT_THAT(client->UnaryRaw("/kvtier.v1.KvCache/", "", true),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(ClientTest, CompactStoresAnEntryFetchedLikeABlock) {

@@ -17,7 +17,12 @@ def test_bench_runs_and_compares_with_the_cpp_tool(server, capsys):
     py = [l for l in lines if l.get("system", "").startswith("kvtier-py")]
     assert [l["phase"] for l in py] == ["put", "get"] and all(l["ops_per_s"] > 0 for l in py)
     if "--compare" in args:
-        assert [l["phase"] for l in lines if "ratio" in l] == ["put", "get"]
+        ratios = [l for l in lines if "ratio" in l]
+        assert [l["phase"] for l in ratios] == ["put", "get"]
+        # Client CPU per GB of both clients, and their ratio (C++ over Python).
+        for l in ratios:
+            assert l["python_cpu_s_per_gb"] > 0 and l["cpp_cpu_s_per_gb"] > 0
+            assert l["cpu_ratio"] == round(l["cpp_cpu_s_per_gb"] / l["python_cpu_s_per_gb"], 3)
 
 
 def test_bench_lookup_phase_over_the_socket_and_grpc(server, capsys):

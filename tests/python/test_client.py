@@ -210,6 +210,39 @@ def _raw_error(server, method, request):
         return e.value.code(), e.value.details()
 
 
+def test_a_native_client_makes_every_call_on_the_cpp_clients_connections(server):
+    # With the extension the calls other than the payload calls go through
+    # kvtier._native.Client.unary: the same answers and errors as over grpcio, and no
+    # grpcio connection is opened at all.
+    from kvtier import _native
+    spec = kvtier.make_namespace("unary", blocks.layout(), codec="fp16")
+    outcomes = {}
+    for native in (True, False):
+        with _client(server, spec, shared_memory=False, native=native) as c:
+            assert c.uses_native == native
+            assert (len(c._channels) == 0) == native  # grpcio channels
+            got = [[n.name for n in c.stats("unary").namespaces],
+                   sorted(n.name for n in c.list_namespaces().namespaces),
+                   c.pin("unary", [b"k" * 16]), c.delete("unary", [b"k" * 16])]
+            for fn in (lambda: c.stats("nope"), lambda: c.pin("unary", [b""]),
+                       lambda: c.drop_namespace("nope")):
+                with pytest.raises(kvtier.KvtierError) as e:
+                    fn()
+                got.append((type(e.value), e.value.code, e.value.rpc, e.value.message))
+            outcomes[native] = got
+        if native:  # a call after close(); grpcio raises its own ValueError there
+            with pytest.raises(kvtier.FailedPreconditionError):
+                c.stats()
+    assert outcomes[True] == outcomes[False]
+    assert outcomes[True][4][0] is kvtier.NotFoundError
+    assert outcomes[True][5][0] is kvtier.InvalidArgumentError
+    c = _native.Client(server.address, shared_memory=False)
+    with pytest.raises(_native.RpcError) as e:
+        c.unary("/grpc.health.v1.Health/Check", b"", True, False, 5.0)
+    assert e.value.args[0] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    c.close()
+
+
 @NATIVE
 def test_bad_inputs_raise_the_servers_code_and_message(server, native):
     lay = blocks.layout()

@@ -217,7 +217,7 @@ class PythonPaths:
 
         def attempt(ch, left, _):
             parser = wire.GetStreamParser(dest)
-            if not _grpc_fast.ENABLED:
+            if not _grpc_fast.ENABLED and ch.keepalive is not None:
                 ch.keepalive.ensure()
             messages = _grpc_fast.unary_stream_iter(ch.get, req, left, self._metadata)
             try:

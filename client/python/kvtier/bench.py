@@ -262,10 +262,22 @@ def main(argv=None):
         line = {"phase": py["phase"], "python": py["system"], "path": py["path"],
                 "cpp": cpp_runs[0][i]["system"], "python_" + unit: py_v, "cpp_" + unit: cpp_v,
                 "runs": args.repeat, "ratio": round(py_v / cpp_v, 3) if cpp_v else 0.0}
+        # Client CPU seconds per GB, C++ over Python (higher is better for Python, as the
+        # GB/s ratio): on a shared host the steadier measure, since other processes move
+        # GB/s between runs far more than they move a client's CPU per byte.
+        cpu = [[run[i].get("client_cpu_s_per_gb") for run in runs]
+               for runs in (py_runs, cpp_runs)]
+        if all(v for vs in cpu for v in vs):
+            py_cpu, cpp_cpu = statistics.median(cpu[0]), statistics.median(cpu[1])
+            line.update(python_cpu_s_per_gb=py_cpu, cpp_cpu_s_per_gb=cpp_cpu,
+                        cpu_ratio=round(cpp_cpu / py_cpu, 3))
         print(json.dumps(line, sort_keys=True) if args.json else
-              "ratio %-4s %s (%s) / %s = %.2f (medians of %d runs: %.3f / %.3f %s)"
+              "ratio %-4s %s (%s) / %s = %.2f (medians of %d runs: %.3f / %.3f %s)%s"
               % (line["phase"], line["python"], line["path"], line["cpp"], line["ratio"],
-                 args.repeat, py_v, cpp_v, "ops/s" if unit == "ops_per_s" else "GB/s"))
+                 args.repeat, py_v, cpp_v, "ops/s" if unit == "ops_per_s" else "GB/s",
+                 "; client CPU per GB C++ / Python = %.2f (%.3f / %.3f s/GB)"
+                 % (line["cpu_ratio"], line["cpp_cpu_s_per_gb"], line["python_cpu_s_per_gb"])
+                 if "cpu_ratio" in line else ""))
     return 0
 
 

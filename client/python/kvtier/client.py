@@ -160,8 +160,23 @@ def _tls_pems(tls, ca_file, cert_file, key_file, server_name):
     return tuple(_read(f) if f else None for f in (ca_file, key_file, cert_file))
 
 
+_UNARY_METHODS = {}  # (admin, rpc) -> (full method name, response class)
+
+
+def _unary_method(admin, rpc):
+    """The full gRPC method name of a KvCache (KvCacheAdmin when `admin`) method and its
+    response message class, from the proto's descriptor."""
+    found = _UNARY_METHODS.get((admin, rpc))
+    if found is None:
+        service = pb.DESCRIPTOR.services_by_name["KvCacheAdmin" if admin else "KvCache"]
+        method = service.methods_by_name[rpc]
+        found = ("/%s/%s" % (service.full_name, rpc), getattr(pb, method.output_type.name))
+        _UNARY_METHODS[(admin, rpc)] = found
+    return found
+
+
 class _Channel:
-    def __init__(self, address, index, opts, metadata):
+    def __init__(self, address, index, opts, metadata, keepalive=True):
         options = [("grpc.use_local_subchannel_pool", 1), ("kvtier.channel_id", index),
                    ("grpc.max_receive_message_length", opts["max_receive_message_bytes"]),
                    ("grpc.max_send_message_length", -1)]
@@ -182,10 +197,12 @@ class _Channel:
                                              response_deserializer=pb.PutResponse.FromString)
         self.get = self.channel.unary_stream(_GET, request_serializer=pb.GetRequest.SerializeToString,
                                              response_deserializer=None)
-        self.keepalive = _grpc_fast.Keepalive(self.channel, metadata)
+        # Only the pure-Python payload paths stream over grpcio (_grpc_fast.Keepalive).
+        self.keepalive = _grpc_fast.Keepalive(self.channel, metadata) if keepalive else None
 
     def close(self):
-        self.keepalive.cancel()
+        if self.keepalive is not None:
+            self.keepalive.cancel()
         self.channel.close()
 
 
@@ -232,7 +249,12 @@ class Client(_pypaths.PythonPaths):
                     tls_pems=_tls_pems(tls, tls_ca_file, tls_cert_file, tls_key_file,
                                        tls_server_name),
                     tls_server_name=tls_server_name)
-        self._channels = [_Channel(address, i, opts, self._metadata) for i in range(num_channels)]
+        use_cpp = native and _native is not None
+        # With the extension every call runs on the C++ client's num_channels connections
+        # (the payload calls and Lookup bound one by one, the others through
+        # _native.Client.unary): no grpcio connection at all.
+        self._channels = ([] if use_cpp else
+                          [_Channel(address, i, opts, self._metadata) for i in range(num_channels)])
         self._next = 0
         self._lock = threading.Lock()
         self._layouts = {}
@@ -246,11 +268,10 @@ class Client(_pypaths.PythonPaths):
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, max_streams_per_call - 1) * 2, thread_name_prefix="kvtier")
         self.connect_info = ConnectInfo()
-        use_cpp = native and _native is not None
         try:
-            self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
-                          shared_memory_bytes, shared_memory_socket)
             if use_cpp:
+                # The C++ client's handshake first (it registers the namespace); Python's
+                # own after it, through the C++ client (connect_info, the spec check).
                 self._cpp = self._connect_cpp(
                     namespace, connect_timeout, shared_memory=shared_memory,
                     shared_memory_bytes=shared_memory_bytes,
@@ -264,6 +285,8 @@ class Client(_pypaths.PythonPaths):
                     auth_token=auth_token, tls=bool(tls), tls_ca_file=tls_ca_file,
                     tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
                     tls_server_name=tls_server_name)
+            self._connect(namespace, connect_timeout, shared_memory and not use_cpp,
+                          shared_memory_bytes, shared_memory_socket)
         except BaseException:
             self.close()
             raise
@@ -334,6 +357,8 @@ class Client(_pypaths.PythonPaths):
     # -- plumbing ---------------------------------------------------------------------
 
     def _pick(self):
+        if not self._channels:  # a native client after close()
+            raise errors.FailedPreconditionError("the client is closed")
         with self._lock:
             self._next += 1
             return self._channels[self._next % len(self._channels)]
@@ -363,6 +388,16 @@ class Client(_pypaths.PythonPaths):
         raise AssertionError("unreachable")
 
     def _unary(self, rpc, admin, request, idempotent, timeout, wait_for_ready=False):
+        cpp = self._cpp
+        if cpp is not None:  # on the C++ client's connections, its deadline and retry rule
+            method, response_type = _unary_method(admin, rpc)
+            try:
+                return response_type.FromString(cpp.unary(
+                    method, request.SerializeToString(), idempotent, wait_for_ready,
+                    self._cpp_timeout(timeout, rpc)))
+            except _NATIVE_ERROR as e:
+                raise errors.from_native_error(rpc, e) from None
+
         def attempt(ch, left, wfr):
             stub = ch.admin if admin else ch.data
             return getattr(stub, rpc)(request, timeout=left, metadata=self._metadata,

@@ -25,6 +25,11 @@
 //   lookup(ns, keys, local_only, lease_ms, compact, timeout_s) -> bytes
 //     Client::Lookup: a serialized LookupResponse, compact (as the server sent it) when
 //     `compact`, else expanded into one BlockLocation per key.
+//   unary(method, request, idempotent, wait_for_ready, timeout_s) -> bytes
+//     Client::UnaryRaw: one unary call of KvCache / KvCacheAdmin by its full method name
+//     ("/kvtier.v1.KvCacheAdmin/Stats"), `request` serialized, the response serialized;
+//     kvtier.Client's calls other than the payload calls go through it, so a Python
+//     client with the extension uses one set of connections.
 //   allocate_shared_buffer(nbytes) -> SharedBuffer (a writable buffer in the region)
 //   uses_shared_memory(), uses_ucx() -> bool; shared_memory_socket_calls() -> int;
 //   connect_info() -> (node_id, server_hash_scheme, shared_memory_error, ucx_error)
@@ -393,8 +398,12 @@ PyObject* SerializedInfos(std::vector<v1::GetBlockInfo>& infos) {
   v1::GetHeader header;
   header.mutable_blocks()->Reserve(static_cast<int>(infos.size()));
   for (auto& info : infos) *header.add_blocks() = std::move(info);
-  const std::string bytes = header.SerializeAsString();
-  return PyBytes_FromStringAndSize(bytes.data(), static_cast<Py_ssize_t>(bytes.size()));
+  // Serialized straight into the bytes object: no intermediate std::string.
+  const size_t n = header.ByteSizeLong();
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+  if (out == nullptr) return nullptr;
+  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out)));
+  return out;
 }
 
 PyObject* ClientGetInto(PyObject* self, PyObject* args) {
@@ -606,7 +615,44 @@ PyObject* ClientClose(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
+PyObject* ClientUnary(PyObject* self, PyObject* args) {
+  const char* method;
+  Py_ssize_t method_len;
+  Py_buffer request;
+  int idempotent;
+  int wait_for_ready;
+  double timeout_s;
+  if (!PyArg_ParseTuple(args, "s#y*ppd", &method, &method_len, &request, &idempotent,
+                        &wait_for_ready, &timeout_s)) {
+    return nullptr;
+  }
+  std::shared_ptr<Client> c = ClientOf(self);
+  if (c == nullptr) {
+    PyBuffer_Release(&request);
+    return nullptr;
+  }
+  const std::string_view name(method, static_cast<size_t>(method_len));
+  client::CallOptions call;
+  call.deadline_ms = DeadlineMs(timeout_s);
+  absl::StatusOr<std::string> resp;
+  {
+    NoGil no_gil;
+    resp = c->UnaryRaw(name, std::string_view(static_cast<const char*>(request.buf),
+                                              static_cast<size_t>(request.len)),
+                       idempotent != 0, wait_for_ready != 0, call);
+  }
+  PyBuffer_Release(&request);
+  if (!resp.ok()) {
+    const size_t slash = name.rfind('/');
+    return RaiseStatus(resp.status(), slash == std::string_view::npos ? name
+                                                                      : name.substr(slash + 1));
+  }
+  return PyBytes_FromStringAndSize(resp->data(), static_cast<Py_ssize_t>(resp->size()));
+}
+
 PyMethodDef kClientMethods[] = {
+    {"unary", ClientUnary, METH_VARARGS,
+     "unary(method, request, idempotent, wait_for_ready, timeout_s) -> serialized response"},
     {"put", ClientPut, METH_VARARGS, "put(ns, blocks, format, timeout_s) -> (blocks, bytes)"},
     {"get_into", ClientGetInto, METH_VARARGS,
      "get_into(ns, keys, buffers, format, timeout_s, lease_id) -> serialized GetHeader"},
