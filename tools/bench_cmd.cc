@@ -80,6 +80,9 @@ constexpr char kBenchUsage[] =
     "  --ucx-coalesce-bytes SIZE\n"
     "                      coalesce_max_bytes of calls over UCX (ClientOptions::\n"
     "                      ucx_coalesce_max_bytes; 0 = as --coalesce-bytes; default 16MiB)\n"
+    "  --get-piece-bytes SIZE\n"
+    "                      a larger Get is sent as pipelined pieces of SIZE (ClientOptions::\n"
+    "                      get_piece_bytes; 0 = one call; default the client's: 16MiB)\n"
     "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
     "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
@@ -854,6 +857,8 @@ absl::Status Bench(const tools::Flags& flags) {
     options.coalesce_max_bytes = coalesce_bytes;
     ASSIGN_OR_RETURN(options.ucx_coalesce_max_bytes,
                      flags.GetBytes("ucx-coalesce-bytes", options.ucx_coalesce_max_bytes));
+    ASSIGN_OR_RETURN(options.get_piece_bytes,
+                     flags.GetBytes("get-piece-bytes", options.get_piece_bytes));
     v1::NamespaceSpec spec;
     spec.set_name(w.ns);
     spec.set_model_id("kvtier-bench");
@@ -957,7 +962,7 @@ int RunBench(int argc, char** argv) {
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
                                          "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",
-                                         "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
+                                         "get-piece-bytes", "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "cold-prefix",
                                          "rounds", "delay-ms", "drop-cache", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
