@@ -128,8 +128,12 @@ class RocksDbColdTier final : public ColdTier {
   // kMultiGetRunBytes; each block's header and payload verified as GetBlock does. A
   // block that fails there (or whose run fails to read) is read again alone by GetBlock,
   // whose status it gets (a record changed meanwhile is read again; damage is DATA_LOSS).
+  // With `destination`, a run is read with preadv: the bodies of uncompressed records
+  // straight into their destinations, everything else (headers, keys, gaps, records
+  // without one) into a scratch buffer; each body is verified in place.
   std::vector<absl::Status> MultiGetBlock(uint32_t ns_id, std::span<const std::string_view> keys,
-                                          const MultiPayloadSink& sink) override;
+                                          const MultiPayloadSink& sink,
+                                          const MultiDestination* destination = nullptr) override;
   static constexpr uint64_t kMultiGetGapBytes = 64 << 10;
   static constexpr uint64_t kMultiGetRunBytes = 8 << 20;
   absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) override;

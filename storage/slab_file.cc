@@ -1,7 +1,9 @@
 #include "storage/slab_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,6 +176,36 @@ absl::Status SlabFile::Read(uint64_t offset, uint64_t bytes, std::string* out) c
           absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
     }
     done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlabFile::ReadV(uint64_t offset, std::span<const std::span<uint8_t>> buffers) const {
+  std::vector<struct iovec> iov;
+  iov.reserve(buffers.size());
+  for (const std::span<uint8_t>& b : buffers) {
+    if (!b.empty()) iov.push_back({b.data(), b.size()});
+  }
+  size_t next = 0;  // the first iovec not yet filled
+  while (next < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - next, IOV_MAX));
+    const ssize_t n = ::preadv(fd_, iov.data() + next, count, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("read", path_);
+    if (n == 0) {
+      return absl::DataLossError(
+          absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
+    }
+    offset += static_cast<uint64_t>(n);
+    size_t left = static_cast<size_t>(n);
+    while (left > 0 && left >= iov[next].iov_len) {
+      left -= iov[next].iov_len;
+      ++next;
+    }
+    if (left > 0) {  // a short read inside iov[next]: go on from there
+      iov[next].iov_base = static_cast<uint8_t*>(iov[next].iov_base) + left;
+      iov[next].iov_len -= left;
+    }
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -72,6 +73,10 @@ class SlabFile {
   // pread of `bytes` at `offset` into *out. DATA_LOSS when the file ends first (a
   // truncated slab); UNAVAILABLE on I/O errors.
   absl::Status Read(uint64_t offset, uint64_t bytes, std::string* out) const;
+  // preadv of the file from `offset` into `buffers` in order (all of them filled, with as
+  // many preadv calls as IOV_MAX and short reads need). DATA_LOSS when the file ends
+  // first; UNAVAILABLE on I/O errors.
+  absl::Status ReadV(uint64_t offset, std::span<const std::span<uint8_t>> buffers) const;
   // fdatasync. UNAVAILABLE on I/O errors.
   absl::Status Sync();
   // The file's size (fstat): the end of the highest extent ever written, which may lie

@@ -213,32 +213,69 @@ TEST(ColdTierTest, MultiGetBlockServesEachKeyAsGetBlockDoesAndADamagedBlockOnlyF
   std::vector<std::string_view> ask;
   for (size_t i : order) ask.push_back(keys[i]);
   ask.push_back("never-stored");
-  std::vector<std::string> got(ask.size());
-  std::vector<int> calls(ask.size(), 0);
-  const std::vector<absl::Status> st =
-      cold.MultiGetBlock(0, ask, [&](size_t i, std::span<const uint8_t> b, uint64_t sum) {
-        ASSERT_LT(i, ask.size());
-        EXPECT_EQ(sum, PayloadChecksum(b));
-        calls[i]++;
-        got[i].assign(reinterpret_cast<const char*>(b.data()), b.size());
-      });
-  ASSERT_EQ(st.size(), ask.size());
-  for (size_t j = 0; j < order.size(); ++j) {
-    const size_t i = order[j];
-    if (!present[i]) {
-      EXPECT_TRUE(absl::IsNotFound(st[j])) << keys[i] << ": " << st[j];
-      EXPECT_EQ(calls[j], 0) << keys[i];
-    } else if (i == damaged) {
-      EXPECT_TRUE(absl::IsDataLoss(st[j])) << st[j];
-      EXPECT_EQ(calls[j], 0);
-    } else {
-      ASSERT_OK(st[j]) << keys[i] << ": " << st[j];
-      EXPECT_EQ(calls[j], 1) << keys[i];
-      EXPECT_TRUE(got[j] == payloads[i]) << keys[i];
+  // Twice: read into the tier's scratch, then (with destinations) the bodies of most
+  // keys straight into them: verified there, the damaged one still DATA_LOSS with no
+  // sink call, a destination too small or a compressed record read the other way.
+  for (const bool with_destinations : {false, true}) {
+    SCOPED_TRACE(with_destinations ? "with destinations" : "without destinations");
+    std::vector<std::string> dst(ask.size());
+    for (size_t j = 0; j < order.size(); ++j) {
+      const size_t i = order[j];
+      // Every 4th key none (the damaged one has one); key 1's one byte short; the
+      // others room to spare.
+      if (j % 4 == 3 && i != damaged) continue;
+      dst[j].assign(payloads[i].size() + (i == 1 ? 0 : 100), '\x5a');
+      if (i == 1) dst[j].pop_back();
     }
+    int asked = 0;
+    const ColdTier::MultiDestination destination = [&](size_t j) -> std::span<uint8_t> {
+      ++asked;
+      return std::span<uint8_t>(reinterpret_cast<uint8_t*>(dst[j].data()), dst[j].size());
+    };
+    std::vector<std::string> got(ask.size());
+    std::vector<int> calls(ask.size(), 0);
+    std::vector<bool> in_place(ask.size(), false);
+    const std::vector<absl::Status> st = cold.MultiGetBlock(
+        0, ask,
+        [&](size_t i, std::span<const uint8_t> b, uint64_t sum) {
+          ASSERT_LT(i, ask.size());
+          EXPECT_EQ(sum, PayloadChecksum(b));
+          calls[i]++;
+          in_place[i] = !dst[i].empty() && b.data() == reinterpret_cast<uint8_t*>(dst[i].data());
+          got[i].assign(reinterpret_cast<const char*>(b.data()), b.size());
+        },
+        with_destinations ? &destination : nullptr);
+    ASSERT_EQ(st.size(), ask.size());
+    if (with_destinations) {
+      EXPECT_GT(asked, 0);
+    }
+    size_t read_in_place = 0;
+    for (size_t j = 0; j < order.size(); ++j) {
+      const size_t i = order[j];
+      if (!present[i]) {
+        EXPECT_TRUE(absl::IsNotFound(st[j])) << keys[i] << ": " << st[j];
+        EXPECT_EQ(calls[j], 0) << keys[i];
+      } else if (i == damaged) {
+        EXPECT_TRUE(absl::IsDataLoss(st[j])) << st[j];
+        EXPECT_EQ(calls[j], 0);
+      } else {
+        ASSERT_OK(st[j]) << keys[i] << ": " << st[j];
+        EXPECT_EQ(calls[j], 1) << keys[i];
+        EXPECT_TRUE(got[j] == payloads[i]) << keys[i];
+        const bool fits = !dst[j].empty() && dst[j].size() >= payloads[i].size();
+        const bool expect_in_place = with_destinations && fits && keys[i] != "zeros";
+        EXPECT_EQ(in_place[j], expect_in_place) << keys[i];
+        if (in_place[j]) {
+          ++read_in_place;
+          // Nothing written past the payload.
+          EXPECT_EQ(dst[j].substr(payloads[i].size()), std::string(100, '\x5a')) << keys[i];
+        }
+      }
+    }
+    EXPECT_EQ(read_in_place > 0, with_destinations);
+    EXPECT_TRUE(absl::IsNotFound(st.back())) << st.back();
+    EXPECT_EQ(calls.back(), 0);
   }
-  EXPECT_TRUE(absl::IsNotFound(st.back())) << st.back();
-  EXPECT_EQ(calls.back(), 0);
   // GetBlock agrees on the damaged block.
   EXPECT_TRUE(absl::IsDataLoss(Read(cold, 0, keys[damaged]).status()));
 }
