@@ -91,7 +91,9 @@ struct ClientOptions {
   uint64_t chunk_bytes = 1ull << 20;
   // Concurrent streams one PutBlocks / GetBlocks call may use. Default: 4.
   int max_streams_per_call = 4;
-  // A GetBlocksInto stream whose buffers add up to more than this is sent as consecutive
+  // A GetBlocksInto stream whose payloads come in the gRPC stream (no UCX channel, no
+  // shared region or one smaller than this) and whose buffers add up to more than this
+  // is sent as consecutive
   // Get calls of about this many bytes each (whole keys), the next sent once the server
   // has begun answering the one before (its header arrived), at most two in flight: the
   // server reads the next piece (from its cold tier) while the previous one is on the wire,

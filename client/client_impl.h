@@ -326,7 +326,12 @@ struct Client::Impl {
                       std::vector<v1::GetBlockInfo>* infos,
                       const std::function<void()>* on_header = nullptr);
 
-  // GetRun for keys[0, n), or, when `buffers` add up to more than
+  // Whether a Get into `buffers` goes as pieces (GetPieces): they add up to more than
+  // options.get_piece_bytes and its payloads would come in the stream (no UCX channel in
+  // use, and no shared region or one smaller than a piece).
+  bool PiecesApply(std::span<const std::span<uint8_t>> buffers);
+
+  // GetRun for keys[0, n), or, when PiecesApply and `buffers` add up to more than
   // options.get_piece_bytes, as consecutive GetRuns of about that many bytes, the next
   // started once the one before has its header (or is done), at most two in flight.
   // Returns the first error in key order; no piece starts after one failed.

@@ -240,11 +240,7 @@ absl::Status Client::Impl::GetParallel(
   // One call ends the lease itself; several (streams or pieces) end it once all of them
   // are done.
   bool several = ranges.size() > 1;
-  if (!several && options.get_piece_bytes > 0) {
-    uint64_t bytes = 0;
-    for (const auto& b : buffers) bytes += b.size();
-    several = bytes > options.get_piece_bytes;
-  }
+  if (!several) several = PiecesApply(buffers);
   GetOptions run_opts = opts;
   if (several) run_opts.lease_id = 0;
   RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
@@ -269,6 +265,20 @@ absl::Status Client::Impl::GetParallel(
   return absl::OkStatus();
 }
 
+bool Client::Impl::PiecesApply(std::span<const std::span<uint8_t>> buffers) {
+  // Only the stream path answers with the header first; on the others (shared region,
+  // UCX) the header comes last, so pieces would only run one after another. A region
+  // too small to stage a piece leaves the pieces to the stream.
+  if (options.get_piece_bytes == 0 || buffers.empty() || Ucx() != nullptr) return false;
+  if (std::shared_ptr<SharedRegion> r = Region();
+      r != nullptr && r->size() >= options.get_piece_bytes) {
+    return false;
+  }
+  uint64_t bytes = 0;
+  for (const auto& b : buffers) bytes += b.size();
+  return bytes > options.get_piece_bytes;
+}
+
 absl::Status Client::Impl::GetPieces(
     std::string_view ns, std::span<const std::string> keys, const GetOptions& opts,
     std::chrono::system_clock::time_point deadline,
@@ -277,7 +287,7 @@ absl::Status Client::Impl::GetPieces(
     std::vector<v1::GetBlockInfo>* infos) {
   // Pieces of whole keys, each at least one key and about get_piece_bytes of buffers.
   std::vector<std::pair<size_t, size_t>> pieces;
-  if (options.get_piece_bytes > 0 && !buffers.empty()) {
+  if (PiecesApply(buffers)) {
     size_t begin = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < buffers.size(); ++i) {

@@ -80,6 +80,9 @@ constexpr char kBenchUsage[] =
     "  --ucx-coalesce-bytes SIZE\n"
     "                      coalesce_max_bytes of calls over UCX (ClientOptions::\n"
     "                      ucx_coalesce_max_bytes; 0 = as --coalesce-bytes; default 16MiB)\n"
+    "  --shm-bytes SIZE    the client's shared region (ClientOptions::shared_memory_bytes;\n"
+    "                      default: room for every thread's batch; --cold-prefix's Get of\n"
+    "                      the whole chain does not fit it and goes over TCP)\n"
     "  --get-piece-bytes SIZE\n"
     "                      a larger Get is sent as pipelined pieces of SIZE (ClientOptions::\n"
     "                      get_piece_bytes; 0 = one call; default the client's: 16MiB)\n"
@@ -844,6 +847,8 @@ absl::Status Bench(const tools::Flags& flags) {
     // Room for every thread's put staging, get staging and SharedBuffers at once.
     options.shared_memory_bytes =
         static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
+    ASSIGN_OR_RETURN(options.shared_memory_bytes,
+                     flags.GetBytes("shm-bytes", options.shared_memory_bytes));
     ASSIGN_OR_RETURN(int64_t window, flags.GetBytes("grpc-window", options.http2_stream_window_bytes));
     ASSIGN_OR_RETURN(int64_t frame, flags.GetBytes("grpc-frame", 0));
     ASSIGN_OR_RETURN(int64_t read_chunk, flags.GetBytes("grpc-read-chunk", 0));
@@ -962,7 +967,7 @@ int RunBench(int argc, char** argv) {
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
                                          "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",
-                                         "get-piece-bytes", "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
+                                         "get-piece-bytes", "shm-bytes", "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "cold-prefix",
                                          "rounds", "delay-ms", "drop-cache", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
