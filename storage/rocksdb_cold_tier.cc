@@ -545,9 +545,16 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
   std::string run;
   std::string unpacked;
   std::vector<std::span<uint8_t>> parts;
+  SlabFile::AlignedBuffer aligned;
   for (size_t x = 0; x < runs.size(); ++x) {
     const size_t j = runs[x].j, k = runs[x].k;
     const uint64_t start = runs[x].start, end = runs[x].end;
+    const uint8_t* odirect = nullptr;
+    // A run not in the page cache: read past it (ColdTierOptions::direct_reads).
+    if (options_.direct_reads && !slab_->Cached(start, end - start)) {
+      absl::StatusOr<const uint8_t*> at = slab_->ReadDirect(start, end - start, &aligned);
+      if (at.ok()) odirect = *at;
+    }
     bool direct = false;
     uint64_t scratch_bytes = 0;
     for (size_t m = j; m < k; ++m) {
@@ -555,7 +562,7 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
       const uint64_t prev_end = m == j ? start : wants[m - 1].offset + wants[m - 1].rec.stored_bytes;
       scratch_bytes += w.offset - prev_end;  // the gap before it
       w.scratch_at = static_cast<size_t>(scratch_bytes);
-      if (!w.dst.empty()) {
+      if (!w.dst.empty() && odirect == nullptr) {
         direct = true;
         scratch_bytes += w.header_bytes;
       } else {
@@ -563,7 +570,9 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
       }
     }
     absl::Status read;
-    if (!direct) {
+    if (odirect != nullptr) {
+      // Already read; records are parsed from it and copied out below.
+    } else if (!direct) {
       read = slab_->Read(start, end - start, &run);
     } else {
       run.resize(scratch_bytes);
@@ -582,7 +591,8 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
       if (at < scratch_bytes) parts.emplace_back(scratch + at, scratch_bytes - at);
       read = slab_->ReadV(start, parts);
     }
-    const auto* base = reinterpret_cast<const uint8_t*>(run.data());
+    const auto* base =
+        odirect != nullptr ? odirect : reinterpret_cast<const uint8_t*>(run.data());
     for (size_t m = j; m < k; ++m) {
       const Want& w = wants[m];
       if (!read.ok()) {
@@ -591,7 +601,7 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
       }
       const size_t at = direct ? w.scratch_at : static_cast<size_t>(w.offset - start);
       uint64_t checksum = 0;
-      if (!w.dst.empty()) {
+      if (!w.dst.empty() && direct) {
         absl::StatusOr<ColdRecordHeader> header =
             ParseColdRecordHeader(std::span<const uint8_t>(base + at, w.header_bytes));
         if (header.ok() && !header->zstd && header->header_bytes == w.header_bytes &&

@@ -94,6 +94,11 @@ struct ColdTierOptions {
   // Rebuild the index from the slab at Open even when nothing looks lost (kvtierd
   // --recover). Default: false.
   bool recover = false;
+  // MultiGetBlock reads a run whose first page is not in the page cache with O_DIRECT
+  // (SlabFile::ReadDirect): no page-cache pages to allocate and fill, and the blocks do
+  // not push other data out of it; runs that are cached, and file systems without
+  // O_DIRECT, are read through the page cache. Default: true.
+  bool direct_reads = true;
 };
 
 class RocksDbColdTier final : public ColdTier {

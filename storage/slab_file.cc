@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -27,10 +29,71 @@ absl::StatusOr<std::unique_ptr<SlabFile>> SlabFile::Open(const std::string& path
                                                          uint64_t limit_bytes) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("open", path);
-  return std::unique_ptr<SlabFile>(new SlabFile(path, fd, limit_bytes));
+  // For ReadDirect; file systems without O_DIRECT (tmpfs) leave it -1.
+  const int direct_fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  return std::unique_ptr<SlabFile>(new SlabFile(path, fd, direct_fd, limit_bytes));
 }
 
-SlabFile::~SlabFile() { ::close(fd_); }
+SlabFile::~SlabFile() {
+  ::close(fd_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
+}
+
+SlabFile::AlignedBuffer::~AlignedBuffer() { std::free(data); }
+
+bool SlabFile::Cached(uint64_t offset, uint64_t bytes) const {
+  // cachestat(2) (Linux 6.5; no glibc wrapper yet): unlike a RWF_NOWAIT read it starts
+  // no read-ahead. Where it is missing, say cached: the page cache is used as before.
+  struct {
+    uint64_t off, len;
+  } range = {offset, bytes};
+  struct {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+  } stat = {};
+  constexpr long kCachestat = 451;
+  if (::syscall(kCachestat, fd_, &range, &stat, 0) != 0) return true;
+  // Mostly cached, or dirty (a direct read would first wait for its write-back).
+  const uint64_t pages = (bytes + kUnitBytes - 1) / kUnitBytes;
+  return stat.nr_dirty > 0 || stat.nr_writeback > 0 || 2 * stat.nr_cache >= pages;
+}
+
+absl::StatusOr<const uint8_t*> SlabFile::ReadDirect(uint64_t offset, uint64_t bytes,
+                                                    AlignedBuffer* buffer) const {
+  if (direct_fd_ < 0) return absl::UnimplementedError("the cold slab has no O_DIRECT reads");
+  constexpr uint64_t kAlign = 4096;
+  const uint64_t start = offset / kAlign * kAlign;
+  const uint64_t end = (offset + bytes + kAlign - 1) / kAlign * kAlign;
+  const size_t need = static_cast<size_t>(end - start);
+  if (buffer->capacity < need) {
+    std::free(buffer->data);
+    buffer->data = nullptr;
+    buffer->capacity = 0;
+    void* p = nullptr;
+    if (posix_memalign(&p, kAlign, need) != 0) {
+      return absl::ResourceExhaustedError("cold slab: no memory for a direct read");
+    }
+    buffer->data = static_cast<uint8_t*>(p);
+    buffer->capacity = need;
+  }
+  size_t done = 0;
+  while (start + done < offset + bytes) {
+    const ssize_t n = ::pread(direct_fd_, buffer->data + done, need - done,
+                              static_cast<off_t>(start + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("read", path_);
+    if (n == 0) {
+      return absl::DataLossError(
+          absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
+    }
+    done += static_cast<size_t>(n);
+    if (done % kAlign != 0) break;  // the end of the file
+  }
+  if (start + done < offset + bytes) {
+    return absl::DataLossError(
+        absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
+  }
+  return buffer->data + (offset - start);
+}
 
 absl::Status SlabFile::Reset(const std::vector<Extent>& used) {
   common::MutexLock lock(&mu_);

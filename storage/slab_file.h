@@ -77,6 +77,23 @@ class SlabFile {
   // many preadv calls as IOV_MAX and short reads need). DATA_LOSS when the file ends
   // first; UNAVAILABLE on I/O errors.
   absl::Status ReadV(uint64_t offset, std::span<const std::span<uint8_t>> buffers) const;
+  // Whether [offset, offset + bytes) is mostly in the page cache, or has dirty pages
+  // (cachestat(2)); true when that cannot be told.
+  bool Cached(uint64_t offset, uint64_t bytes) const;
+  // Reads [offset, offset + bytes) bypassing the page cache (O_DIRECT, whole aligned
+  // pages into *buffer, grown as needed) and returns where the range starts in it.
+  // UNIMPLEMENTED when the file cannot be opened O_DIRECT (then use Read); DATA_LOSS
+  // when the file ends first; UNAVAILABLE on I/O errors.
+  struct AlignedBuffer {
+    uint8_t* data = nullptr;
+    size_t capacity = 0;
+    AlignedBuffer() = default;
+    AlignedBuffer(const AlignedBuffer&) = delete;
+    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+    ~AlignedBuffer();
+  };
+  absl::StatusOr<const uint8_t*> ReadDirect(uint64_t offset, uint64_t bytes,
+                                            AlignedBuffer* buffer) const;
   // fdatasync. UNAVAILABLE on I/O errors.
   absl::Status Sync();
   // The file's size (fstat): the end of the highest extent ever written, which may lie
@@ -94,8 +111,8 @@ class SlabFile {
   }
 
  private:
-  SlabFile(std::string path, int fd, uint64_t limit)
-      : path_(std::move(path)), fd_(fd), limit_(limit) {}
+  SlabFile(std::string path, int fd, int direct_fd, uint64_t limit)
+      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd), limit_(limit) {}
   void AddFreeLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free range (offset -> length) holding [offset, offset + length), or end().
   std::map<uint64_t, uint64_t>::const_iterator FreeRangeHoldingLocked(uint64_t offset,
@@ -104,6 +121,7 @@ class SlabFile {
 
   const std::string path_;
   const int fd_;
+  const int direct_fd_;  // the file opened O_DIRECT, or -1
   const uint64_t limit_;
   mutable common::Mutex mu_;
   // Free ranges below end_, by offset (-> length) and by (length, offset); disjoint and
