@@ -545,14 +545,22 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
   std::string run;
   std::string unpacked;
   std::vector<std::span<uint8_t>> parts;
-  SlabFile::AlignedBuffer aligned;
+  std::unique_ptr<SlabFile::AlignedBuffer> aligned;
+  if (options_.direct_reads) {
+    common::MutexLock lock(&direct_buffers_mu_);
+    if (!direct_buffers_.empty()) {
+      aligned = std::move(direct_buffers_.back());
+      direct_buffers_.pop_back();
+    }
+  }
+  if (aligned == nullptr) aligned = std::make_unique<SlabFile::AlignedBuffer>();
   for (size_t x = 0; x < runs.size(); ++x) {
     const size_t j = runs[x].j, k = runs[x].k;
     const uint64_t start = runs[x].start, end = runs[x].end;
     const uint8_t* odirect = nullptr;
     // A run not in the page cache: read past it (ColdTierOptions::direct_reads).
     if (options_.direct_reads && !slab_->Cached(start, end - start)) {
-      absl::StatusOr<const uint8_t*> at = slab_->ReadDirect(start, end - start, &aligned);
+      absl::StatusOr<const uint8_t*> at = slab_->ReadDirect(start, end - start, aligned.get());
       if (at.ok()) odirect = *at;
     }
     bool direct = false;
@@ -626,6 +634,10 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
         alone.push_back(w.i);  // GetBlock reads the record again and decides
       }
     }
+  }
+  if (aligned->capacity > 0) {
+    common::MutexLock lock(&direct_buffers_mu_);
+    if (direct_buffers_.size() < kDirectBuffersKept) direct_buffers_.push_back(std::move(aligned));
   }
   for (size_t i : alone) {
     out[i] = GetBlock(ns_id, keys[i], [&](std::span<const uint8_t> payload, uint64_t checksum) {

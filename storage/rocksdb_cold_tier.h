@@ -195,6 +195,12 @@ class RocksDbColdTier final : public ColdTier {
   absl::Status SyncNamespaces(const ColdMeta& meta);
 
   const ColdTierOptions options_;
+  // Buffers for MultiGetBlock's direct reads, kept for the next call (a fresh one is
+  // 8 MiB of pages to fault in each time); at most kDirectBuffersKept.
+  static constexpr size_t kDirectBuffersKept = 4;
+  common::Mutex direct_buffers_mu_;
+  std::vector<std::unique_ptr<SlabFile::AlignedBuffer>> direct_buffers_
+      ABSL_GUARDED_BY(direct_buffers_mu_);
   rocksdb::DB* db_ = nullptr;
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;

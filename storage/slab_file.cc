@@ -61,6 +61,7 @@ absl::StatusOr<const uint8_t*> SlabFile::ReadDirect(uint64_t offset, uint64_t by
                                                     AlignedBuffer* buffer) const {
   if (direct_fd_ < 0) return absl::UnimplementedError("the cold slab has no O_DIRECT reads");
   constexpr uint64_t kAlign = 4096;
+  constexpr size_t kDirectReadBytes = 1 << 20;
   const uint64_t start = offset / kAlign * kAlign;
   const uint64_t end = (offset + bytes + kAlign - 1) / kAlign * kAlign;
   const size_t need = static_cast<size_t>(end - start);
@@ -77,7 +78,9 @@ absl::StatusOr<const uint8_t*> SlabFile::ReadDirect(uint64_t offset, uint64_t by
   }
   size_t done = 0;
   while (start + done < offset + bytes) {
-    const ssize_t n = ::pread(direct_fd_, buffer->data + done, need - done,
+    // 1 MiB at a time: larger direct reads measured slower on the virtio disk here.
+    const ssize_t n = ::pread(direct_fd_, buffer->data + done,
+                              std::min<size_t>(need - done, kDirectReadBytes),
                               static_cast<off_t>(start + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Errno("read", path_);
