@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -539,30 +540,96 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
     runs.push_back(r);
   }
   // One read per run, in slab order (the kernel's sequential read-ahead follows it;
-  // asking for more with posix_fadvise WILLNEED measured slower here): a pread into the
-  // scratch, or, when some of its bodies have destinations, a preadv that puts those
-  // bodies there and the rest of the run, in order, into the scratch.
+  // asking for more with posix_fadvise WILLNEED measured slower here): for a run in the
+  // page cache a pread into the scratch, or, when some of its bodies have destinations,
+  // a preadv that puts those bodies there and the rest of the run, in order, into the
+  // scratch.
   std::string run;
   std::string unpacked;
   std::vector<std::span<uint8_t>> parts;
+  // Runs not in the page cache are read past it (ColdTierOptions::direct_reads), by a
+  // reader thread 1 MiB at a time into one aligned buffer, while this thread verifies
+  // and hands out each record as soon as its bytes are in: the disk and the copies
+  // overlap.
+  struct Plan {
+    uint64_t file_start = 0;  // aligned
+    uint64_t bytes = 0;       // aligned
+    uint64_t buffer_at = 0;   // where it lies in the buffer
+  };
+  std::vector<int> plan_of(runs.size(), -1);
+  std::vector<Plan> plan;
   std::unique_ptr<SlabFile::AlignedBuffer> aligned;
-  if (options_.direct_reads) {
-    common::MutexLock lock(&direct_buffers_mu_);
-    if (!direct_buffers_.empty()) {
-      aligned = std::move(direct_buffers_.back());
-      direct_buffers_.pop_back();
+  if (options_.direct_reads && slab_->has_direct_reads()) {
+    uint64_t total = 0;
+    for (size_t x = 0; x < runs.size(); ++x) {
+      if (slab_->Cached(runs[x].start, runs[x].end - runs[x].start)) continue;
+      constexpr uint64_t kAlign = SlabFile::kDirectAlign;
+      Plan p;
+      p.file_start = runs[x].start / kAlign * kAlign;
+      p.bytes = (runs[x].end + kAlign - 1) / kAlign * kAlign - p.file_start;
+      p.buffer_at = total;
+      total += p.bytes;
+      plan_of[x] = static_cast<int>(plan.size());
+      plan.push_back(p);
+    }
+    if (!plan.empty()) {
+      {
+        common::MutexLock lock(&direct_buffers_mu_);
+        if (!direct_buffers_.empty()) {
+          aligned = std::move(direct_buffers_.back());
+          direct_buffers_.pop_back();
+        }
+      }
+      if (aligned == nullptr) aligned = std::make_unique<SlabFile::AlignedBuffer>();
+      if (!SlabFile::Reserve(aligned.get(), total).ok()) {
+        plan.clear();
+        plan_of.assign(runs.size(), -1);
+      }
     }
   }
-  if (aligned == nullptr) aligned = std::make_unique<SlabFile::AlignedBuffer>();
+  // The reader's progress: bytes of plan[p] read so far, and whether it is over (read
+  // whole, or stopped by the end of the file or an error).
+  struct Progress {
+    uint64_t read = 0;
+    bool over = false;
+  };
+  common::Mutex progress_mu;
+  common::CondVar progress_cv;
+  std::vector<Progress> progress(plan.size());
+  std::thread reader;
+  if (!plan.empty()) {
+    reader = std::thread([&] {
+      constexpr size_t kChunk = 1 << 20;  // larger direct reads measured slower here
+      for (size_t p = 0; p < plan.size(); ++p) {
+        uint64_t done = 0;
+        while (done < plan[p].bytes) {
+          const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, plan[p].bytes - done));
+          absl::StatusOr<size_t> n = slab_->ReadDirectAt(
+              plan[p].file_start + done, aligned->data + plan[p].buffer_at + done, want);
+          if (n.ok()) done += *n;
+          const bool over = !n.ok() || *n < want || done == plan[p].bytes;
+          common::MutexLock lock(&progress_mu);
+          progress[p].read = done;
+          progress[p].over = over;
+          progress_cv.SignalAll();
+          if (over) break;
+        }
+      }
+    });
+  }
+  // Waits until record bytes [0, end) of plan[p] are read or its read is over; true when
+  // they are there.
+  auto wait_for = [&](size_t p, uint64_t end) {
+    common::MutexLock lock(&progress_mu);
+    while (progress[p].read < end && !progress[p].over) progress_cv.Wait(&progress_mu);
+    return progress[p].read >= end;
+  };
   for (size_t x = 0; x < runs.size(); ++x) {
     const size_t j = runs[x].j, k = runs[x].k;
     const uint64_t start = runs[x].start, end = runs[x].end;
-    const uint8_t* odirect = nullptr;
-    // A run not in the page cache: read past it (ColdTierOptions::direct_reads).
-    if (options_.direct_reads && !slab_->Cached(start, end - start)) {
-      absl::StatusOr<const uint8_t*> at = slab_->ReadDirect(start, end - start, aligned.get());
-      if (at.ok()) odirect = *at;
-    }
+    const int p = plan_of[x];
+    const uint8_t* odirect =
+        p >= 0 ? aligned->data + plan[p].buffer_at + (start - plan[p].file_start) : nullptr;
     bool direct = false;
     uint64_t scratch_bytes = 0;
     for (size_t m = j; m < k; ++m) {
@@ -603,7 +670,8 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
         odirect != nullptr ? odirect : reinterpret_cast<const uint8_t*>(run.data());
     for (size_t m = j; m < k; ++m) {
       const Want& w = wants[m];
-      if (!read.ok()) {
+      if (!read.ok() ||
+          (p >= 0 && !wait_for(p, w.offset + w.rec.stored_bytes - plan[p].file_start))) {
         alone.push_back(w.i);
         continue;
       }
@@ -635,7 +703,8 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
       }
     }
   }
-  if (aligned->capacity > 0) {
+  if (reader.joinable()) reader.join();
+  if (aligned != nullptr && aligned->capacity <= kDirectBufferKeptBytes) {
     common::MutexLock lock(&direct_buffers_mu_);
     if (direct_buffers_.size() < kDirectBuffersKept) direct_buffers_.push_back(std::move(aligned));
   }

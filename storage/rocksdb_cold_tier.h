@@ -94,10 +94,10 @@ struct ColdTierOptions {
   // Rebuild the index from the slab at Open even when nothing looks lost (kvtierd
   // --recover). Default: false.
   bool recover = false;
-  // MultiGetBlock reads a run whose first page is not in the page cache with O_DIRECT
-  // (SlabFile::ReadDirect): no page-cache pages to allocate and fill, and the blocks do
-  // not push other data out of it; runs that are cached, and file systems without
-  // O_DIRECT, are read through the page cache. Default: true.
+  // MultiGetBlock reads a run that is mostly not in the page cache, and has no dirty
+  // pages (SlabFile::Cached), with O_DIRECT (SlabFile::ReadDirectAt): no page-cache pages
+  // to allocate and fill, and the blocks do not push other data out of it; other runs,
+  // and file systems without O_DIRECT, are read through the page cache. Default: true.
   bool direct_reads = true;
 };
 
@@ -133,9 +133,12 @@ class RocksDbColdTier final : public ColdTier {
   // kMultiGetRunBytes; each block's header and payload verified as GetBlock does. A
   // block that fails there (or whose run fails to read) is read again alone by GetBlock,
   // whose status it gets (a record changed meanwhile is read again; damage is DATA_LOSS).
-  // With `destination`, a run is read with preadv: the bodies of uncompressed records
-  // straight into their destinations, everything else (headers, keys, gaps, records
-  // without one) into a scratch buffer; each body is verified in place.
+  // With `destination`, a run in the page cache is read with preadv: the bodies of
+  // uncompressed records straight into their destinations, everything else (headers,
+  // keys, gaps, records without one) into a scratch buffer; each body is verified in
+  // place. Runs not in the page cache (options.direct_reads) are read with O_DIRECT by a
+  // reader thread, 1 MiB at a time, while this thread verifies and hands out the records
+  // already read.
   std::vector<absl::Status> MultiGetBlock(uint32_t ns_id, std::span<const std::string_view> keys,
                                           const MultiPayloadSink& sink,
                                           const MultiDestination* destination = nullptr) override;
@@ -196,8 +199,10 @@ class RocksDbColdTier final : public ColdTier {
 
   const ColdTierOptions options_;
   // Buffers for MultiGetBlock's direct reads, kept for the next call (a fresh one is
-  // 8 MiB of pages to fault in each time); at most kDirectBuffersKept.
+  // megabytes of pages to fault in each time); at most kDirectBuffersKept, none larger
+  // than kDirectBufferKeptBytes.
   static constexpr size_t kDirectBuffersKept = 4;
+  static constexpr size_t kDirectBufferKeptBytes = 16 << 20;
   common::Mutex direct_buffers_mu_;
   std::vector<std::unique_ptr<SlabFile::AlignedBuffer>> direct_buffers_
       ABSL_GUARDED_BY(direct_buffers_mu_);

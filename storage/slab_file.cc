@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<SlabFile>> SlabFile::Open(const std::string& path
                                                          uint64_t limit_bytes) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("open", path);
-  // For ReadDirect; file systems without O_DIRECT (tmpfs) leave it -1.
+  // For ReadDirectAt; file systems without O_DIRECT (tmpfs) leave it -1.
   const int direct_fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   return std::unique_ptr<SlabFile>(new SlabFile(path, fd, direct_fd, limit_bytes));
 }
@@ -57,45 +57,33 @@ bool SlabFile::Cached(uint64_t offset, uint64_t bytes) const {
   return stat.nr_dirty > 0 || stat.nr_writeback > 0 || 2 * stat.nr_cache >= pages;
 }
 
-absl::StatusOr<const uint8_t*> SlabFile::ReadDirect(uint64_t offset, uint64_t bytes,
-                                                    AlignedBuffer* buffer) const {
-  if (direct_fd_ < 0) return absl::UnimplementedError("the cold slab has no O_DIRECT reads");
-  constexpr uint64_t kAlign = 4096;
-  constexpr size_t kDirectReadBytes = 1 << 20;
-  const uint64_t start = offset / kAlign * kAlign;
-  const uint64_t end = (offset + bytes + kAlign - 1) / kAlign * kAlign;
-  const size_t need = static_cast<size_t>(end - start);
-  if (buffer->capacity < need) {
-    std::free(buffer->data);
-    buffer->data = nullptr;
-    buffer->capacity = 0;
-    void* p = nullptr;
-    if (posix_memalign(&p, kAlign, need) != 0) {
-      return absl::ResourceExhaustedError("cold slab: no memory for a direct read");
-    }
-    buffer->data = static_cast<uint8_t*>(p);
-    buffer->capacity = need;
+absl::Status SlabFile::Reserve(AlignedBuffer* buffer, size_t bytes) {
+  if (buffer->capacity >= bytes) return absl::OkStatus();
+  std::free(buffer->data);
+  buffer->data = nullptr;
+  buffer->capacity = 0;
+  void* p = nullptr;
+  if (posix_memalign(&p, kDirectAlign, bytes) != 0) {
+    return absl::ResourceExhaustedError("cold slab: no memory for a direct read");
   }
+  buffer->data = static_cast<uint8_t*>(p);
+  buffer->capacity = bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> SlabFile::ReadDirectAt(uint64_t offset, uint8_t* dst, size_t bytes) const {
+  if (direct_fd_ < 0) return absl::UnimplementedError("the cold slab has no O_DIRECT reads");
   size_t done = 0;
-  while (start + done < offset + bytes) {
-    // 1 MiB at a time: larger direct reads measured slower on the virtio disk here.
-    const ssize_t n = ::pread(direct_fd_, buffer->data + done,
-                              std::min<size_t>(need - done, kDirectReadBytes),
-                              static_cast<off_t>(start + done));
+  while (done < bytes) {
+    const ssize_t n =
+        ::pread(direct_fd_, dst + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Errno("read", path_);
-    if (n == 0) {
-      return absl::DataLossError(
-          absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
-    }
+    if (n == 0) break;  // the end of the file
     done += static_cast<size_t>(n);
-    if (done % kAlign != 0) break;  // the end of the file
+    if (done % kDirectAlign != 0) break;  // the end of the file, mid-page
   }
-  if (start + done < offset + bytes) {
-    return absl::DataLossError(
-        absl::StrCat("cold slab ", path_, " ends inside the extent at ", offset, " (truncated)"));
-  }
-  return buffer->data + (offset - start);
+  return done;
 }
 
 absl::Status SlabFile::Reset(const std::vector<Extent>& used) {

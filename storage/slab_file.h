@@ -80,10 +80,7 @@ class SlabFile {
   // Whether [offset, offset + bytes) is mostly in the page cache, or has dirty pages
   // (cachestat(2)); true when that cannot be told.
   bool Cached(uint64_t offset, uint64_t bytes) const;
-  // Reads [offset, offset + bytes) bypassing the page cache (O_DIRECT, whole aligned
-  // pages into *buffer, grown as needed) and returns where the range starts in it.
-  // UNIMPLEMENTED when the file cannot be opened O_DIRECT (then use Read); DATA_LOSS
-  // when the file ends first; UNAVAILABLE on I/O errors.
+  // A buffer aligned for O_DIRECT reads (ReadDirectAt), grown by Reserve.
   struct AlignedBuffer {
     uint8_t* data = nullptr;
     size_t capacity = 0;
@@ -92,8 +89,15 @@ class SlabFile {
     AlignedBuffer& operator=(const AlignedBuffer&) = delete;
     ~AlignedBuffer();
   };
-  absl::StatusOr<const uint8_t*> ReadDirect(uint64_t offset, uint64_t bytes,
-                                            AlignedBuffer* buffer) const;
+  // Whether ReadDirectAt works (the file system has O_DIRECT).
+  bool has_direct_reads() const { return direct_fd_ >= 0; }
+  // One O_DIRECT pread of `bytes` at `offset` into `dst` (all three kDirectAlign-aligned);
+  // returns the bytes read, fewer only at the end of the file. UNIMPLEMENTED without
+  // O_DIRECT; UNAVAILABLE on I/O errors.
+  static constexpr uint64_t kDirectAlign = 4096;
+  absl::StatusOr<size_t> ReadDirectAt(uint64_t offset, uint8_t* dst, size_t bytes) const;
+  // Grows *buffer to at least `bytes` (contents not kept). RESOURCE_EXHAUSTED.
+  static absl::Status Reserve(AlignedBuffer* buffer, size_t bytes);
   // fdatasync. UNAVAILABLE on I/O errors.
   absl::Status Sync();
   // The file's size (fstat): the end of the highest extent ever written, which may lie
