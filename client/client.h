@@ -93,6 +93,16 @@ struct ClientOptions {
   uint64_t chunk_bytes = 1ull << 20;
   // Concurrent streams one PutBlocks / GetBlocks call may use. Default: 4.
   int max_streams_per_call = 4;
+  // A GetBlocksInto stream whose payloads come in the gRPC stream (no UCX channel, no
+  // shared region or one smaller than this) and whose buffers add up to more than this
+  // is sent as consecutive
+  // Get calls of about this many bytes each (whole keys), the next sent once the server
+  // has begun answering the one before (its header arrived), at most two in flight: the
+  // server reads the next piece (from its cold tier) while the previous one is on the wire,
+  // instead of every read before the first byte goes out (docs/prefetch.md). Results are
+  // as for one call; a lease_id is released once, after the last piece. 0: never split.
+  // Default: 16 MiB.
+  uint64_t get_piece_bytes = 16ull << 20;
   // Largest message accepted from the server. Default: 64 MiB.
   int max_receive_message_bytes = 64 << 20;
   // HTTP/2 transport tuning for large payloads (0 = gRPC's default):

@@ -327,13 +327,32 @@ struct Client::Impl {
                       const GetOptions& opts, std::chrono::system_clock::time_point deadline,
                       const protocol::GetStreamParser::DestinationFn& destination,
                       std::span<const std::span<uint8_t>> buffers,
-                      std::vector<v1::GetBlockInfo>* infos);
+                      std::vector<v1::GetBlockInfo>* infos,
+                      const std::function<void()>* on_header = nullptr);
 
-  // One attempt of a Get whose payloads come in the stream.
+  // Whether a Get into `buffers` goes as pieces (GetPieces): they add up to more than
+  // options.get_piece_bytes and its payloads would come in the stream (no UCX channel in
+  // use, and no shared region or one smaller than a piece).
+  bool PiecesApply(std::span<const std::span<uint8_t>> buffers);
+
+  // GetRun for keys[0, n), or, when PiecesApply and `buffers` add up to more than
+  // options.get_piece_bytes, as consecutive GetRuns of about that many bytes, the next
+  // started once the one before has its header (or is done), at most two in flight.
+  // Returns the first error in key order; no piece starts after one failed.
+  absl::Status GetPieces(std::string_view ns, std::span<const std::string> keys,
+                         const GetOptions& opts, std::chrono::system_clock::time_point deadline,
+                         const std::function<protocol::GetStreamParser::DestinationFn(
+                             size_t base)>& make_destination,
+                         size_t base, std::span<const std::span<uint8_t>> buffers,
+                         std::vector<v1::GetBlockInfo>* infos);
+
+  // One attempt of a Get whose payloads come in the stream; calls *on_header (when set)
+  // once the header has arrived.
   grpc::Status GetStreamAttempt(grpc::ClientContext* ctx, Channel& ch,
                                 const v1::GetRequest& request,
                                 const protocol::GetStreamParser::DestinationFn& destination,
-                                size_t n, std::vector<v1::GetBlockInfo>* infos);
+                                size_t n, std::vector<v1::GetBlockInfo>* infos,
+                                const std::function<void()>* on_header = nullptr);
 
   // One attempt of a Get whose payloads do not come in the stream (shared region or
   // UCX): the stream is the header alone.

@@ -305,7 +305,7 @@ class StreamGet final : public dataplane::ClientPath<GetCall> {
         "Get", 0, true,
         [&](grpc::ClientContext* ctx, typename Impl::Channel& ch) {
           return impl_->GetStreamAttempt(ctx, ch, call.request, *call.destination,
-                                         call.keys.size(), call.infos);
+                                         call.keys.size(), call.infos, call.on_header);
         },
         false, call.deadline);
     return After::kReturn;

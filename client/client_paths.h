@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -68,6 +69,9 @@ struct GetCall {
   std::vector<v1::GetBlockInfo>* infos;
   v1::GetRequest request;
   std::optional<ShmStaging> staging;
+  // Called when the server has begun answering in the stream (its header arrived), if
+  // set; at most once per attempt. Paths that get the header last do not call it.
+  const std::function<void()>* on_header = nullptr;
 };
 
 // Adds one Put call's response to the result of the whole Put.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,8 +160,10 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
                                   std::chrono::system_clock::time_point deadline,
                                   const GetStreamParser::DestinationFn& destination,
                                   std::span<const std::span<uint8_t>> buffers,
-                                  std::vector<v1::GetBlockInfo>* infos) {
+                                  std::vector<v1::GetBlockInfo>* infos,
+                                  const std::function<void()>* on_header) {
   internal::GetCall call{keys, deadline, &destination, buffers, infos, {}, std::nullopt};
+  call.on_header = on_header;
   call.request.set_namespace_(std::string(ns));
   for (const auto& k : keys) call.request.add_keys(k);
   call.request.set_format(opts.format);
@@ -171,7 +174,8 @@ absl::Status Client::Impl::GetRun(std::string_view ns, std::span<const std::stri
 grpc::Status Client::Impl::GetStreamAttempt(grpc::ClientContext* ctx, Channel& ch,
                                             const v1::GetRequest& request,
                                             const GetStreamParser::DestinationFn& destination,
-                                            size_t n, std::vector<v1::GetBlockInfo>* infos) {
+                                            size_t n, std::vector<v1::GetBlockInfo>* infos,
+                                            const std::function<void()>* on_header) {
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
       grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(ch.channel.get(),
                                                                     *ch.get_method, ctx, request));
@@ -180,6 +184,7 @@ grpc::Status Client::Impl::GetStreamAttempt(grpc::ClientContext* ctx, Channel& c
   std::vector<grpc::Slice> slices;
   std::vector<std::span<const uint8_t>> spans;
   absl::Status parse_status;
+  bool header_seen = false;
   while (reader->Read(&bb)) {
     slices.clear();
     if (!bb.Dump(&slices).ok()) {
@@ -190,6 +195,10 @@ grpc::Status Client::Impl::GetStreamAttempt(grpc::ClientContext* ctx, Channel& c
     for (const auto& sl : slices) spans.emplace_back(sl.begin(), sl.size());
     parse_status = parser.Consume(spans);
     if (!parse_status.ok()) break;
+    if (on_header != nullptr && !header_seen && parser.has_header()) {
+      header_seen = true;
+      (*on_header)();
+    }
   }
   if (parse_status.ok()) {
     grpc::Status status = reader->Finish();
@@ -246,15 +255,19 @@ absl::Status Client::Impl::GetParallel(
   const auto deadline = DeadlineAfter(DeadlineMs(opts.deadline_ms));
   const auto ranges = SplitRanges(keys.size(), options.max_streams_per_call);
   std::vector<std::vector<v1::GetBlockInfo>> parts(ranges.size());
-  // One stream ends the lease itself; several end it once all of them are done.
+  // One call ends the lease itself; several (streams or pieces) end it once all of them
+  // are done.
+  bool several = ranges.size() > 1;
+  if (!several) several = PiecesApply(buffers);
   GetOptions run_opts = opts;
-  if (ranges.size() > 1) run_opts.lease_id = 0;
+  if (several) run_opts.lease_id = 0;
   RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
     const auto [begin, end] = ranges[r];
-    return GetRun(ns, keys.subspan(begin, end - begin), run_opts, deadline, make_destination(begin),
-                  buffers.empty() ? buffers : buffers.subspan(begin, end - begin), &parts[r]);
+    return GetPieces(ns, keys.subspan(begin, end - begin), run_opts, deadline, make_destination,
+                     begin, buffers.empty() ? buffers : buffers.subspan(begin, end - begin),
+                     &parts[r]);
   }));
-  if (ranges.size() > 1 && opts.lease_id != 0) {
+  if (several && opts.lease_id != 0) {
     v1::ReleaseLeaseRequest req;
     req.set_namespace_(std::string(ns));
     req.set_lease_id(opts.lease_id);
@@ -266,6 +279,101 @@ absl::Status Client::Impl::GetParallel(
   infos->reserve(keys.size());
   for (auto& p : parts) {
     for (auto& i : p) infos->push_back(std::move(i));
+  }
+  return absl::OkStatus();
+}
+
+bool Client::Impl::PiecesApply(std::span<const std::span<uint8_t>> buffers) {
+  // Only the stream path answers with the header first; on the others (shared region,
+  // UCX) the header comes last, so pieces would only run one after another. A region
+  // too small to stage a piece leaves the pieces to the stream.
+  if (options.get_piece_bytes == 0 || buffers.empty() || Ucx() != nullptr) return false;
+  if (std::shared_ptr<SharedRegion> r = Region();
+      r != nullptr && r->size() >= options.get_piece_bytes) {
+    return false;
+  }
+  uint64_t bytes = 0;
+  for (const auto& b : buffers) bytes += b.size();
+  return bytes > options.get_piece_bytes;
+}
+
+absl::Status Client::Impl::GetPieces(
+    std::string_view ns, std::span<const std::string> keys, const GetOptions& opts,
+    std::chrono::system_clock::time_point deadline,
+    const std::function<GetStreamParser::DestinationFn(size_t base)>& make_destination,
+    size_t base, std::span<const std::span<uint8_t>> buffers,
+    std::vector<v1::GetBlockInfo>* infos) {
+  // Pieces of whole keys, each at least one key and about get_piece_bytes of buffers.
+  std::vector<std::pair<size_t, size_t>> pieces;
+  if (PiecesApply(buffers)) {
+    size_t begin = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      bytes += buffers[i].size();
+      if (bytes >= options.get_piece_bytes && i + 1 < buffers.size()) {
+        pieces.emplace_back(begin, i + 1);
+        begin = i + 1;
+        bytes = 0;
+      }
+    }
+    pieces.emplace_back(begin, buffers.size());
+  }
+  if (pieces.size() <= 1) {
+    return GetRun(ns, keys, opts, deadline, make_destination(base), buffers, infos);
+  }
+  // Each piece's progress: started once its header arrived (the server has read it and
+  // is sending it) or it is done.
+  struct Progress {
+    common::Mutex mu;
+    bool started ABSL_GUARDED_BY(mu) = false;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);
+    std::vector<v1::GetBlockInfo> infos;  // written by the piece's thread, read after join
+  };
+  std::vector<Progress> progress(pieces.size());
+  std::vector<std::thread> threads;
+  threads.reserve(pieces.size());
+  auto run_piece = [&](size_t p) {
+    Progress& pr = progress[p];
+    const auto [begin, end] = pieces[p];
+    const std::function<void()> on_header = [&pr] {
+      common::MutexLock lock(&pr.mu);
+      pr.started = true;
+    };
+    absl::Status s = GetRun(ns, keys.subspan(begin, end - begin), opts, deadline,
+                            make_destination(base + begin), buffers.subspan(begin, end - begin),
+                            &pr.infos, &on_header);
+    common::MutexLock lock(&pr.mu);
+    pr.started = true;
+    pr.done = true;
+    pr.status = std::move(s);
+  };
+  bool failed = false;
+  for (size_t p = 0; p < pieces.size() && !failed; ++p) {
+    // At most two in flight: the one being sent and the one the server is reading.
+    if (p >= 2) threads[p - 2].join();
+    threads.emplace_back(run_piece, p);
+    Progress& pr = progress[p];
+    common::MutexLock lock(&pr.mu);
+    pr.mu.Await(common::Condition(&pr.started));
+    failed = pr.done && !pr.status.ok();
+    if (!failed && p >= 1) {
+      Progress& before = progress[p - 1];
+      common::MutexLock lock_before(&before.mu);
+      failed = before.done && !before.status.ok();
+    }
+  }
+  for (std::thread& t : threads) {
+    if (t.joinable()) t.join();
+  }
+  infos->clear();
+  infos->reserve(keys.size());
+  for (size_t p = 0; p < threads.size(); ++p) {
+    common::MutexLock lock(&progress[p].mu);
+    if (!progress[p].status.ok()) return progress[p].status;
+  }
+  for (size_t p = 0; p < threads.size(); ++p) {
+    for (auto& i : progress[p].infos) infos->push_back(std::move(i));
   }
   return absl::OkStatus();
 }

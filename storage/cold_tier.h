@@ -126,18 +126,28 @@ class ColdTier {
   virtual absl::Status GetBlock(uint32_t ns_id, std::string_view key, const PayloadSink& sink) = 0;
 
   // Called by MultiGetBlock with key i's verified payload (valid only during the call).
+  // When it lies at the start of key i's destination (MultiDestination), it was read
+  // there and needs no copy.
   using MultiPayloadSink =
       std::function<void(size_t i, std::span<const uint8_t> payload, uint64_t checksum)>;
+  // Where key i's payload may be read to directly (MultiGetBlock may use it as scratch
+  // for key i even when it then fails or reads the key another way), or an empty span.
+  // Called at most once per key, before any read, from the calling thread.
+  using MultiDestination = std::function<std::span<uint8_t>(size_t i)>;
 
   // Reads the blocks `keys` of namespace `ns_id` as GetBlock reads each one, batched
   // where the tier can (RocksDbColdTier: one index MultiGet, extents read in slab order,
   // adjacent ones in one pread). Returns one status per key, GetBlock's codes; `sink` is
   // called exactly once for each key whose status is OK (in any order, from the calling
   // thread) and never for another. A block that fails its checksum is DATA_LOSS for that
-  // key only; the other keys are unaffected. Default: GetBlock per key, in order.
+  // key only; the other keys are unaffected. `destination` (may be null): where a
+  // payload may be read to directly, saving the sink a copy; its bytes are verified there
+  // before `sink` sees them. Default: GetBlock per key, in order, ignoring `destination`.
   virtual std::vector<absl::Status> MultiGetBlock(uint32_t ns_id,
                                                   std::span<const std::string_view> keys,
-                                                  const MultiPayloadSink& sink) {
+                                                  const MultiPayloadSink& sink,
+                                                  const MultiDestination* destination = nullptr) {
+    (void)destination;
     std::vector<absl::Status> out;
     out.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,6 +27,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "storage/checksum.h"
 #include "storage/cold_record.h"
 #include "storage/rocksdb_cold_tier_records.h"
 #include "storage/slab_file.h"
@@ -457,7 +459,8 @@ absl::Status RocksDbColdTier::GetBlock(uint32_t ns_id, std::string_view key,
 
 std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
                                                         std::span<const std::string_view> keys,
-                                                        const MultiPayloadSink& sink) {
+                                                        const MultiPayloadSink& sink,
+                                                        const MultiDestination* destination) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (n == 0) return out;
@@ -476,6 +479,11 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
     uint64_t offset = 0;
     ColdIndexRecord rec;
     size_t i = 0;
+    // Read straight into it: the body of an uncompressed record whose header is
+    // header_bytes long (empty: the whole record goes to the run's scratch).
+    std::span<uint8_t> dst;
+    uint32_t header_bytes = 0;
+    size_t scratch_at = 0;  // where its header (or whole record) lies in the scratch
   };
   std::vector<Want> wants;
   wants.reserve(n);
@@ -495,6 +503,19 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
              .ok()) {
       alone.push_back(i);
       continue;
+    }
+    if (destination != nullptr) {
+      // Uncompressed exactly when the body is the payload's size (zstd is kept only
+      // when it saves at least 1/8); the header read says so again before it is used.
+      const uint64_t header_bytes =
+          kColdRecordHeaderBytes + keys[i].size() + w.rec.parent_key.size();
+      if (header_bytes + w.rec.payload_bytes == w.rec.stored_bytes) {
+        std::span<uint8_t> dst = (*destination)(i);
+        if (dst.size() >= w.rec.payload_bytes && w.rec.payload_bytes > 0) {
+          w.dst = dst.first(w.rec.payload_bytes);
+          w.header_bytes = static_cast<uint32_t>(header_bytes);
+        }
+      }
     }
     wants.push_back(std::move(w));
   }
@@ -518,26 +539,162 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
     j = r.k;
     runs.push_back(r);
   }
-  // One pread per run, in slab order (the kernel's sequential read-ahead follows it;
-  // asking for more with posix_fadvise WILLNEED measured slower here).
+  // One read per run, in slab order (the kernel's sequential read-ahead follows it;
+  // asking for more with posix_fadvise WILLNEED measured slower here): for a run in the
+  // page cache a pread into the scratch, or, when some of its bodies have destinations,
+  // a preadv that puts those bodies there and the rest of the run, in order, into the
+  // scratch.
   std::string run;
   std::string unpacked;
+  std::vector<std::span<uint8_t>> parts;
+  // Runs not in the page cache are read past it (ColdTierOptions::direct_reads), by a
+  // reader thread 1 MiB at a time into one aligned buffer, while this thread verifies
+  // and hands out each record as soon as its bytes are in: the disk and the copies
+  // overlap.
+  struct Plan {
+    uint64_t file_start = 0;  // aligned
+    uint64_t bytes = 0;       // aligned
+    uint64_t buffer_at = 0;   // where it lies in the buffer
+  };
+  std::vector<int> plan_of(runs.size(), -1);
+  std::vector<Plan> plan;
+  std::unique_ptr<SlabFile::AlignedBuffer> aligned;
+  if (options_.direct_reads && slab_->has_direct_reads()) {
+    uint64_t total = 0;
+    for (size_t x = 0; x < runs.size(); ++x) {
+      if (slab_->Cached(runs[x].start, runs[x].end - runs[x].start)) continue;
+      constexpr uint64_t kAlign = SlabFile::kDirectAlign;
+      Plan p;
+      p.file_start = runs[x].start / kAlign * kAlign;
+      p.bytes = (runs[x].end + kAlign - 1) / kAlign * kAlign - p.file_start;
+      p.buffer_at = total;
+      total += p.bytes;
+      plan_of[x] = static_cast<int>(plan.size());
+      plan.push_back(p);
+    }
+    if (!plan.empty()) {
+      {
+        common::MutexLock lock(&direct_buffers_mu_);
+        if (!direct_buffers_.empty()) {
+          aligned = std::move(direct_buffers_.back());
+          direct_buffers_.pop_back();
+        }
+      }
+      if (aligned == nullptr) aligned = std::make_unique<SlabFile::AlignedBuffer>();
+      if (!SlabFile::Reserve(aligned.get(), total).ok()) {
+        plan.clear();
+        plan_of.assign(runs.size(), -1);
+      }
+    }
+  }
+  // The reader's progress: bytes of plan[p] read so far, and whether it is over (read
+  // whole, or stopped by the end of the file or an error).
+  struct Progress {
+    uint64_t read = 0;
+    bool over = false;
+  };
+  common::Mutex progress_mu;
+  common::CondVar progress_cv;
+  std::vector<Progress> progress(plan.size());
+  std::thread reader;
+  if (!plan.empty()) {
+    reader = std::thread([&] {
+      constexpr size_t kChunk = 1 << 20;  // larger direct reads measured slower here
+      for (size_t p = 0; p < plan.size(); ++p) {
+        uint64_t done = 0;
+        while (done < plan[p].bytes) {
+          const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, plan[p].bytes - done));
+          absl::StatusOr<size_t> n = slab_->ReadDirectAt(
+              plan[p].file_start + done, aligned->data + plan[p].buffer_at + done, want);
+          if (n.ok()) done += *n;
+          const bool over = !n.ok() || *n < want || done == plan[p].bytes;
+          common::MutexLock lock(&progress_mu);
+          progress[p].read = done;
+          progress[p].over = over;
+          progress_cv.SignalAll();
+          if (over) break;
+        }
+      }
+    });
+  }
+  // Waits until record bytes [0, end) of plan[p] are read or its read is over; true when
+  // they are there.
+  auto wait_for = [&](size_t p, uint64_t end) {
+    common::MutexLock lock(&progress_mu);
+    while (progress[p].read < end && !progress[p].over) progress_cv.Wait(&progress_mu);
+    return progress[p].read >= end;
+  };
   for (size_t x = 0; x < runs.size(); ++x) {
     const size_t j = runs[x].j, k = runs[x].k;
     const uint64_t start = runs[x].start, end = runs[x].end;
-    const absl::Status read = slab_->Read(start, end - start, &run);
+    const int p = plan_of[x];
+    const uint8_t* odirect =
+        p >= 0 ? aligned->data + plan[p].buffer_at + (start - plan[p].file_start) : nullptr;
+    bool direct = false;
+    uint64_t scratch_bytes = 0;
+    for (size_t m = j; m < k; ++m) {
+      Want& w = wants[m];
+      const uint64_t prev_end = m == j ? start : wants[m - 1].offset + wants[m - 1].rec.stored_bytes;
+      scratch_bytes += w.offset - prev_end;  // the gap before it
+      w.scratch_at = static_cast<size_t>(scratch_bytes);
+      if (!w.dst.empty() && odirect == nullptr) {
+        direct = true;
+        scratch_bytes += w.header_bytes;
+      } else {
+        scratch_bytes += w.rec.stored_bytes;
+      }
+    }
+    absl::Status read;
+    if (odirect != nullptr) {
+      // Already read; records are parsed from it and copied out below.
+    } else if (!direct) {
+      read = slab_->Read(start, end - start, &run);
+    } else {
+      run.resize(scratch_bytes);
+      auto* scratch = reinterpret_cast<uint8_t*>(run.data());
+      parts.clear();
+      size_t at = 0;
+      for (size_t m = j; m < k; ++m) {
+        const Want& w = wants[m];
+        if (w.dst.empty()) continue;
+        // Everything in the scratch up to its header's end, then its body in place.
+        const size_t upto = w.scratch_at + w.header_bytes;
+        parts.emplace_back(scratch + at, upto - at);
+        parts.push_back(w.dst);
+        at = upto;
+      }
+      if (at < scratch_bytes) parts.emplace_back(scratch + at, scratch_bytes - at);
+      read = slab_->ReadV(start, parts);
+    }
+    const auto* base =
+        odirect != nullptr ? odirect : reinterpret_cast<const uint8_t*>(run.data());
     for (size_t m = j; m < k; ++m) {
       const Want& w = wants[m];
-      if (!read.ok()) {
+      if (!read.ok() ||
+          (p >= 0 && !wait_for(p, w.offset + w.rec.stored_bytes - plan[p].file_start))) {
         alone.push_back(w.i);
         continue;
       }
+      const size_t at = direct ? w.scratch_at : static_cast<size_t>(w.offset - start);
       uint64_t checksum = 0;
+      if (!w.dst.empty() && direct) {
+        absl::StatusOr<ColdRecordHeader> header =
+            ParseColdRecordHeader(std::span<const uint8_t>(base + at, w.header_bytes));
+        if (header.ok() && !header->zstd && header->header_bytes == w.header_bytes &&
+            header->record.stored_bytes == w.rec.stored_bytes &&
+            header->record.checksum == w.rec.checksum && header->record.ns_id == ns_id &&
+            header->record.key == keys[w.i] &&
+            PayloadChecksum(w.dst) == w.rec.checksum) {
+          sink(w.i, w.dst, w.rec.checksum);
+        } else {
+          alone.push_back(w.i);  // GetBlock reads the record again and decides
+        }
+        continue;
+      }
       ColdRecordHeader header;
-      const auto* base = reinterpret_cast<const uint8_t*>(run.data());
       absl::StatusOr<std::span<const uint8_t>> body = ParseColdRecord(
-          std::span<const uint8_t>(base + (w.offset - start), w.rec.stored_bytes), &unpacked,
-          &checksum, &header);
+          std::span<const uint8_t>(base + at, w.rec.stored_bytes), &unpacked, &checksum,
+          &header);
       if (body.ok() && checksum == w.rec.checksum && body->size() == w.rec.payload_bytes &&
           header.record.ns_id == ns_id && header.record.key == keys[w.i]) {
         sink(w.i, *body, checksum);
@@ -545,6 +702,11 @@ std::vector<absl::Status> RocksDbColdTier::MultiGetBlock(uint32_t ns_id,
         alone.push_back(w.i);  // GetBlock reads the record again and decides
       }
     }
+  }
+  if (reader.joinable()) reader.join();
+  if (aligned != nullptr && aligned->capacity <= kDirectBufferKeptBytes) {
+    common::MutexLock lock(&direct_buffers_mu_);
+    if (direct_buffers_.size() < kDirectBuffersKept) direct_buffers_.push_back(std::move(aligned));
   }
   for (size_t i : alone) {
     out[i] = GetBlock(ns_id, keys[i], [&](std::span<const uint8_t> payload, uint64_t checksum) {

@@ -94,6 +94,11 @@ struct ColdTierOptions {
   // Rebuild the index from the slab at Open even when nothing looks lost (kvtierd
   // --recover). Default: false.
   bool recover = false;
+  // MultiGetBlock reads a run that is mostly not in the page cache, and has no dirty
+  // pages (SlabFile::Cached), with O_DIRECT (SlabFile::ReadDirectAt): no page-cache pages
+  // to allocate and fill, and the blocks do not push other data out of it; other runs,
+  // and file systems without O_DIRECT, are read through the page cache. Default: true.
+  bool direct_reads = true;
 };
 
 class RocksDbColdTier final : public ColdTier {
@@ -128,8 +133,15 @@ class RocksDbColdTier final : public ColdTier {
   // kMultiGetRunBytes; each block's header and payload verified as GetBlock does. A
   // block that fails there (or whose run fails to read) is read again alone by GetBlock,
   // whose status it gets (a record changed meanwhile is read again; damage is DATA_LOSS).
+  // With `destination`, a run in the page cache is read with preadv: the bodies of
+  // uncompressed records straight into their destinations, everything else (headers,
+  // keys, gaps, records without one) into a scratch buffer; each body is verified in
+  // place. Runs not in the page cache (options.direct_reads) are read with O_DIRECT by a
+  // reader thread, 1 MiB at a time, while this thread verifies and hands out the records
+  // already read.
   std::vector<absl::Status> MultiGetBlock(uint32_t ns_id, std::span<const std::string_view> keys,
-                                          const MultiPayloadSink& sink) override;
+                                          const MultiPayloadSink& sink,
+                                          const MultiDestination* destination = nullptr) override;
   static constexpr uint64_t kMultiGetGapBytes = 64 << 10;
   static constexpr uint64_t kMultiGetRunBytes = 8 << 20;
   absl::Status DeleteBlock(uint32_t ns_id, std::string_view key) override;
@@ -186,6 +198,14 @@ class RocksDbColdTier final : public ColdTier {
   absl::Status SyncNamespaces(const ColdMeta& meta);
 
   const ColdTierOptions options_;
+  // Buffers for MultiGetBlock's direct reads, kept for the next call (a fresh one is
+  // megabytes of pages to fault in each time); at most kDirectBuffersKept, none larger
+  // than kDirectBufferKeptBytes.
+  static constexpr size_t kDirectBuffersKept = 4;
+  static constexpr size_t kDirectBufferKeptBytes = 16 << 20;
+  common::Mutex direct_buffers_mu_;
+  std::vector<std::unique_ptr<SlabFile::AlignedBuffer>> direct_buffers_
+      ABSL_GUARDED_BY(direct_buffers_mu_);
   rocksdb::DB* db_ = nullptr;
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;

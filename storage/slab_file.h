@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -72,6 +73,31 @@ class SlabFile {
   // pread of `bytes` at `offset` into *out. DATA_LOSS when the file ends first (a
   // truncated slab); UNAVAILABLE on I/O errors.
   absl::Status Read(uint64_t offset, uint64_t bytes, std::string* out) const;
+  // preadv of the file from `offset` into `buffers` in order (all of them filled, with as
+  // many preadv calls as IOV_MAX and short reads need). DATA_LOSS when the file ends
+  // first; UNAVAILABLE on I/O errors.
+  absl::Status ReadV(uint64_t offset, std::span<const std::span<uint8_t>> buffers) const;
+  // Whether [offset, offset + bytes) is mostly in the page cache, or has dirty pages
+  // (cachestat(2)); true when that cannot be told.
+  bool Cached(uint64_t offset, uint64_t bytes) const;
+  // A buffer aligned for O_DIRECT reads (ReadDirectAt), grown by Reserve.
+  struct AlignedBuffer {
+    uint8_t* data = nullptr;
+    size_t capacity = 0;
+    AlignedBuffer() = default;
+    AlignedBuffer(const AlignedBuffer&) = delete;
+    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+    ~AlignedBuffer();
+  };
+  // Whether ReadDirectAt works (the file system has O_DIRECT).
+  bool has_direct_reads() const { return direct_fd_ >= 0; }
+  // One O_DIRECT pread of `bytes` at `offset` into `dst` (all three kDirectAlign-aligned);
+  // returns the bytes read, fewer only at the end of the file. UNIMPLEMENTED without
+  // O_DIRECT; UNAVAILABLE on I/O errors.
+  static constexpr uint64_t kDirectAlign = 4096;
+  absl::StatusOr<size_t> ReadDirectAt(uint64_t offset, uint8_t* dst, size_t bytes) const;
+  // Grows *buffer to at least `bytes` (contents not kept). RESOURCE_EXHAUSTED.
+  static absl::Status Reserve(AlignedBuffer* buffer, size_t bytes);
   // fdatasync. UNAVAILABLE on I/O errors.
   absl::Status Sync();
   // The file's size (fstat): the end of the highest extent ever written, which may lie
@@ -89,8 +115,8 @@ class SlabFile {
   }
 
  private:
-  SlabFile(std::string path, int fd, uint64_t limit)
-      : path_(std::move(path)), fd_(fd), limit_(limit) {}
+  SlabFile(std::string path, int fd, int direct_fd, uint64_t limit)
+      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd), limit_(limit) {}
   void AddFreeLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free range (offset -> length) holding [offset, offset + length), or end().
   std::map<uint64_t, uint64_t>::const_iterator FreeRangeHoldingLocked(uint64_t offset,
@@ -99,6 +125,7 @@ class SlabFile {
 
   const std::string path_;
   const int fd_;
+  const int direct_fd_;  // the file opened O_DIRECT, or -1
   const uint64_t limit_;
   mutable common::Mutex mu_;
   // Free ranges below end_, by offset (-> length) and by (length, offset); disjoint and

@@ -93,6 +93,9 @@ struct StoreOptions {
   bool background_demotion = true;
   // fsync the WAL on write-through puts (power-loss durability). Default: false.
   bool cold_sync = false;
+  // Cold reads of runs not in the page cache use O_DIRECT (ColdTierOptions::direct_reads;
+  // docs/prefetch.md). Default: true.
+  bool cold_direct_reads = true;
   // On open, promote cold blocks into the hot tier up to the low watermark.
   // Default: false.
   bool warm_from_cold = false;

@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(const StoreOption
   ColdTierOptions cold_options;
   cold_options.dir = options.data_dir;
   cold_options.sync_writes = options.cold_sync;
+  cold_options.direct_reads = options.cold_direct_reads;
   // Slack over the capacity: the store evicts by stored bytes after a demotion lands,
   // extents round up to 4 KiB, and free ranges fragment. 1/8 (at least 64 MiB) keeps the
   // directory within the 1.3x of issue 16 (docs/durability.md, "Cold tier disk under churn").

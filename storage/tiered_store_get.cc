@@ -143,19 +143,27 @@ void TieredStoreImpl::PromoteMany(NsState* ns, std::span<const std::string> keys
       if (r.slot) r.dst = hot_->View(*r.slot);
       views.push_back(keys[r.i]);
     }
-    // No lock is held during the reads.
+    // No lock is held during the reads. Payloads bound for hot slots are read straight
+    // into them (verified there before the sink sees them).
+    const ColdTier::MultiDestination into_slots = [&](size_t k) -> std::span<uint8_t> {
+      const Read& r = reads[k];
+      if (!r.slot) return {};
+      return std::span<uint8_t>(r.dst.data, r.dst.alloc_bytes);
+    };
     std::vector<absl::Status> st = cold_->MultiGetBlock(
-        ns->id, views, [&](size_t k, std::span<const uint8_t> bytes, uint64_t /*checksum*/) {
+        ns->id, views,
+        [&](size_t k, std::span<const uint8_t> bytes, uint64_t /*checksum*/) {
           Read& r = reads[k];
           r.payload_bytes = static_cast<uint32_t>(bytes.size());
           if (!r.slot) {
             r.heap_copy.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
           } else if (bytes.size() > r.dst.alloc_bytes) {
             r.size_ok = false;
-          } else {
+          } else if (bytes.data() != r.dst.data) {
             std::memcpy(r.dst.data, bytes.data(), bytes.size());
           }
-        });
+        },
+        &into_slots);
     for (size_t k = 0; k < reads.size(); ++k) {
       Read& r = reads[k];
       if (st[k].ok() && !r.size_ok) {

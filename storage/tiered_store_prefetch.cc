@@ -236,16 +236,23 @@ void TieredStoreImpl::PrefetchBatch(NsState* ns, std::vector<BlockId> ids,
     of_key.push_back(k);
   }
   if (!views.empty()) {
+    // Read straight into the slots (verified there before the sink sees them).
+    const ColdTier::MultiDestination into_slots = [&](size_t j) -> std::span<uint8_t> {
+      const Read& r = reads[of_key[j]];
+      return std::span<uint8_t>(r.dst.data, r.dst.alloc_bytes);
+    };
     std::vector<absl::Status> st = cold_->MultiGetBlock(
-        ns->id, views, [&](size_t j, std::span<const uint8_t> bytes, uint64_t /*checksum*/) {
+        ns->id, views,
+        [&](size_t j, std::span<const uint8_t> bytes, uint64_t /*checksum*/) {
           Read& r = reads[of_key[j]];
           r.payload_bytes = static_cast<uint32_t>(bytes.size());
           if (bytes.size() > r.dst.alloc_bytes) {
             r.size_ok = false;
-          } else {
+          } else if (bytes.data() != r.dst.data) {
             std::memcpy(r.dst.data, bytes.data(), bytes.size());
           }
-        });
+        },
+        &into_slots);
     for (size_t j = 0; j < views.size(); ++j) {
       Read& r = reads[of_key[j]];
       r.st = std::move(st[j]);

@@ -80,6 +80,12 @@ constexpr char kBenchUsage[] =
     "  --ucx-coalesce-bytes SIZE\n"
     "                      coalesce_max_bytes of calls over UCX (ClientOptions::\n"
     "                      ucx_coalesce_max_bytes; 0 = as --coalesce-bytes; default 16MiB)\n"
+    "  --shm-bytes SIZE    the client's shared region (ClientOptions::shared_memory_bytes;\n"
+    "                      default: room for every thread's batch; --cold-prefix's Get of\n"
+    "                      the whole chain does not fit it and goes over TCP)\n"
+    "  --get-piece-bytes SIZE\n"
+    "                      a larger Get is sent as pipelined pieces of SIZE (ClientOptions::\n"
+    "                      get_piece_bytes; 0 = one call; default the client's: 16MiB)\n"
     "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
     "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
@@ -93,6 +99,8 @@ constexpr char kBenchUsage[] =
     "                      wall time p50/p99 (docs/prefetch.md)\n"
     "  --rounds R          --cold-prefix rounds per arm (default 10)\n"
     "  --delay-ms MS       --cold-prefix: time between the Lookup and the Get (default 5)\n"
+    "  --drop-settle-ms MS --cold-prefix --drop-cache: wait this long after the drop before\n"
+    "                      the Lookup, so the Lookup does not pay for the drop (default 0)\n"
     "  --drop-cache FILE   --cold-prefix: before each round, drop FILE (the server's\n"
     "                      <data-dir>/cold.slab, same host) from the page cache\n"
     "                      (posix_fadvise DONTNEED), so cold reads come from the disk;\n"
@@ -547,7 +555,8 @@ absl::StatusOr<double> RawDirectReadGbps(const std::string& path) {
 // alternating rounds, and the Lookup of the chain cold against hot (client wall time).
 absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv::Layout& layout,
                              int64_t n, int64_t rounds, int64_t delay_ms,
-                             const std::string& drop_cache, bool json) {
+                             const std::string& drop_cache, int64_t drop_settle_ms,
+                             bool json) {
   const std::string raw = SyntheticRawBlock(layout, 7, 0);
   ASSIGN_OR_RETURN(std::string later, kv::Encode(kv::CodecId::kFp16, layout, 1, kv::AsBytes(raw)));
   std::vector<std::string> keys;
@@ -602,6 +611,7 @@ absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv
       const int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
       close(fd);
       if (rc != 0) return absl::InternalError("--drop-cache: posix_fadvise failed");
+      if (drop_settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(drop_settle_ms));
     }
     client::LookupOptions lo;
     lo.keep_compact = true;
@@ -841,6 +851,8 @@ absl::Status Bench(const tools::Flags& flags) {
     // Room for every thread's put staging, get staging and SharedBuffers at once.
     options.shared_memory_bytes =
         static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
+    ASSIGN_OR_RETURN(options.shared_memory_bytes,
+                     flags.GetBytes("shm-bytes", options.shared_memory_bytes));
     ASSIGN_OR_RETURN(int64_t window, flags.GetBytes("grpc-window", options.http2_stream_window_bytes));
     ASSIGN_OR_RETURN(int64_t frame, flags.GetBytes("grpc-frame", 0));
     ASSIGN_OR_RETURN(int64_t read_chunk, flags.GetBytes("grpc-read-chunk", 0));
@@ -854,6 +866,8 @@ absl::Status Bench(const tools::Flags& flags) {
     options.coalesce_max_bytes = coalesce_bytes;
     ASSIGN_OR_RETURN(options.ucx_coalesce_max_bytes,
                      flags.GetBytes("ucx-coalesce-bytes", options.ucx_coalesce_max_bytes));
+    ASSIGN_OR_RETURN(options.get_piece_bytes,
+                     flags.GetBytes("get-piece-bytes", options.get_piece_bytes));
     v1::NamespaceSpec spec;
     spec.set_name(w.ns);
     spec.set_model_id("kvtier-bench");
@@ -887,8 +901,10 @@ absl::Status Bench(const tools::Flags& flags) {
     if (n < 1 || rounds < 1 || delay_ms < 0) {
       return absl::InvalidArgumentError("--cold-prefix and --rounds must be >= 1, --delay-ms >= 0");
     }
+    ASSIGN_OR_RETURN(int64_t drop_settle_ms, flags.GetInt("drop-settle-ms", 0));
+    if (drop_settle_ms < 0) return absl::InvalidArgumentError("--drop-settle-ms must be >= 0");
     return ColdPrefixBench(client.get(), w, layout, n, rounds, delay_ms,
-                           flags.GetString("drop-cache", ""), json);
+                           flags.GetString("drop-cache", ""), drop_settle_ms, json);
   }
 
   // Untimed: store every key once (each thread its own keys).
@@ -957,9 +973,9 @@ int RunBench(int argc, char** argv) {
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
                                          "no-shm-socket", "ucx",
                                          "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",
-                                         "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
+                                         "get-piece-bytes", "shm-bytes", "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "cold-prefix",
-                                         "rounds", "delay-ms", "drop-cache", "json", "help"});
+                                         "rounds", "delay-ms", "drop-cache", "drop-settle-ms", "json", "help"});
   if (!known.ok() || !flags.positional().empty()) {
     std::fprintf(stderr, "kvtier bench: %s\n\n%s",
                  known.ok() ? "unexpected positional argument"

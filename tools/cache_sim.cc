@@ -1,6 +1,7 @@
 #include "tools/cache_sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <limits>
@@ -348,7 +349,8 @@ absl::StatusOr<PrefetchSimResult> SimulatePrefetch(const Trace& trace, SimPolicy
   if (options.delay_ms == 0) {
     per_request = 0;
   } else if (options.blocks_per_ms > 0) {
-    per_request = static_cast<uint64_t>(options.delay_ms * options.blocks_per_ms);
+    const double done = options.delay_ms * options.blocks_per_ms;
+    per_request = static_cast<uint64_t>(options.get_waits_for_inflight ? std::ceil(done) : done);
   }
   // Events: (time in us, request, 0 = Lookup / 1 = Gets), in time order.
   struct Event {

@@ -115,6 +115,11 @@ struct PrefetchSimOptions {
   bool prefetch = false;
   double blocks_per_ms = 0;       // prefetch read rate; 0 = unbounded
   double max_hot_fraction = 0.25;  // StoreOptions::prefetch_max_hot_fraction
+  // The store's Get waits for a block a prefetch is reading rather than read it again,
+  // then serves it hot: count the block the reader is on when the Gets come (the
+  // delay_ms x blocks_per_ms-th, rounded up) as prefetched too. With an unbounded rate
+  // or no delay it changes nothing.
+  bool get_waits_for_inflight = false;
 };
 
 struct PrefetchSimResult {

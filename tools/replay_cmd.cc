@@ -257,8 +257,8 @@ int PrefetchReport(const std::vector<Input>& inputs, const std::vector<std::stri
                    const std::vector<uint64_t>& capacities, const std::vector<double>& delays,
                    double blocks_per_ms, const Settings& s, bool json) {
   if (!json) {
-    std::printf("%-28s %-10s %8s %6s %9s %9s %9s %9s %10s\n", "trace", "policy", "capacity",
-                "delay", "hot_off", "hot_on", "wasted", "hot@look", "prefetched");
+    std::printf("%-28s %-10s %8s %6s %9s %9s %9s %9s %10s %9s\n", "trace", "policy", "capacity",
+                "delay", "hot_off", "hot_on", "wasted", "hot@look", "prefetched", "hot_on_w");
   }
   for (const Input& in : inputs) {
     for (const std::string& name : policies) {
@@ -279,7 +279,10 @@ int PrefetchReport(const std::vector<Input>& inputs, const std::vector<std::stri
           absl::StatusOr<PrefetchSimResult> off = SimulatePrefetch(in.trace, *sp, o);
           o.prefetch = true;
           absl::StatusOr<PrefetchSimResult> on = SimulatePrefetch(in.trace, *sp, o);
-          for (const auto* r : {&off, &on}) {
+          // hot_on_w: the Gets also wait for the block being read when they come.
+          o.get_waits_for_inflight = true;
+          absl::StatusOr<PrefetchSimResult> waits = SimulatePrefetch(in.trace, *sp, o);
+          for (const auto* r : {&off, &on, &waits}) {
             if (!r->ok()) {
               std::fprintf(stderr, "kvtier replay: %s\n", r->status().ToString().c_str());
               return 1;
@@ -290,22 +293,25 @@ int PrefetchReport(const std::vector<Input>& inputs, const std::vector<std::stri
                         "\"cold_capacities\": %g, \"delay_ms\": %g, \"prefetch_blocks_per_ms\": %g, "
                         "\"tiered_blocks\": %llu, \"served_hot_share_off\": %.4f, "
                         "\"served_hot_share_on\": %.4f, \"wasted_share\": %.4f, "
-                        "\"prefetched_blocks\": %llu, \"prefetch_hits\": %llu}\n",
+                        "\"prefetched_blocks\": %llu, \"prefetch_hits\": %llu, "
+                        "\"served_hot_share_on_waiting\": %.4f}\n",
                         in.name.c_str(), name.c_str(), static_cast<unsigned long long>(cap),
                         s.cold, delay, blocks_per_ms,
                         static_cast<unsigned long long>(on->tiered_blocks),
                         off->ServedHotShare(), on->ServedHotShare(), on->WastedShare(),
                         static_cast<unsigned long long>(on->prefetched_blocks),
-                        static_cast<unsigned long long>(on->prefetch_hits));
+                        static_cast<unsigned long long>(on->prefetch_hits),
+                        waits->ServedHotShare());
           } else {
             const double at_lookup =
                 on->tiered_blocks ? static_cast<double>(on->hot_at_lookup_blocks) /
                                         static_cast<double>(on->tiered_blocks)
                                   : 0;
-            std::printf("%-28s %-10s %8llu %6g %9.4f %9.4f %9.4f %9.4f %10llu\n",
+            std::printf("%-28s %-10s %8llu %6g %9.4f %9.4f %9.4f %9.4f %10llu %9.4f\n",
                         in.name.c_str(), name.c_str(), static_cast<unsigned long long>(cap),
                         delay, off->ServedHotShare(), on->ServedHotShare(), on->WastedShare(),
-                        at_lookup, static_cast<unsigned long long>(on->prefetched_blocks));
+                        at_lookup, static_cast<unsigned long long>(on->prefetched_blocks),
+                        waits->ServedHotShare());
           }
           std::fflush(stdout);
         }

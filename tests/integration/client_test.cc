@@ -196,6 +196,74 @@ TEST_F(ClientTest, GetBlocksIntoCallerBuffers) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ClientTest, LargeGetGoesAsPipelinedPiecesWithTheSameAnswer) {
+  const kv::Layout layout = BigLayout();  // 1.5 MiB blocks
+  ClientOptions o = Options(Spec("pieces", layout));
+  o.max_streams_per_call = 1;
+  o.get_piece_bytes = 2 * (1536 * 1024 + 4096);  // pieces of two keys, the last of one
+  auto client = MustConnect(o);
+  ASSERT_NE(client, nullptr);
+  Sequence s = MakeSequence("pieces", layout, 7, 11);
+  // Key 3 is never stored: a miss in the middle piece, the others found.
+  std::vector<PutBlock> stored;
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    if (i != 3) stored.push_back(s.blocks[i]);
+  }
+  ASSERT_OK(client->PutBlocks("pieces", stored));
+
+  std::vector<std::string> storage(7, std::string(s.encoded[0].size() + 4096, '\x5a'));
+  std::vector<std::span<uint8_t>> bufs;
+  for (auto& b : storage) bufs.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  // Leased: the lease is released once, after the last piece.
+  LookupOptions leased;
+  leased.lease_ms = 60000;
+  auto held = client->Lookup("pieces", s.keys, leased);
+  ASSERT_OK(held);
+  ASSERT_EQ(held->leased_blocks(), 3u);
+  auto before = client->Stats();
+  ASSERT_OK(before);
+  ASSERT_GE(before->leases().active(), 1u);
+  GetOptions get;
+  get.lease_id = held->blocks(0).lease_id();
+  auto infos = client->GetBlocksInto("pieces", s.keys, bufs, get);
+  ASSERT_OK(infos);
+  ASSERT_EQ(infos->size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ((*infos)[i].key(), s.keys[i]) << i;
+    if (i == 3) {
+      EXPECT_FALSE((*infos)[i].found());
+      EXPECT_EQ(storage[i], std::string(s.encoded[0].size() + 4096, '\x5a'));
+      continue;
+    }
+    ASSERT_TRUE((*infos)[i].found()) << i;
+    ASSERT_EQ((*infos)[i].size(), s.encoded[i].size());
+    EXPECT_TRUE(storage[i].compare(0, s.encoded[i].size(), s.encoded[i]) == 0) << i;
+  }
+  auto after = client->Stats();
+  ASSERT_OK(after);
+  EXPECT_EQ(after->leases().active(), before->leases().active() - 1);
+
+  // The same Get in one call answers the same.
+  o.get_piece_bytes = 0;
+  auto whole = MustConnect(o);
+  ASSERT_NE(whole, nullptr);
+  std::vector<std::string> storage2(7, std::string(s.encoded[0].size() + 4096, '\x5a'));
+  std::vector<std::span<uint8_t>> bufs2;
+  for (auto& b : storage2) bufs2.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  auto infos2 = whole->GetBlocksInto("pieces", s.keys, bufs2);
+  ASSERT_OK(infos2);
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ((*infos2)[i].found(), (*infos)[i].found()) << i;
+    EXPECT_EQ(storage2[i], storage[i]) << i;
+  }
+
+  // A piece that fails fails the call: a buffer too small for key 5 (in the third piece).
+  std::string small(1000, 0);
+  bufs[5] = std::span<uint8_t>(reinterpret_cast<uint8_t*>(small.data()), small.size());
+  auto failed = client->GetBlocksInto("pieces", s.keys, bufs);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kOutOfRange) << failed.status();
+}
+
 TEST_F(ClientTest, LookupReportsTheResidentPrefix) {
   const kv::Layout layout = BigLayout();
   auto client = MustConnect(Options(Spec("lookup", layout)));

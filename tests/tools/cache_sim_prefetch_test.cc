@@ -85,6 +85,30 @@ TEST(SimulatePrefetchTest, TheReadRateBoundsWhatIsPrefetched) {
   EXPECT_EQ(none->prefetched_blocks, 0u);  // 5 x 0.1 < 1 block
 }
 
+// A Get that waits for the block being read when it comes: one more block per request
+// at most (5 x 0.1 rounds up to 1), and never fewer served hot.
+TEST(SimulatePrefetchTest, AGetWaitingForTheBlockInFlightCountsItOnce) {
+  const Trace t = Synth(SynthFamily::kConversation, 600);
+  PrefetchSimOptions o = Options(5, true, /*blocks_per_ms=*/0.1);
+  auto plain = SimulatePrefetch(t, SimPolicy::kAdaptive, o);
+  o.get_waits_for_inflight = true;
+  auto waits = SimulatePrefetch(t, SimPolicy::kAdaptive, o);
+  ASSERT_OK(plain);
+  ASSERT_OK(waits);
+  EXPECT_EQ(plain->prefetched_blocks, 0u);
+  EXPECT_GT(waits->prefetched_blocks, 0u);
+  EXPECT_LE(waits->prefetched_blocks, waits->requests);
+  EXPECT_GT(waits->served_hot_blocks, plain->served_hot_blocks);
+  // Unbounded: nothing is in flight, the same answer.
+  PrefetchSimOptions u = Options(5, true);
+  auto u_plain = SimulatePrefetch(t, SimPolicy::kAdaptive, u);
+  u.get_waits_for_inflight = true;
+  auto u_waits = SimulatePrefetch(t, SimPolicy::kAdaptive, u);
+  ASSERT_OK(u_plain);
+  ASSERT_OK(u_waits);
+  EXPECT_EQ(u_plain->served_hot_blocks, u_waits->served_hot_blocks);
+}
+
 TEST(SimulatePrefetchTest, RejectsWhatIsNotAStorePolicyAndBadOptions) {
   const Trace t = Synth(SynthFamily::kChat, 50);
   EXPECT_FALSE(SimulatePrefetch(t, SimPolicy::kBelady, Options(5, true)).ok());
