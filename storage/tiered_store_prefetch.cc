@@ -7,6 +7,7 @@
 // cancelled while still queued), or when it stops being a cold block worth reading
 // (cancelled). An unread prefetched block is not an eligible victim, so only the
 // fallback of a hot tier with nothing else to demote evicts it, and that is counted.
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -312,6 +313,15 @@ void TieredStoreImpl::PrefetchLoop() {
         prefetch_cv_.Wait(&mu_);
       }
       if (stopping_) return;
+      if (!prefetch_runs_.empty()) {
+        // Woken by a Lookup, which still has its answer to send: this thread slept, so the
+        // scheduler lets it preempt the Lookup's thread, and expanding a 2,048-block run
+        // held the answer back by 0.3-0.8 ms. Let the runnable threads go first.
+        mu_.Unlock();
+        sched_yield();
+        mu_.Lock();
+        if (stopping_) return;
+      }
       if (!prefetch_runs_.empty()) {
         PrefetchRun run = std::move(prefetch_runs_.front());
         prefetch_runs_.pop_front();
