@@ -81,6 +81,7 @@ class ABSL_LOCKABLE Mutex {
 
   // REQUIRES: held. Returns with the mutex held and cond true.
   void Await(const Condition& cond) {
+    changed_.notify_all();  // waiting releases the mutex: what the caller changed counts
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
     changed_.wait(lock, [&] { return cond.Eval(); });
     lock.release();
@@ -103,6 +104,7 @@ class ABSL_LOCKABLE Mutex {
     return absl::ToChronoNanoseconds(d);
   }
   bool AwaitUntil(const Condition& cond, std::chrono::steady_clock::time_point until) {
+    changed_.notify_all();  // as in Await
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
     const bool result = changed_.wait_until(lock, until, [&] { return cond.Eval(); });
     lock.release();

@@ -4,8 +4,8 @@
 # TSAN-instrumented) and runs the concurrency tests in it: thread pool, store, service
 # reactors and helpers, shared memory, events, cluster client. Any report fails its test.
 # `scripts/tsan.sh ci` (what scripts/test.sh runs) builds and runs only the store (the cold
-# tier's O_DIRECT reader thread included), shared-memory server, events and put-watchdog
-# tests; without it, every test below.
+# tier's O_DIRECT reader thread and the prefetch readers included), shared-memory server,
+# events and put-watchdog tests; without it, every test below.
 # JOBS=n limits the build and test parallelism (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ jobs="${JOBS:-$(nproc)}"
 # Tests whose threads synchronize only through kvtier's own locks (and RocksDB / zmq):
 # every report is real.
 tests=(thread_pool_test tiered_store_concurrency_test tiered_store_test tiered_store_recover_test
+       tiered_store_prefetch_test
        rocksdb_cold_tier_test shm_server_test
        put_watchdog_test peer_health_test membership_test zmq_publisher_test event_log_test)
 # Tests whose threads hand off through gRPC callbacks: run with scripts/tsan-grpc.supp too.
@@ -21,7 +22,7 @@ grpc_tests=(kv_cache_service_test peer_fanout_test shared_memory_test cluster_cl
             client_test)
 targets=(kvtierd kvtier)
 if [ "${1:-}" = ci ]; then
-  tests=(tiered_store_concurrency_test tiered_store_test tiered_store_recover_test
+  tests=(tiered_store_concurrency_test tiered_store_test tiered_store_recover_test tiered_store_prefetch_test
          rocksdb_cold_tier_test shm_server_test put_watchdog_test event_log_test
          zmq_publisher_test)
   grpc_tests=()
