@@ -22,9 +22,9 @@ grpc_tests=(kv_cache_service_test peer_fanout_test shared_memory_test cluster_cl
             client_test)
 targets=(kvtierd kvtier)
 if [ "${1:-}" = ci ]; then
-  tests=(tiered_store_concurrency_test tiered_store_test tiered_store_recover_test tiered_store_prefetch_test
-         rocksdb_cold_tier_test shm_server_test put_watchdog_test event_log_test
-         zmq_publisher_test)
+  tests=(tiered_store_concurrency_test tiered_store_test tiered_store_recover_test
+         tiered_store_prefetch_test rocksdb_cold_tier_test shm_server_test put_watchdog_test
+         event_log_test zmq_publisher_test)
   grpc_tests=()
   targets=()
 fi
