@@ -1,4 +1,4 @@
-// The contract of common/mutex.h that both of its variants keep (absl::Mutex normally,
+// The contract of common/mutex.h that both of its variants keep (Abseil's mutex normally,
 // std::mutex under KVTIER_TSAN, built and run by scripts/tsan.sh): a waiter's condition is
 // re-evaluated whenever the mutex is released, also when another thread releases it by
 // waiting.
