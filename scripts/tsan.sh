@@ -13,9 +13,8 @@ export CCACHE_BASEDIR="$PWD"
 jobs="${JOBS:-$(nproc)}"
 # Tests whose threads synchronize only through kvtier's own locks (and RocksDB / zmq):
 # every report is real.
-tests=(mutex_test thread_pool_test tiered_store_concurrency_test tiered_store_test tiered_store_recover_test
-       tiered_store_prefetch_test
-       rocksdb_cold_tier_test shm_server_test
+tests=(mutex_test thread_pool_test tiered_store_concurrency_test tiered_store_test
+       tiered_store_recover_test tiered_store_prefetch_test rocksdb_cold_tier_test shm_server_test
        put_watchdog_test peer_health_test membership_test zmq_publisher_test event_log_test)
 # Tests whose threads hand off through gRPC callbacks: run with scripts/tsan-grpc.supp too.
 grpc_tests=(kv_cache_service_test peer_fanout_test shared_memory_test cluster_client_test
