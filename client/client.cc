@@ -206,6 +206,7 @@ const ConnectInfo& Client::connect_info() const { return impl_->info; }
 bool Client::uses_shared_memory() const { return impl_->Region() != nullptr; }
 
 uint64_t Client::shared_memory_socket_calls() const { return impl_->socket_calls.load(); }
+uint64_t Client::ucx_calls() const { return impl_->ucx_calls.load(); }
 
 absl::StatusOr<SharedBuffer> Client::AllocateSharedBuffer(uint64_t bytes) {
   std::shared_ptr<SharedRegion> r = impl_->Region();

@@ -157,6 +157,10 @@ struct ClientOptions {
   // streams naming the region when the socket fails or the server refuses the frame.
   // false: always the gRPC streams.
   bool shared_memory_socket_calls = true;
+  // A Put whose payloads move over UCX sends its call frame over UCX too, when the server
+  // offers it and the frame fits one UCX message (docs/dataplane.md, "Put calls over
+  // UCX"): no gRPC call. false: the header always goes as a gRPC call.
+  bool ucx_calls = true;
   // UCX_TLS for this client's UCX context (e.g. "tcp"); empty: the environment's
   // UCX_TLS, else UCX's choice. Default: empty.
   std::string ucx_transports;
@@ -310,6 +314,8 @@ class Client {
   // Put / Get calls answered over the shared region's socket so far (the rest of the
   // shared-memory calls went as gRPC streams).
   uint64_t shared_memory_socket_calls() const;
+  // Puts answered over UCX's call frames so far (ClientOptions::ucx_calls).
+  uint64_t ucx_calls() const;
 
   // `bytes` of memory in the shared region, for payloads a caller writes (e.g. a
   // device-to-host copy of KV) or reads in place. FAILED_PRECONDITION without the

@@ -205,6 +205,16 @@ struct Client::Impl {
   absl::Status PutUcx(const std::shared_ptr<UcxChannel>& u, std::string_view ns,
                       std::span<const PutBlock> blocks, v1::PayloadFormat format,
                       std::chrono::system_clock::time_point deadline, PutResult* result);
+  // PutUcx's call as a frame over UCX (ClientOptions::ucx_calls), its payloads sent as
+  // `transfer` already. nullopt when it did not go that way (off, not offered, too large
+  // for a UCX message, or refused before the transfer was touched): the header then goes
+  // over gRPC. Otherwise the Put's status, with UCX_TRANSFER_FAILED when the endpoint
+  // failed.
+  std::optional<absl::Status> PutUcxCall(const std::shared_ptr<UcxChannel>& u,
+                                         std::string_view ns, std::span<const PutBlock> blocks,
+                                         v1::PayloadFormat format,
+                                         std::chrono::system_clock::time_point deadline,
+                                         uint64_t transfer, PutResult* result);
   // A Get of `request`'s keys over UCX into `destination`.
   absl::Status GetUcx(const std::shared_ptr<UcxChannel>& u, v1::GetRequest request,
                       const protocol::GetStreamParser::DestinationFn& destination, size_t n,
@@ -298,6 +308,9 @@ struct Client::Impl {
   // Calls handled as frames on the shared region's socket (ClientOptions::
   // shared_memory_socket_calls), for Client::shared_memory_socket_calls().
   std::atomic<uint64_t> socket_calls{0};
+  // Puts answered over UCX's call frames (ClientOptions::ucx_calls), for
+  // Client::ucx_calls().
+  std::atomic<uint64_t> ucx_calls{0};
   // Sends `request` as one call over `r`'s socket. True when the socket answered it:
   // *status is the call's outcome (as FromGrpc(rpc, ...) would give it over gRPC) and, if
   // OK, *response is parsed. False when the call must go over gRPC instead: the option is

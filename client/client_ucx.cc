@@ -3,6 +3,7 @@
 // the headers. Any UCX failure before the server stored anything makes the call redo
 // itself on the next payload path, the gRPC stream (client/client_paths.cc).
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,20 +81,60 @@ absl::Status Client::Impl::PutUcx(const std::shared_ptr<UcxChannel>& u, std::str
   // The payloads go first: the server keeps early ones (as rendezvous descriptors, the
   // bytes stay here) until the header has been checked.
   std::shared_ptr<UcxChannel::PutSends> sends = u->SendPut(transfer, payloads);
-  SliceRefs unused;
-  PutResult part;
-  absl::Status status =
-      PutStream(ns, blocks, format, deadline, &unused, &part, {}, {}, u->session(), transfer);
+  std::optional<absl::Status> status = PutUcxCall(u, ns, blocks, format, deadline, transfer, result);
+  if (!status.has_value()) {
+    SliceRefs unused;
+    PutResult part;
+    status =
+        PutStream(ns, blocks, format, deadline, &unused, &part, {}, {}, u->session(), transfer);
+    if (status->ok()) {
+      result->blocks_stored += part.blocks_stored;
+      result->bytes_stored += part.bytes_stored;
+    }
+  }
   const absl::Status sent = sends->Wait(std::max(deadline, std::chrono::system_clock::now()) +
                                         kUcxDrainGrace);
-  if (status.ok()) {
-    result->blocks_stored += part.blocks_stored;
-    result->bytes_stored += part.bytes_stored;
-  }
   // The server's answer decides (it stores nothing unless every payload arrived); a
   // send error alone means the server dropped payloads it did not want.
   (void)sent;
-  return status;
+  return *status;
+}
+
+std::optional<absl::Status> Client::Impl::PutUcxCall(
+    const std::shared_ptr<UcxChannel>& u, std::string_view ns, std::span<const PutBlock> blocks,
+    v1::PayloadFormat format, std::chrono::system_clock::time_point deadline, uint64_t transfer,
+    PutResult* result) {
+  if (!options.ucx_calls || !u->serves_calls()) return std::nullopt;
+  v1::PutRequest request = PutHeaderMessage(ns, blocks, format, {}, {});
+  request.mutable_header()->set_ucx_session(u->session());
+  request.mutable_header()->set_ucx_transfer(transfer);
+  const std::string bytes = request.SerializeAsString();
+  if (sizeof(protocol::shm::FrameHeader) + bytes.size() > u->max_call_frame()) {
+    return std::nullopt;  // too many blocks for one UCX message: the header goes over gRPC
+  }
+  absl::StatusOr<protocol::shm::CallReply> reply =
+      u->Call(protocol::shm::FrameOp::kPut, bytes, deadline);
+  if (!reply.ok()) {
+    if (absl::IsDeadlineExceeded(reply.status())) {
+      return absl::DeadlineExceededError(absl::StrCat("Put: ", reply.status().message()));
+    }
+    // The endpoint failed: the call falls back like a failed transfer.
+    return protocol::WithErrorDetail(
+        absl::UnavailableError(absl::StrCat("Put: ", reply.status().message())),
+        v1::UCX_TRANSFER_FAILED, "");
+  }
+  // Refused before the transfer was touched (a session no authenticated gRPC call named
+  // yet): this Put's header goes over gRPC, which binds the session.
+  if (reply->code == grpc::StatusCode::UNAUTHENTICATED) return std::nullopt;
+  ucx_calls.fetch_add(1, std::memory_order_relaxed);
+  const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message, reply->details);
+  if (!g.ok()) return internal::FromGrpc("Put", g);
+  v1::PutResponse response;
+  if (!response.ParseFromString(reply->body)) {
+    return absl::InternalError("Put: the UCX reply does not parse as a PutResponse");
+  }
+  internal::AddPutResponse(response, result);
+  return absl::OkStatus();
 }
 
 absl::Status Client::Impl::GetUcx(const std::shared_ptr<UcxChannel>& u, v1::GetRequest request,

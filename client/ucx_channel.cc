@@ -16,6 +16,14 @@ absl::Time ToAbsl(UcxChannel::Deadline d) { return absl::FromChrono(d); }
 
 }  // namespace
 
+// One call waiting for its reply frame.
+struct UcxChannel::PendingCall {
+  common::Mutex mu;
+  bool answered ABSL_GUARDED_BY(mu) = false;
+  std::string reply ABSL_GUARDED_BY(mu);
+  absl::Status status ABSL_GUARDED_BY(mu);  // the endpoint's failure
+};
+
 absl::StatusOr<std::unique_ptr<UcxChannel>> UcxChannel::Open(const std::string& host,
                                                              uint16_t port,
                                                              std::string_view instance_id,
@@ -40,8 +48,11 @@ absl::StatusOr<std::unique_ptr<UcxChannel>> UcxChannel::Open(const std::string& 
         std::memcmp(reply->magic, tp::kAmMagic, sizeof(tp::kAmMagic)) == 0) {
       self->hello_session_.assign(reinterpret_cast<const char*>(reply->session),
                                   tp::kSessionBytes);
+      self->serves_calls_ = (reply->features & tp::kFeatureCalls) != 0;
     }
   });
+  c->worker_->SetHandler(tp::kAmCallReply, [self](tp::EndpointId, std::string_view header,
+                                                  tp::Incoming) { self->OnCallReply(header); });
   c->worker_->SetHandler(tp::kAmGetData,
                          [self](tp::EndpointId, std::string_view header, tp::Incoming in) {
                            self->OnGetData(header, std::move(in));
@@ -82,6 +93,67 @@ void UcxChannel::Fail(const absl::Status& status) {
     common::MutexLock tl(&t->mu);
     if (t->status.ok()) t->status = status;
   }
+  for (auto& [id, c] : calls_) {
+    common::MutexLock cl(&c->mu);
+    if (c->status.ok()) c->status = status;
+  }
+}
+
+absl::StatusOr<protocol::shm::CallReply> UcxChannel::Call(protocol::shm::FrameOp op,
+                                                          std::string_view request,
+                                                          Deadline deadline) {
+  const uint64_t id = next_call_.fetch_add(1);
+  const int64_t deadline_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_since_epoch()).count();
+  std::string frame = protocol::shm::EncodeFrame(op, id, deadline_ms, request);
+  if (frame.size() > max_call_frame()) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx: a call frame of ", frame.size(),
+                                                   " bytes exceeds UCX's limit of ",
+                                                   max_call_frame()));
+  }
+  auto call = std::make_shared<PendingCall>();
+  {
+    common::MutexLock lock(&mu_);
+    calls_[id] = call;
+  }
+  if (!healthy_.load()) {
+    common::MutexLock cl(&call->mu);
+    call->status = absl::UnavailableError("ucx: the endpoint to the server failed");
+  }
+  worker_->Send(ep_, tp::kAmCall, std::move(frame), nullptr, 0, [](absl::Status) {});
+  absl::StatusOr<protocol::shm::CallReply> result;
+  {
+    common::MutexLock cl(&call->mu);
+    auto ready = +[](PendingCall* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return c->answered || !c->status.ok();
+    };
+    if (!call->mu.AwaitWithDeadline(common::Condition(ready, call.get()), ToAbsl(deadline))) {
+      result = absl::DeadlineExceededError("ucx: no reply to the call before the deadline");
+    } else if (call->answered) {
+      result = protocol::shm::DecodeReply(call->reply, id, "ucx");
+    } else {
+      result = call->status;
+    }
+  }
+  common::MutexLock lock(&mu_);
+  calls_.erase(id);
+  return result;
+}
+
+void UcxChannel::OnCallReply(std::string_view frame) {
+  protocol::shm::ReplyHeader r{};
+  if (frame.size() < sizeof(r)) return;  // dropped: its call runs into its deadline
+  std::memcpy(&r, frame.data(), sizeof(r));
+  std::shared_ptr<PendingCall> call;
+  {
+    common::MutexLock lock(&mu_);
+    auto it = calls_.find(r.request_id);
+    if (it == calls_.end()) return;  // a call that gave up: dropped
+    call = it->second;
+  }
+  common::MutexLock cl(&call->mu);
+  call->reply.assign(frame);
+  call->answered = true;
 }
 
 void UcxChannel::OnEndpointError() {

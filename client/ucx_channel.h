@@ -7,6 +7,9 @@
 //        payload straight from the caller's memory) while the gRPC Put stream carries the
 //        header naming (session, transfer); Wait returns once UCX no longer reads the
 //        caller's memory.
+//   Put calls: a server that offers them (serves_calls()) takes the Put's call frame as a
+//        UCX message too (Call): no gRPC call at all (docs/dataplane.md, "Put calls over
+//        UCX").
 //   Get: ExpectGet registers the transfer before the gRPC Get names it; each payload
 //        message is received straight into the destination the caller's DestinationFn
 //        gives; Wait returns once the `expected` payloads are in.
@@ -30,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "protocol/shm_wire.h"
 #include "protocol/wire.h"
 #include "ucx/ucx_worker.h"
 
@@ -97,9 +101,22 @@ class UcxChannel {
   // its destinations is in flight.
   void EndGet(uint64_t transfer, const std::shared_ptr<GetTransfer>& t);
 
+  // Whether the server answers call frames over UCX (its hello reply said so).
+  bool serves_calls() const { return serves_calls_; }
+  // The largest call frame Call sends (UCX's AM header limit).
+  size_t max_call_frame() const { return worker_->max_header(); }
+  // Sends `request` as a call frame (protocol/shm_wire.h) and waits for its reply until
+  // `deadline`. INVALID_ARGUMENT when the frame exceeds max_call_frame(), UNAVAILABLE
+  // when the endpoint failed (nothing known of the call's outcome beyond what a lost gRPC
+  // call tells), DEADLINE_EXCEEDED when no reply came in time.
+  absl::StatusOr<protocol::shm::CallReply> Call(protocol::shm::FrameOp op,
+                                                std::string_view request, Deadline deadline);
+
  private:
   UcxChannel() = default;
+  struct PendingCall;
   void OnGetData(std::string_view header, ucx::Incoming in);
+  void OnCallReply(std::string_view frame);
   void OnEndpointError();
   void Fail(const absl::Status& status);
 
@@ -108,9 +125,12 @@ class UcxChannel {
   std::string session_;
   std::atomic<bool> healthy_{true};
   std::atomic<uint64_t> next_transfer_{1};
+  std::atomic<uint64_t> next_call_{1};
+  bool serves_calls_ = false;  // set by Open
 
   common::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<GetTransfer>> gets_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PendingCall>> calls_ ABSL_GUARDED_BY(mu_);
   // The handshake's answer (empty until it came).
   bool hello_done_ ABSL_GUARDED_BY(mu_) = false;
   std::string hello_session_ ABSL_GUARDED_BY(mu_);

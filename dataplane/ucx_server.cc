@@ -67,6 +67,8 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(const UcxServerOptio
                          [self](tp::EndpointId from, std::string_view header, tp::Incoming in) {
                            self->OnPutData(from, header, std::move(in));
                          });
+  s->worker_->SetHandler(tp::kAmCall, [self](tp::EndpointId from, std::string_view header,
+                                             tp::Incoming) { self->OnCall(from, header); });
   s->worker_->SetErrorHandler(
       [self](tp::EndpointId ep, const absl::Status&) { self->OnEndpointError(ep); });
   s->worker_->SetTickHandler([self] { self->OnTick(); });
@@ -76,8 +78,14 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(const UcxServerOptio
 }
 
 UcxServer::~UcxServer() {
+  Stop();
+  worker_.reset();
+}
+
+void UcxServer::Stop() {
   std::promise<void> cleared;
   worker_->Post([this, &cleared] {
+    stopped_ = true;
     std::vector<TransferKey> keys;
     for (const auto& [k, t] : transfers_) keys.push_back(k);
     for (const TransferKey& k : keys) {
@@ -88,7 +96,6 @@ UcxServer::~UcxServer() {
     cleared.set_value();
   });
   cleared.get_future().wait();
-  worker_.reset();
 }
 
 std::string UcxServer::advertised_host() const {
@@ -119,6 +126,24 @@ absl::Status UcxServer::CheckSession(std::string_view session, std::string_view 
       v1::UCX_SESSION_UNKNOWN, field);
 }
 
+std::optional<std::string> UcxServer::BoundIdentity(std::string_view session) const {
+  common::MutexLock lock(&mu_);
+  auto it = sessions_.find(Sv(session));
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.identity;
+}
+
+void UcxServer::OnCall(tp::EndpointId from, std::string_view frame) {
+  if (!options_.serve_call || stopped_) return;  // dropped: the client's deadline ends it
+  auto own = session_of_ep_.find(from);
+  options_.serve_call(own == session_of_ep_.end() ? std::string() : own->second,
+                      std::string(frame), [this, from](std::string reply) {
+                        if (reply.size() > max_call_frame()) return;
+                        worker_->Send(from, tp::kAmCallReply, std::move(reply), nullptr, 0,
+                                      [](absl::Status) {});
+                      });
+}
+
 void UcxServer::OnHello(tp::EndpointId from, std::string_view header) {
   auto hello = tp::ParseHeader<tp::HelloHeader>(header);
   tp::HelloReplyHeader reply{};
@@ -136,6 +161,7 @@ void UcxServer::OnHello(tp::EndpointId from, std::string_view header) {
   if (!session.empty()) {
     session_of_ep_[from] = session;
     reply.ok = 1;
+    reply.features = options_.serve_call ? tp::kFeatureCalls : 0;
     std::memcpy(reply.session, session.data(), tp::kSessionBytes);
   }
   worker_->Send(from, tp::kAmHelloReply, tp::HeaderBytes(reply), nullptr, 0, [](absl::Status) {});
@@ -200,6 +226,10 @@ void UcxServer::ExpectPut(std::string session, uint64_t transfer,
                           std::function<void(absl::Status)> done) {
   worker_->Post([this, key = TransferKey(std::move(session), transfer),
                  buffers = std::move(buffers), done = std::move(done)]() mutable {
+    if (stopped_) {
+      done(absl::CancelledError("ucx: the server is shutting down"));
+      return;
+    }
     if (transfers_.contains(key)) {
       done(absl::InvalidArgumentError(
           absl::StrCat("header.ucx_transfer ", key.second, " is already in use on this session")));

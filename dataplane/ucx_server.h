@@ -7,17 +7,23 @@
 //
 // Sessions: a client connects an endpoint and says hello; the server answers with a
 // random 16-byte session id bound to that endpoint. The first gRPC call naming the
-// session binds it to the caller's identity (tenant; "*" for operators); a call of
-// another identity, an unknown or closed session is FAILED_PRECONDITION with
-// ErrorReason UCX_SESSION_UNKNOWN. A Put's payload messages are accepted only from the
+// session binds it to the caller's identity (an opaque string, service/auth.h
+// CallerIdentity); a call of another identity, an unknown or closed session is
+// FAILED_PRECONDITION with ErrorReason UCX_SESSION_UNKNOWN. A Put's payload messages are accepted only from the
 // session's own endpoint and only for a transfer a Put header announced; anything else is
 // dropped and changes nothing. When an endpoint fails (client gone), its session ends,
 // its pending transfers fail with UNAVAILABLE (UCX_TRANSFER_FAILED) and their buffers are
 // released; a transfer whose payloads do not all arrive within transfer_timeout_ms fails
 // the same way.
 //
-// Thread-safe. Callbacks given to ExpectPut / SendGet run on the UCX progress thread and
-// must not block.
+// Calls: with options.serve_call set, the server also answers a Put's call frame sent as
+// a UCX message (ucx/am_protocol.h kCall: the same frame and reply as the shared-memory
+// socket's, protocol/shm_wire.h), so a Put whose payloads move over UCX needs no gRPC
+// call at all (docs/dataplane.md, "Put calls over UCX"). The frame runs as the session of
+// the endpoint that sent it.
+//
+// Thread-safe. Callbacks given to ExpectPut / SendGet and serve_call run on the UCX
+// progress thread and must not block.
 #ifndef KVTIER_DATAPLANE_UCX_SERVER_H_
 #define KVTIER_DATAPLANE_UCX_SERVER_H_
 
@@ -25,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +55,13 @@ struct UcxServerOptions {
   // Payload messages that arrived before their Put header, kept (as rendezvous
   // descriptors: the bytes stay on the client) until the header comes or the timeout.
   uint32_t max_early_messages = 4096;
+  // Answers one call frame: `session` is the sending endpoint's session (empty: it has
+  // none), `reply` sends the reply frame back to that endpoint (thread-safe, once; a reply
+  // longer than max_call_frame() is dropped). Runs on the progress thread: must not
+  // block. Empty: calls are not offered (the hello reply says so) and kCall is dropped.
+  std::function<void(std::string session, std::string frame,
+                     std::function<void(std::string reply)> reply)>
+      serve_call;
 };
 
 // Where one Put's payloads land: block i's into data[i], of exactly the size
@@ -70,8 +84,13 @@ class UcxServer {
  public:
   // Starts the UCX worker and its listener. UNAVAILABLE when UCX cannot start or listen.
   static absl::StatusOr<std::unique_ptr<UcxServer>> Start(const UcxServerOptions& options);
-  // Fails every pending transfer (CANCELLED), closes all endpoints, stops the worker.
+  // Stop(), closes all endpoints, stops the worker.
   ~UcxServer();
+
+  // Fails every pending transfer (CANCELLED, their callbacks run before this returns);
+  // afterwards ExpectPut fails at once and calls are dropped. For a shutdown that must
+  // know no transfer completes OK later. Idempotent.
+  void Stop();
 
   uint16_t port() const { return worker_->port(); }
   // The host clients should connect to: listen_address unless it is a wildcard
@@ -86,6 +105,11 @@ class UcxServer {
   // FAILED_PRECONDITION with ErrorReason UCX_SESSION_UNKNOWN naming `field` otherwise.
   absl::Status CheckSession(std::string_view session, std::string_view identity,
                             std::string_view field);
+  // The identity `session` is bound to ("" while no call has named it), or nullopt for
+  // an unknown or closed session. Binds nothing.
+  std::optional<std::string> BoundIdentity(std::string_view session) const;
+  // The largest call or reply frame a UCX message carries.
+  size_t max_call_frame() const { return worker_->max_header(); }
 
   // Receives the payloads of (session, transfer): block i into buffers->data[i] (a
   // message of another size than data[i] fails the transfer with
@@ -121,6 +145,7 @@ class UcxServer {
   explicit UcxServer(const UcxServerOptions& options);
   void OnHello(ucx::EndpointId from, std::string_view header);
   void OnPutData(ucx::EndpointId from, std::string_view header, ucx::Incoming in);
+  void OnCall(ucx::EndpointId from, std::string_view frame);
   void OnEndpointError(ucx::EndpointId ep);
   void OnTick();
   void Deliver(const TransferKey& key, const std::shared_ptr<Transfer>& t, uint32_t index,
@@ -142,6 +167,7 @@ class UcxServer {
   absl::flat_hash_map<TransferKey, std::vector<Early>> early_;
   absl::flat_hash_map<TransferKey, int64_t> ended_;  // CancelPut'ed: dropped until then (ms)
   size_t early_count_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace kvtier::dataplane

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/strings.h"
 
 namespace kvtier::protocol::shm {
 
@@ -122,17 +124,12 @@ int CallConnections::Take(std::string* error) {
 
 absl::StatusOr<CallReply> CallConnections::Call(FrameOp op, std::string_view request,
                                                 int64_t deadline_unix_ms) {
-  FrameHeader h{};
-  if (sizeof(h) + request.size() > kMaxFrameBytes) {
+  if (sizeof(FrameHeader) + request.size() > kMaxFrameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("shared memory: a request of ", request.size(),
                                                    " bytes does not fit a frame"));
   }
-  std::memcpy(h.magic, kFrameMagic, sizeof(h.magic));
-  h.op = static_cast<uint32_t>(op);
-  h.request_id = next_request_id_.fetch_add(1);
-  h.deadline_unix_ms = deadline_unix_ms;
-  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
-  frame.append(request);
+  const uint64_t request_id = next_request_id_.fetch_add(1);
+  const std::string frame = EncodeFrame(op, request_id, deadline_unix_ms, request);
   std::string error;
   const int fd = Take(&error);
   if (fd < 0) return absl::UnavailableError(error);
@@ -150,27 +147,74 @@ absl::StatusOr<CallReply> CallConnections::Call(FrameOp op, std::string_view req
   thread_local std::string buffer;  // sized once per thread (ReceiveFrame), not per call
   absl::StatusOr<std::string_view> got =
       s.ok() ? ReceiveFrame(fd, &buffer) : absl::StatusOr<std::string_view>(s);
-  ReplyHeader r{};
-  if (got.ok()) {
-    if (got->size() < sizeof(r)) {
-      got = absl::UnavailableError("shared memory: short reply");
-    } else {
-      std::memcpy(&r, got->data(), sizeof(r));
-      if (std::memcmp(r.magic, kFrameMagic, sizeof(r.magic)) != 0 || r.request_id != h.request_id ||
-          uint64_t{r.message_bytes} + r.details_bytes > got->size() - sizeof(r)) {
-        got = absl::UnavailableError("shared memory: malformed reply");
-      }
-    }
-  }
-  if (!got.ok()) {
+  absl::StatusOr<CallReply> reply =
+      got.ok() ? DecodeReply(*got, request_id, "shared memory") : got.status();
+  if (!reply.ok()) {
     close(fd);  // its state is unknown: never reused
-    return got.status();
+    return reply.status();
   }
   {
     common::MutexLock lock(&mu_);
     idle_.push_back(fd);
   }
-  std::string_view rest = got->substr(sizeof(r));
+  return reply;
+}
+
+std::string EncodeFrame(FrameOp op, uint64_t request_id, int64_t deadline_unix_ms,
+                        std::string_view request) {
+  FrameHeader h{};
+  std::memcpy(h.magic, kFrameMagic, sizeof(h.magic));
+  h.op = static_cast<uint32_t>(op);
+  h.request_id = request_id;
+  h.deadline_unix_ms = deadline_unix_ms;
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
+  frame.append(request);
+  return frame;
+}
+
+absl::StatusOr<FrameHeader> DecodeFrameHeader(std::string_view frame) {
+  FrameHeader h{};
+  if (frame.size() < sizeof(h)) return absl::InvalidArgumentError("frame: shorter than its header");
+  std::memcpy(&h, frame.data(), sizeof(h));
+  if (std::memcmp(h.magic, kFrameMagic, sizeof(h.magic)) != 0) {
+    return absl::InvalidArgumentError("frame: bad magic");
+  }
+  return h;
+}
+
+std::string EncodeReply(uint64_t request_id, int code, std::string_view message,
+                        std::string_view details, std::string_view body, size_t max_bytes) {
+  ReplyHeader r{};
+  std::memcpy(r.magic, kFrameMagic, sizeof(r.magic));
+  r.code = code;
+  r.request_id = request_id;
+  r.message_bytes = static_cast<uint32_t>(message.size());
+  r.details_bytes = static_cast<uint32_t>(details.size());
+  const size_t size = sizeof(r) + message.size() + details.size() + body.size();
+  if (size > max_bytes) {
+    // The call ran, but its answer does not fit a frame.
+    const std::string text =
+        absl::StrCat("the reply of ", size, " bytes exceeds the path's frame limit");
+    return EncodeReply(request_id, 14 /* UNAVAILABLE */, text, "", "", SIZE_MAX);
+  }
+  std::string reply(reinterpret_cast<const char*>(&r), sizeof(r));
+  reply.reserve(size);
+  reply.append(message);
+  reply.append(details);
+  reply.append(body);
+  return reply;
+}
+
+absl::StatusOr<CallReply> DecodeReply(std::string_view frame, uint64_t request_id,
+                                      std::string_view what) {
+  ReplyHeader r{};
+  if (frame.size() < sizeof(r)) return absl::UnavailableError(absl::StrCat(Sv(what), ": short reply"));
+  std::memcpy(&r, frame.data(), sizeof(r));
+  if (std::memcmp(r.magic, kFrameMagic, sizeof(r.magic)) != 0 || r.request_id != request_id ||
+      uint64_t{r.message_bytes} + r.details_bytes > frame.size() - sizeof(r)) {
+    return absl::UnavailableError(absl::StrCat(Sv(what), ": malformed reply"));
+  }
+  std::string_view rest = frame.substr(sizeof(r));
   CallReply reply;
   reply.code = r.code;
   reply.message = std::string(rest.substr(0, r.message_bytes));

@@ -102,6 +102,19 @@ struct ReplyHeader {
   uint32_t details_bytes;
 };
 
+// A call frame: the FrameHeader, then `request`.
+std::string EncodeFrame(FrameOp op, uint64_t request_id, int64_t deadline_unix_ms,
+                        std::string_view request);
+// The header of a call frame. INVALID_ARGUMENT "frame: ..." when it is shorter than its
+// header or its magic is wrong.
+absl::StatusOr<FrameHeader> DecodeFrameHeader(std::string_view frame);
+
+// A reply frame: ReplyHeader, message, details, then `body` (the serialized response,
+// empty unless code is 0). When that exceeds `max_bytes`, an UNAVAILABLE reply saying so
+// instead (the client redoes such a call over gRPC).
+std::string EncodeReply(uint64_t request_id, int code, std::string_view message,
+                        std::string_view details, std::string_view body, size_t max_bytes);
+
 // Sends one message of `n` bytes, with `fd` attached when fd >= 0. Retries EINTR.
 // UNAVAILABLE with errno's text on failure.
 absl::Status SendMessage(int sock, const void* data, size_t n, int fd = -1);
@@ -123,6 +136,11 @@ struct CallReply {
   std::string details;
   std::string body;
 };
+
+// The reply frame answering `request_id`; UNAVAILABLE "...: malformed reply" (`what` names
+// the path) when it is short, of another request or its lengths do not add up.
+absl::StatusOr<CallReply> DecodeReply(std::string_view frame, uint64_t request_id,
+                                      std::string_view what);
 
 // The client's end of the calls: connections to one socket path, one per concurrent call,
 // opened on demand and kept for the next call while they answer well (the C++ client's

@@ -297,6 +297,75 @@ class PutCore {
   friend absl::Status service::PutInline(ServiceContext* ctx, storage::TieredStore* store,
                                          const Caller& caller, v1::PutHeader header,
                                          v1::PutResponse* response);
+  friend class AsyncPut;
+};
+
+// A Put whose call is a frame and whose payloads come later by their own path (PutAsync).
+// Deletes itself once `done_` ran.
+class AsyncPut final : private PutCore {
+ public:
+  using Done = std::function<void(absl::Status, v1::PutResponse)>;
+
+  static void Start(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
+                    v1::PutHeader header, Done done) {
+    auto* p = new AsyncPut(ctx, std::move(done));
+    p->store_ = store;
+    p->caller_ = caller;
+    p->header_ = std::move(header);
+    p->source_ = PutSourceFor(ctx, caller, p->header_);
+    absl::Status s = p->Resolve();
+    if (s.ok() && p->source_->InStream()) {
+      s = absl::InvalidArgumentError(
+          "header: a Put sent as a frame names the payload path its bytes take, not the stream");
+    }
+    if (s.ok() && p->source_->HoldsServerMemory()) {
+      ctx->put_budget.OpenStream(caller.tenant);
+      p->budget_open_ = true;
+      s = ctx->put_budget.Charge(caller.tenant, p->total_, ctx->limits.put_budget_bytes);
+      if (s.ok()) p->charged_ = p->total_;
+    }
+    if (s.ok()) {
+      s = p->OpenSource([p](absl::Status arrival) {
+        p->arrival_ = std::move(arrival);
+        p->StepDone();
+      });
+    }
+    if (!s.ok()) return p->Finish(s);  // `arrived` never runs
+    p->StepDone();
+  }
+
+ private:
+  AsyncPut(ServiceContext* ctx, Done done) : PutCore(ctx), done_(std::move(done)) {}
+
+  // One of {Start has set the blocks up, the path's bytes are in} is done; the second
+  // goes on: a failed path finishes on its own thread (nothing to store), a complete one
+  // stores on the executor.
+  void StepDone() {
+    if (pending_.fetch_sub(1) != 1) return;
+    if (!arrival_.ok()) return Finish(arrival_);
+    if (!ctx_->executor->TrySchedule(caller_.tenant, [this] {
+          v1::PutResponse response;
+          absl::Status s = StoreAll(&response);
+          Finish(s, std::move(response));
+        })) {
+      Finish(absl::ResourceExhaustedError(BusyStatus().error_message()));
+    }
+  }
+
+  void Finish(const absl::Status& s, v1::PutResponse response = {}) {
+    source_->Close();
+    blocks_.clear();
+    if (budget_open_) ctx_->put_budget.CloseStream(caller_.tenant, charged_);
+    Done done = std::move(done_);
+    delete this;
+    done(s, std::move(response));
+  }
+
+  Done done_;
+  absl::Status arrival_;
+  std::atomic<int> pending_{2};
+  bool budget_open_ = false;
+  uint64_t charged_ = 0;
 };
 
 // Client-streaming Put: header, then payload chunks. One read in flight; header
@@ -613,6 +682,11 @@ absl::Status PutInline(ServiceContext* ctx, storage::TieredStore* store, const C
   if (status.ok()) status = core.StoreAll(response);
   core.source_->Close();
   return status;
+}
+
+void PutAsync(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
+              v1::PutHeader header, std::function<void(absl::Status, v1::PutResponse)> done) {
+  AsyncPut::Start(ctx, store, caller, std::move(header), std::move(done));
 }
 
 }  // namespace kvtier::service

@@ -8,6 +8,8 @@
 #ifndef KVTIER_SERVICE_PUT_REACTOR_H_
 #define KVTIER_SERVICE_PUT_REACTOR_H_
 
+#include <functional>
+
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
 #include "service/auth.h"
@@ -37,6 +39,16 @@ absl::StatusOr<v1::PutHeader> PutHeaderOf(bool parsed, v1::PutRequest* first);
 // Fills *response on success.
 absl::Status PutInline(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
                        v1::PutHeader header, v1::PutResponse* response);
+
+// The same Put arriving as a frame whose payloads come later by their own path (UCX:
+// service/ucx_calls.h), with the same checks, errors and store step as StartPut's, and
+// the Put budget charged as for a gRPC Put over that path. Validates and opens the path on
+// the calling thread (the executor: opening may reserve store room, which may demote),
+// then stores on the executor once every payload is in. `done` runs exactly once with
+// the status and, when OK, the response: on the executor, or on the path's thread when
+// the payloads did not arrive, or before this returns when the header fails its checks.
+void PutAsync(ServiceContext* ctx, storage::TieredStore* store, const Caller& caller,
+              v1::PutHeader header, std::function<void(absl::Status, v1::PutResponse)> done);
 
 }  // namespace kvtier::service
 

@@ -205,7 +205,7 @@ absl::Status KvtierServer::OpenStore() {
     }
   }
   RETURN_IF_ERROR(StartShm());
-  ASSIGN_OR_RETURN(ucx_, StartUcxFromConfig(config_));
+  ASSIGN_OR_RETURN(ucx_, StartUcxFromConfig(config_, &ctx_));
   ctx_.ucx = ucx_.get();
   ctx_.open_micros = common::RealClock()->NowMicros();
   ctx_.store.store(store_.get(), std::memory_order_release);
@@ -266,6 +266,9 @@ absl::Status KvtierServer::Shutdown() {
     server_->Wait();
   }
   const int64_t t0 = common::RealClock()->NowMicros();
+  // No UCX transfer completes after this (Put calls over UCX queue their store step on
+  // the executor when their payloads are in), so the executor can go.
+  if (ucx_ != nullptr) ucx_->Stop();
   executor_.reset();  // runs whatever is queued, joins
   shm_.reset();
   ucx_.reset();

@@ -81,53 +81,34 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
 
 }  // namespace
 
+uint64_t RequestIdOf(std::string_view frame) {
+  shm::FrameHeader h{};
+  if (frame.size() < sizeof(h)) return 0;
+  std::memcpy(&h, frame.data(), sizeof(h));
+  return h.request_id;  // echoed even when the frame is bad, so the client reads why
+}
+
 std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame) {
   const int64_t start = NowMicros();
-  shm::FrameHeader h{};
-  absl::Status s;
+  absl::StatusOr<shm::FrameHeader> h = shm::DecodeFrameHeader(frame);
+  absl::Status s = h.status();
   std::string body;
-  if (frame.size() < sizeof(h)) {
-    s = absl::InvalidArgumentError("frame: shorter than its header");
-  } else {
-    std::memcpy(&h, frame.data(), sizeof(h));
-    if (std::memcmp(h.magic, shm::kFrameMagic, sizeof(h.magic)) != 0) {
-      s = absl::InvalidArgumentError("frame: bad magic");
-    }
-  }
-  const Op op = h.op == static_cast<uint32_t>(shm::FrameOp::kGet)      ? Op::kGet
-                : h.op == static_cast<uint32_t>(shm::FrameOp::kLookup) ? Op::kLookup
-                                                                       : Op::kPut;
+  const uint32_t op_id = h.ok() ? h->op : 0;
+  const Op op = op_id == static_cast<uint32_t>(shm::FrameOp::kGet)      ? Op::kGet
+                : op_id == static_cast<uint32_t>(shm::FrameOp::kLookup) ? Op::kLookup
+                                                                        : Op::kPut;
   if (s.ok()) {
     storage::TieredStore* store = nullptr;
     s = AdmitToStore(ctx, &store);
-    if (s.ok()) s = Serve(ctx, store, h, frame.substr(sizeof(h)), &body);
+    if (s.ok()) s = Serve(ctx, store, *h, frame.substr(sizeof(shm::FrameHeader)), &body);
     ctx->in_flight.fetch_sub(1);
   }
   ctx->metrics.Record(op, NowMicros() - start, s.ok());
   const grpc::Status g = protocol::ToGrpcStatus(s);
-  shm::ReplyHeader r{};
-  std::memcpy(r.magic, shm::kFrameMagic, sizeof(r.magic));
-  r.code = static_cast<int32_t>(g.error_code());
-  r.request_id = h.request_id;
-  r.message_bytes = static_cast<uint32_t>(g.error_message().size());
-  r.details_bytes = static_cast<uint32_t>(g.error_details().size());
-  std::string reply(reinterpret_cast<const char*>(&r), sizeof(r));
-  reply.reserve(sizeof(r) + r.message_bytes + r.details_bytes + body.size());
-  reply += g.error_message();
-  reply += g.error_details();
-  reply += body;
-  if (reply.size() > shm::kMaxFrameBytes) {
-    // The call ran (a Get's blocks are in the region), but its answer does not fit a
-    // frame: UNAVAILABLE, which the client redoes over gRPC.
-    r.code = static_cast<int32_t>(grpc::StatusCode::UNAVAILABLE);
-    const std::string text =
-        absl::StrCat("the reply of ", reply.size(), " bytes exceeds the socket's frame limit");
-    r.message_bytes = static_cast<uint32_t>(text.size());
-    r.details_bytes = 0;
-    reply.assign(reinterpret_cast<const char*>(&r), sizeof(r));
-    reply += text;
-  }
-  return reply;
+  // A reply too long for a frame (the call ran: a Get's blocks are in the region) is
+  // UNAVAILABLE, which the client redoes over gRPC.
+  return shm::EncodeReply(RequestIdOf(frame), g.error_code(), g.error_message(),
+                          g.error_details(), body, shm::kMaxFrameBytes);
 }
 
 }  // namespace kvtier::service

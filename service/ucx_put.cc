@@ -10,12 +10,9 @@
 #include "common/strings.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "protocol/error_detail.h"
+#include "service/ucx_calls.h"
 
 namespace kvtier::service {
-
-std::string UcxIdentity(const Caller& caller) {
-  return caller.is_operator ? "*" : caller.tenant;
-}
 
 absl::Status CheckUcxSession(const ServiceContext& ctx, const Caller& caller,
                              const std::string& session, std::string_view field) {
@@ -26,7 +23,7 @@ absl::Status CheckUcxSession(const ServiceContext& ctx, const Caller& caller,
             "payloads in the stream")),
         v1::UCX_SESSION_UNKNOWN, field);
   }
-  return ctx.ucx->CheckSession(session, UcxIdentity(caller), field);
+  return ctx.ucx->CheckSession(session, CallerIdentity(caller), field);
 }
 
 // The memory block payloads land in: reserved hot slots, or staging buffers.
@@ -113,7 +110,8 @@ absl::Status ValidateUcxConfig(const v1::ServerConfig& config) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(const v1::ServerConfig& config) {
+absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(
+    const v1::ServerConfig& config, ServiceContext* ctx) {
   if (!config.ucx().enabled()) return std::unique_ptr<dataplane::UcxServer>();
   const v1::UcxConfig& u = config.ucx();
   dataplane::UcxServerOptions options;
@@ -122,6 +120,12 @@ absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(const v
   options.port = static_cast<uint16_t>(u.port());
   options.transports = u.transports();
   if (u.transfer_timeout_ms() > 0) options.transfer_timeout_ms = u.transfer_timeout_ms();
+  if (ctx != nullptr) {
+    options.serve_call = [ctx](std::string session, std::string frame,
+                               std::function<void(std::string)> reply) {
+      ServeUcxCall(ctx, std::move(session), std::move(frame), std::move(reply));
+    };
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<dataplane::UcxServer> server, dataplane::UcxServer::Start(options));
   KVTIER_LOG(INFO) << "ucx data path on " << options.listen_address << ":" << server->port()
                    << (options.transports.empty() ? "" : " (transports ")

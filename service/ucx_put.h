@@ -20,10 +20,8 @@
 
 namespace kvtier::service {
 
-// The identity a UCX session is bound to: the caller's tenant, "*" for operators.
-std::string UcxIdentity(const Caller& caller);
-
-// OK if ctx has a UCX server and `session` is a live session of `caller`;
+// OK if ctx has a UCX server and `session` is a live session of `caller` (bound to
+// CallerIdentity(caller) on first use, as dataplane::ShmServer binds its sessions);
 // FAILED_PRECONDITION with ErrorReason UCX_SESSION_UNKNOWN naming `field` otherwise
 // (also when this server has UCX off).
 absl::Status CheckUcxSession(const ServiceContext& ctx, const Caller& caller,
@@ -77,9 +75,13 @@ void EndUcxPut(const ServiceContext& ctx, const std::string& session, uint64_t t
 // the field.
 absl::Status ValidateUcxConfig(const v1::ServerConfig& config);
 
-// Starts the UCX server config.ucx asks for (listen_address defaults to the gRPC one), or
-// returns null when ucx.enabled is off. UcxServer::Start's errors.
-absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(const v1::ServerConfig& config);
+// Starts the UCX server config.ucx asks for (listen_address defaults to the gRPC one),
+// answering Put call frames for `ctx` (service/ucx_calls.h; ctx->ucx must be set to the
+// result before any client connects; null ctx: no calls offered), or returns null when
+// ucx.enabled is off.
+// UcxServer::Start's errors.
+absl::StatusOr<std::unique_ptr<dataplane::UcxServer>> StartUcxFromConfig(
+    const v1::ServerConfig& config, ServiceContext* ctx);
 
 }  // namespace kvtier::service
 

@@ -73,6 +73,8 @@ constexpr char kBenchUsage[] =
     "                      (ClientOptions::shared_memory_socket_calls = false; for A/B)\n"
     "  --ucx               payloads over the server's UCX data path (ucx.enabled), even on\n"
     "                      its host; transports from UCX_TLS (default: off, gRPC streams)\n"
+    "  --no-ucx-calls      a Put's header over gRPC, not as a call frame over UCX\n"
+    "                      (ClientOptions::ucx_calls = false; for A/B)\n"
     "  --coalesce-us US, --coalesce-bytes SIZE\n"
     "                      the client's coalescing of concurrent calls (ClientOptions::\n"
     "                      coalesce_max_delay_us / coalesce_max_bytes; 0 = off; default the\n"
@@ -859,6 +861,7 @@ absl::Status Bench(const tools::Flags& flags) {
     options.shared_memory_socket_calls = !flags.Has("no-shm-socket");
     options.ucx = flags.Has("ucx");
     options.ucx_over_shared_memory = flags.Has("ucx");
+    options.ucx_calls = !flags.Has("no-ucx-calls");
     // Room for every thread's put staging, get staging and SharedBuffers at once.
     options.shared_memory_bytes =
         static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
@@ -965,6 +968,10 @@ absl::Status Bench(const tools::Flags& flags) {
     std::fprintf(stderr, "kvtier bench: %llu calls over the shm socket\n",
                  static_cast<unsigned long long>(client->shared_memory_socket_calls()));
   }
+  if (!redis && client->uses_ucx()) {
+    std::fprintf(stderr, "kvtier bench: %llu Puts as call frames over UCX\n",
+                 static_cast<unsigned long long>(client->ucx_calls()));
+  }
   return absl::OkStatus();
 }
 
@@ -973,7 +980,8 @@ absl::Status Bench(const tools::Flags& flags) {
 int RunBench(int argc, char** argv) {
   tools::Flags flags = tools::Flags::Parse(
       argc, argv, 1,
-      {"json", "redis-raw-get", "no-shm", "no-shm-socket", "ucx", "shared-buffers", "tls", "help"});
+      {"json", "redis-raw-get", "no-shm", "no-shm-socket", "ucx", "no-ucx-calls", "shared-buffers",
+       "tls", "help"});
   if (flags.Has("help")) {
     std::fputs(kBenchUsage, stdout);
     return 0;
@@ -982,7 +990,7 @@ int RunBench(int argc, char** argv) {
                                          "seconds", "ops", "mix", "batch", "channels", "chunk",
                                          "lookup-keys", "lookup-full", "lease-ms", "namespace", "server-pid", "redis-raw-get",
                                          "grpc-window", "grpc-frame", "grpc-read-chunk", "no-shm",
-                                         "no-shm-socket", "ucx",
+                                         "no-shm-socket", "ucx", "no-ucx-calls",
                                          "coalesce-us", "coalesce-bytes", "ucx-coalesce-bytes",
                                          "get-piece-bytes", "shm-bytes", "auth-token", "tls", "tls-ca", "tls-cert", "tls-key",
                                          "tls-server-name", "shared-buffers", "cold-prefix",

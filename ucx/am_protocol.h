@@ -1,8 +1,8 @@
 // The active messages of kvtier's UCX data plane (docs/design.md §3 "Cross-node UCX"):
 // ids and headers.
 // Headers are fixed-size plain structs sent in the host's byte order (kvtier runs on
-// little-endian hosts only). gRPC carries every request; these carry only payloads and
-// the session handshake.
+// little-endian hosts only). gRPC carries every request except a Put whose call frame fits
+// one AM header (kCall, below); these carry payloads, that frame and the session handshake.
 //
 //   client -> server  kHello      HelloHeader, no payload
 //   server -> client  kHelloReply HelloReplyHeader, no payload (session valid when ok)
@@ -10,7 +10,17 @@
 //                                 (session, transfer) in its PutHeader
 //   server -> client  kGetData    GetDataHeader + the payload of key `index` of the Get
 //                                 naming `transfer` in its GetRequest
+//   client -> server  kCall       a call frame (protocol/shm_wire.h: FrameHeader + the
+//                                 serialized PutRequest naming the session and a transfer)
+//                                 as the AM header, no payload; only to a server whose
+//                                 hello reply has kFeatureCalls, and only when the frame
+//                                 fits Worker::max_header()
+//   server -> client  kCallReply  the reply frame (ReplyHeader + message + details +
+//                                 PutResponse) as the AM header, no payload
 //
+// A call runs as the session of the endpoint that sent it (the identity the first gRPC
+// call naming the session bound; with auth on, a session no gRPC call named yet is
+// refused UNAUTHENTICATED and the client sends that Put's header over gRPC instead).
 // The server accepts kPutData only from the endpoint its session was issued on, so an id
 // alone cannot inject payloads from another connection; kGetData goes only to the
 // session's endpoint.
@@ -29,6 +39,11 @@ inline constexpr uint16_t kAmHello = 1;
 inline constexpr uint16_t kAmHelloReply = 2;
 inline constexpr uint16_t kAmPutData = 3;
 inline constexpr uint16_t kAmGetData = 4;
+inline constexpr uint16_t kAmCall = 5;
+inline constexpr uint16_t kAmCallReply = 6;
+
+// HelloReplyHeader.features bits.
+inline constexpr uint32_t kFeatureCalls = 1;  // the server answers kCall frames
 
 inline constexpr char kAmMagic[8] = {'K', 'V', 'T', 'U', 'C', 'X', '0', '1'};
 inline constexpr size_t kSessionBytes = 16;
@@ -41,8 +56,8 @@ struct HelloHeader {
 
 struct HelloReplyHeader {
   char magic[8];
-  uint32_t ok;  // 1: session valid
-  uint32_t reserved;
+  uint32_t ok;        // 1: session valid
+  uint32_t features;  // kFeature* bits (0 from a server older than them)
   uint8_t session[kSessionBytes];
 };
 

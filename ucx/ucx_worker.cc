@@ -103,6 +103,7 @@ struct Worker::Impl {
   ucp_listener_h listener = nullptr;
   int ucx_fd = -1;
   int wake_fd = -1;
+  size_t max_header = 0;
   std::thread::id progress_thread;
   std::atomic<bool> stop{false};
 
@@ -328,6 +329,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& opti
     ucp_cleanup(impl->context);
     return UcxError("worker", s);
   }
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  if (ucp_worker_query(impl->worker, &attr) == UCS_OK) impl->max_header = attr.max_am_header;
   s = ucp_worker_get_efd(impl->worker, &impl->ucx_fd);
   impl->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s != UCS_OK || impl->wake_fd < 0) {
@@ -529,6 +533,8 @@ void Worker::Post(std::function<void()> fn) {
   const uint64_t one = 1;
   (void)!write(impl_->wake_fd, &one, sizeof(one));
 }
+
+size_t Worker::max_header() const { return impl_->max_header; }
 
 bool Worker::OnProgressThread() const {
   return std::this_thread::get_id() == impl_->progress_thread;

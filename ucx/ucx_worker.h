@@ -117,6 +117,10 @@ class Worker {
   // endpoint cannot be created.
   absl::StatusOr<EndpointId> Connect(const std::string& host, uint16_t port);
 
+  // The largest AM header Send may carry (UCX's max_am_header for these transports; a
+  // header-only message, such as a call frame, must fit it).
+  size_t max_header() const;
+
   // Sends AM `id` with `header` and the payload [data, data + length) to endpoint `to`.
   // The payload must stay valid until `done` runs (progress thread) with OK (the
   // receiver has it, or dropped it) or an error (UNAVAILABLE: unknown or failed

@@ -1,5 +1,6 @@
 // The payload-path conformance suite (docs/dataplane.md): every path a client can take -
-// the shared-memory socket, shared memory named on a gRPC stream, UCX, the gRPC stream -
+// the shared-memory socket, shared memory named on a gRPC stream, UCX with the Put's call
+// frame over UCX, UCX with the Put's header on a gRPC call, the gRPC stream -
 // goes through the same cases against a real kvtierd process (127.0.0.1; UCX on its TCP
 // transport) with the real Client configured so that path comes first:
 //   round trip     Put then Get is bit-exact, and the payloads took the path;
@@ -48,13 +49,14 @@ using testing::TempDir;
 constexpr kv::Layout kLayout = testing::SmallLayout();  // 32 KiB raw blocks
 constexpr char kNs[] = "fp16";
 
-enum class Path { kShmSocket, kShmStream, kUcx, kStream };
+enum class Path { kShmSocket, kShmStream, kUcxCall, kUcx, kStream };
 
 std::string PathName(const ::testing::TestParamInfo<Path>& info) {
   switch (info.param) {
     case Path::kShmSocket: return "SharedMemorySocket";
     case Path::kShmStream: return "SharedMemoryStream";
-    case Path::kUcx: return "Ucx";
+    case Path::kUcxCall: return "UcxCall";
+    case Path::kUcx: return "UcxGrpcHeader";
     case Path::kStream: return "Stream";
   }
   return "Unknown";
@@ -102,7 +104,8 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
     o.shared_memory = path == Path::kShmSocket || path == Path::kShmStream;
     o.shared_memory_bytes = 8 << 20;
     o.shared_memory_socket_calls = path == Path::kShmSocket;
-    o.ucx = path == Path::kUcx;
+    o.ucx = path == Path::kUcx || path == Path::kUcxCall;
+    o.ucx_calls = path == Path::kUcxCall;
     o.ucx_transports = "tcp";
     auto c = Client::Connect(o);
     EXPECT_OK(c);
@@ -115,6 +118,7 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
       case Path::kShmSocket:
       case Path::kShmStream:
         return client_->uses_shared_memory();
+      case Path::kUcxCall:
       case Path::kUcx:
         return client_->uses_ucx();
       case Path::kStream:
@@ -166,6 +170,7 @@ class PathConformanceTest : public ::testing::TestWithParam<Path> {
 TEST_P(PathConformanceTest, RoundTripIsBitExactAndTakesThePath) {
   const v1::StatsResponse before = ServerStats();
   const uint64_t socket_before = client_->shared_memory_socket_calls();
+  const uint64_t ucx_calls_before = client_->ucx_calls();
   const Sequence seq = MakeSequence(kNs, kLayout, 6, 1);
   RoundTrip(seq);
   const v1::StatsResponse after = ServerStats();
@@ -179,9 +184,12 @@ TEST_P(PathConformanceTest, RoundTripIsBitExactAndTakesThePath) {
     case Path::kShmStream:
       EXPECT_EQ(socket_calls, 0u);
       break;
+    case Path::kUcxCall:
     case Path::kUcx:
       EXPECT_EQ(after.ucx_put_bytes() - before.ucx_put_bytes(), bytes);
       EXPECT_EQ(after.ucx_get_bytes() - before.ucx_get_bytes(), bytes);
+      // The Put's call went as a frame over UCX, or as a gRPC call.
+      EXPECT_EQ(client_->ucx_calls() - ucx_calls_before, GetParam() == Path::kUcxCall ? 1u : 0u);
       break;
     case Path::kStream:
       EXPECT_EQ(socket_calls, 0u);
@@ -241,7 +249,7 @@ TEST_P(PathConformanceTest, AgainstAFrozenServerTheCallEndsAtItsDeadline) {
   // not taken 5 s past the deadline make the client close it (UcxChannel::PutSends::Wait),
   // and whether the resumed server takes them in time varies; the call then goes on over
   // the stream.
-  if (GetParam() != Path::kUcx) {
+  if (GetParam() != Path::kUcx && GetParam() != Path::kUcxCall) {
     EXPECT_TRUE(OnPath());
   }
   RoundTrip(seq);
@@ -288,8 +296,8 @@ TEST_P(PathConformanceTest, ADamagedPayloadIsRefusedNamingItAndStoresNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPath, PathConformanceTest,
-                         ::testing::Values(Path::kShmSocket, Path::kShmStream, Path::kUcx,
-                                           Path::kStream),
+                         ::testing::Values(Path::kShmSocket, Path::kShmStream, Path::kUcxCall,
+                                           Path::kUcx, Path::kStream),
                          PathName);
 
 }  // namespace

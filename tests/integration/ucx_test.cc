@@ -403,6 +403,134 @@ TEST_F(UcxTest, UnknownStaleOrMismatchedTransfersAreRefusedAndStoreNothing) {
   EXPECT_TRUE(HasReason(s, v1::UCX_SESSION_UNKNOWN));
 }
 
+// A Put's call frame sent over UCX by hand on a bare channel (docs/dataplane.md, "Put
+// calls over UCX"): refused like the gRPC call, never run for another session, stored
+// when right.
+TEST_F(UcxTest, PutCallFramesAreRefusedLikeTheGrpcCallAndStoredWhenRight) {
+  StartServer({"--config", WriteConfig(dir_, 1000)});
+  auto c = Connect("fp16", v1::CODEC_FP16, /*ucx=*/false);  // registers the namespace
+  ASSERT_NE(c, nullptr);
+  std::unique_ptr<UcxChannel> ch = OpenChannel();
+  ASSERT_NE(ch, nullptr);
+  ASSERT_TRUE(ch->serves_calls());
+  const Sequence seq = MakeSequence("fp16", kLayout, 3, 31);
+  std::vector<std::span<const uint8_t>> payloads;
+  for (const std::string& e : seq.encoded) payloads.push_back(kv::AsBytes(e));
+  auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(20); };
+  auto request = [&](const std::string& session, uint64_t transfer) {
+    v1::PutRequest req;
+    v1::PutHeader* h = req.mutable_header();
+    h->set_namespace_("fp16");
+    h->set_ucx_session(session);
+    h->set_ucx_transfer(transfer);
+    for (const PutBlock& b : seq.blocks) {
+      v1::PutBlock* pb = h->add_blocks();
+      pb->set_key(b.key);
+      pb->set_parent_key(b.parent_key);
+      pb->set_block_index(b.block_index);
+      pb->set_size(b.payload.size());
+    }
+    return req;
+  };
+  using protocol::shm::FrameOp;
+  const int kFailedPrecondition = static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION);
+  const int kInvalidArgument = static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Another session's id in the header: refused, whatever the id.
+  auto r = ch->Call(FrameOp::kPut, request(std::string(16, '\x5a'), 1).SerializeAsString(),
+                    deadline());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->code, kFailedPrecondition) << r->message;
+  EXPECT_THAT(r->message, ::testing::HasSubstr("header.ucx_session"));
+  // Not a Put; not a PutRequest.
+  r = ch->Call(FrameOp::kGet, "", deadline());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->code, kInvalidArgument) << r->message;
+  EXPECT_THAT(r->message, ::testing::HasSubstr("only Put"));
+  r = ch->Call(FrameOp::kPut, "\xff\xff\xff", deadline());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->code, kInvalidArgument) << r->message;
+  // A header that fails its checks: the gRPC call's status, nothing stored.
+  v1::PutRequest bad = request(ch->session(), 2);
+  bad.mutable_header()->mutable_blocks(1)->set_size(0);
+  auto sends = ch->SendPut(2, payloads);
+  r = ch->Call(FrameOp::kPut, bad.SerializeAsString(), deadline());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->code, kInvalidArgument) << r->message;
+  EXPECT_THAT(r->message, ::testing::HasSubstr("header.blocks[1].size"));
+  EXPECT_OK(sends->Wait(deadline()));
+  EXPECT_EQ(Resident(*c, seq), 0u);
+
+  // Payloads and a right frame: stored, answered with the PutResponse.
+  sends = ch->SendPut(3, payloads);
+  r = ch->Call(FrameOp::kPut, request(ch->session(), 3).SerializeAsString(), deadline());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->code, 0) << r->message;
+  v1::PutResponse response;
+  ASSERT_TRUE(response.ParseFromString(r->body));
+  EXPECT_EQ(response.blocks_stored(), 3u);
+  EXPECT_OK(sends->Wait(deadline()));
+  EXPECT_EQ(Resident(*c, seq), 3u);
+  auto got = c->GetBlocks("fp16", seq.keys);
+  ASSERT_OK(got);
+  for (size_t i = 0; i < seq.keys.size(); ++i) EXPECT_EQ((*got)[i].data, seq.encoded[i]) << i;
+
+  // A frame over UCX's message limit never leaves the channel.
+  EXPECT_EQ(ch->Call(FrameOp::kPut, std::string(ch->max_call_frame(), 'x'), deadline())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// With tokens on, a session's call frames run as the identity of the first gRPC call that
+// named it: the client's first Put sends its header over gRPC (the frame is refused
+// UNAUTHENTICATED before the transfer is touched), the next ones go as frames, and a
+// namespace of another tenant is refused as over gRPC.
+TEST_F(UcxTest, WithAuthPutCallFramesRunAsTheIdentityTheirSessionIsBoundTo) {
+  StartServer({"--config",
+               WriteConfig(dir_, 10000,
+                           "tenants { tenant: \"team-a\" token_sha256: "
+                           "\"a70bf50e531ce1a817561f2f5d5b6645d4e806becf58ccc5e8cf6b8045a090a8\" }\n"
+                           "tenants { tenant: \"team-b\" token_sha256: "
+                           "\"49e2bb7eab54cf09b409ffafd3fa8a8a955a60eb972faacaefbed3dbd3207132\" }\n")});
+  ClientOptions a = Options("fp16");
+  a.auth_token = "token-a";
+  a.namespace_spec = testing::NamespaceSpecOf("fp16", kLayout, v1::CODEC_FP16, "team-a");
+  std::unique_ptr<Client> ca = Connect(a);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_TRUE(ca->uses_ucx());
+  ClientOptions b = Options("other");
+  b.auth_token = "token-b";
+  b.ucx = false;
+  b.namespace_spec = testing::NamespaceSpecOf("other", kLayout, v1::CODEC_FP16, "team-b");
+  std::unique_ptr<Client> cb = Connect(b);
+  ASSERT_NE(cb, nullptr);
+
+  const Sequence seq = MakeSequence("fp16", kLayout, 2, 32);
+  ASSERT_OK(ca->PutBlocks("fp16", std::span(seq.blocks).first(1)));
+  EXPECT_EQ(ca->ucx_calls(), 0u);
+  ASSERT_OK(ca->PutBlocks("fp16", std::span(seq.blocks).subspan(1)));
+  EXPECT_EQ(ca->ucx_calls(), 1u);
+  auto got = ca->GetBlocks("fp16", seq.keys);
+  ASSERT_OK(got);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ((*got)[i].data, seq.encoded[i]) << i;
+
+  // team-b's namespace, from team-a's session: the frame's answer is the gRPC call's.
+  const Sequence other = MakeSequence("other", kLayout, 1, 33);
+  auto over_frame = ca->PutBlocks("other", other.blocks);
+  EXPECT_EQ(ca->ucx_calls(), 2u);
+  a.ucx = false;
+  std::unique_ptr<Client> grpc_only = Connect(a);
+  ASSERT_NE(grpc_only, nullptr);
+  auto over_grpc = grpc_only->PutBlocks("other", other.blocks);
+  ASSERT_FALSE(over_frame.ok());
+  ASSERT_FALSE(over_grpc.ok());
+  EXPECT_EQ(over_frame.status().code(), over_grpc.status().code()) << over_frame.status();
+  auto stored = cb->GetBlocks("other", other.keys);
+  ASSERT_OK(stored);
+  EXPECT_FALSE((*stored)[0].info.found());
+}
+
 TEST_F(UcxTest, AClientGoneMidTransferReleasesItsReservation) {
   // 16 MiB of Put budget: one 300-block (about 9.5 MiB) Put fits, two do not.
   StartServer({"--config",

@@ -43,11 +43,11 @@ TEST(UcxConfigTest, StartsOnlyWhenEnabledAndReportsItsPort) {
   setenv("UCX_TLS", "tcp", 1);
   v1::ServerConfig c;
   c.set_listen_address("127.0.0.1");
-  auto none = StartUcxFromConfig(c);
+  auto none = StartUcxFromConfig(c, nullptr);
   ASSERT_OK(none);
   EXPECT_EQ(*none, nullptr);
   c.mutable_ucx()->set_enabled(true);
-  auto on = StartUcxFromConfig(c);
+  auto on = StartUcxFromConfig(c, nullptr);
   ASSERT_OK(on);
   ASSERT_NE(*on, nullptr);
   EXPECT_GT((*on)->port(), 0);
