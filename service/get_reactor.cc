@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,7 +45,11 @@ class GetCore {
  protected:
   explicit GetCore(ServiceContext* ctx) : ctx_(ctx) {}
 
-  static constexpr size_t kGetChunkKeys = 128;
+  // Bytes (of raw blocks) the store reads per GetMany call, at most kGetChunkMaxKeys
+  // keys, and how many such calls run at once.
+  static constexpr uint64_t kGetChunkBytes = 16ull << 20;
+  static constexpr uint64_t kGetChunkMaxKeys = 1024;
+  static constexpr size_t kGetChunksAhead = 3;
 
   struct Item {
     std::shared_ptr<const void> owner;
@@ -64,21 +70,44 @@ class GetCore {
     RETURN_IF_ERROR(sink_->Resolve(keys.size()));
     v1::GetHeader* header = header_msg->mutable_header();
     items_.reserve(keys.size());
-    // The store reads kGetChunkKeys keys per call: their cold blocks in slab order, in
-    // large reads (TieredStore::GetMany). Chunks, not the whole Get: a path that copies
-    // each block out releases it before the next chunk is read, so a Get larger than
-    // the hot tier still promotes into hot slots rather than heap copies.
+    // The store reads the keys in chunks of about kGetChunkBytes (TieredStore::GetMany:
+    // a chunk's cold blocks in slab order, in large reads), kGetChunksAhead chunks at a
+    // time on helper threads, while this thread hands the chunk before them to the path:
+    // the disk stays busy across chunks and the path's copies overlap the reads
+    // (docs/prefetch.md, "Cold Get"). Chunks, not the whole Get: a path that copies each
+    // block out releases it before later chunks are read, so a Get larger than the hot
+    // tier still promotes into hot slots rather than heap copies. A Get of one chunk
+    // reads on this thread.
     const std::span<const std::string> all(keys);
-    for (size_t base = 0; base < keys.size(); base += kGetChunkKeys) {
+    const size_t chunk_keys = static_cast<size_t>(std::clamp<uint64_t>(
+        kGetChunkBytes / std::max<uint64_t>(1, ns.layout.BytesPerBlock()), 1, kGetChunkMaxKeys));
+    using Refs = std::vector<absl::StatusOr<storage::BlockRef>>;
+    std::deque<std::future<Refs>> ahead;
+    size_t launched = 0;  // keys whose chunk is being read
+    auto launch = [&] {
       const std::span<const std::string> chunk =
-          all.subspan(base, std::min(kGetChunkKeys, keys.size() - base));
-      std::vector<absl::StatusOr<storage::BlockRef>> refs = store_->GetMany(ns.name, chunk);
-      for (size_t j = 0; j < chunk.size(); ++j) {
+          all.subspan(launched, std::min(chunk_keys, keys.size() - launched));
+      launched += chunk.size();
+      ahead.push_back(std::async(std::launch::async | std::launch::deferred, [this, &ns, chunk] {
+        return store_->GetMany(ns.name, chunk);
+      }));
+    };
+    for (size_t base = 0; base < keys.size();) {
+      Refs refs;
+      if (keys.size() <= chunk_keys) {
+        refs = store_->GetMany(ns.name, all);  // one chunk: no helper thread
+      } else {
+        while (ahead.size() < kGetChunksAhead && launched < keys.size()) launch();
+        refs = ahead.front().get();
+        ahead.pop_front();
+      }
+      for (size_t j = 0; j < refs.size(); ++j) {
         const size_t i = base + j;
         v1::GetBlockInfo* info = header->add_blocks();
         info->set_key(keys[i]);
         RETURN_IF_ERROR(LoadOne(ns.name, keys[i], std::move(refs[j]), static_cast<int>(i), info));
       }
+      base += refs.size();
     }
     // The lease Lookup granted for these blocks has done its job once they are read.
     if (req_.lease_id() != 0) (void)store_->ReleaseLease(ns.name, req_.lease_id());

@@ -91,7 +91,8 @@ constexpr char kBenchUsage[] =
     "  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --tls\n"
     "                      connect over TLS (as `kvtier stats`)\n"
     "  --shared-buffers    put from / get into buffers in the client's shared region\n"
-    "                      (AllocateSharedBuffer): no client-side payload copy\n"
+    "                      (AllocateSharedBuffer): no client-side payload copy (with\n"
+    "                      --cold-prefix: the chain's Get, the region sized for it)\n"
     "  --redis-raw-get     read GET replies off the socket straight into the destination\n"
     "                      buffer instead of through hiredis (an upper bound for Redis)\n"
     "  --cold-prefix N     instead of the phases: put an N-block chain, then per round make\n"
@@ -560,7 +561,7 @@ absl::StatusOr<double> RawDirectReadGbps(const std::string& path) {
 absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv::Layout& layout,
                              int64_t n, int64_t rounds, int64_t delay_ms,
                              const std::string& drop_cache, int64_t drop_settle_ms,
-                             bool json) {
+                             bool shared_buffers, bool json) {
   const std::string raw = SyntheticRawBlock(layout, 7, 0);
   ASSIGN_OR_RETURN(std::string later, kv::Encode(kv::CodecId::kFp16, layout, 1, kv::AsBytes(raw)));
   std::vector<std::string> keys;
@@ -604,9 +605,27 @@ absl::Status ColdPrefixBench(client::Client* client, const Workload& w, const kv
     ASSIGN_OR_RETURN(auto r, client->PutBlocks(w.ns, blocks));
     if (r.blocks_stored != blocks.size()) return absl::InternalError("cold-prefix: put failed");
   }
-  std::vector<std::string> bufs(n, std::string(w.payload.size() + 4096, '\1'));
+  // The Get's destinations: private memory (the client copies each block out of its
+  // region, or takes it from the stream), or with --shared-buffers one buffer in the
+  // client's shared region (the server writes each block there, as an engine's staging
+  // buffer: client/python/kvtier/engines/vllm_connector.py).
+  const size_t slot = w.payload.size() + 4096;
+  std::vector<std::string> bufs;
+  client::SharedBuffer shared;
   std::vector<std::span<uint8_t>> spans;
-  for (std::string& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  if (shared_buffers) {
+    auto sb = client->AllocateSharedBuffer(static_cast<size_t>(n) * slot);
+    if (!sb.ok()) {
+      return absl::Status(sb.status().code(),
+                          absl::StrCat("--cold-prefix --shared-buffers: ", sb.status().message()));
+    }
+    shared = *std::move(sb);
+    std::memset(shared.data(), 1, shared.size());  // touched up front
+    for (int64_t i = 0; i < n; ++i) spans.push_back(shared.span().subspan(i * slot, slot));
+  } else {
+    bufs.assign(n, std::string(slot, '\1'));
+    for (std::string& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  }
   // [0]: prefetch off, [1]: on.
   std::vector<double> get_us[2], lookup_cold_us[2], lookup_hot_us[2], lookup_cold_again_us;
   uint64_t hot_after_get[2] = {0, 0};
@@ -865,6 +884,12 @@ absl::Status Bench(const tools::Flags& flags) {
     // Room for every thread's put staging, get staging and SharedBuffers at once.
     options.shared_memory_bytes =
         static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
+    if (flags.Has("cold-prefix") && flags.Has("shared-buffers")) {
+      // Room for the whole chain's destinations, and staging beside them.
+      ASSIGN_OR_RETURN(int64_t chain, flags.GetInt("cold-prefix", 2048));
+      options.shared_memory_bytes += static_cast<uint64_t>(std::max<int64_t>(chain, 0)) *
+                                     (block_size + 4096) + (16ull << 20);
+    }
     ASSIGN_OR_RETURN(options.shared_memory_bytes,
                      flags.GetBytes("shm-bytes", options.shared_memory_bytes));
     ASSIGN_OR_RETURN(int64_t window, flags.GetBytes("grpc-window", options.http2_stream_window_bytes));
@@ -918,7 +943,8 @@ absl::Status Bench(const tools::Flags& flags) {
     ASSIGN_OR_RETURN(int64_t drop_settle_ms, flags.GetInt("drop-settle-ms", 0));
     if (drop_settle_ms < 0) return absl::InvalidArgumentError("--drop-settle-ms must be >= 0");
     return ColdPrefixBench(client.get(), w, layout, n, rounds, delay_ms,
-                           flags.GetString("drop-cache", ""), drop_settle_ms, json);
+                           flags.GetString("drop-cache", ""), drop_settle_ms,
+                           flags.Has("shared-buffers"), json);
   }
 
   // Untimed: store every key once (each thread its own keys).

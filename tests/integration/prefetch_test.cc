@@ -132,6 +132,39 @@ TEST_F(PrefetchTest, ALookupAskingForItMakesTheGetsHot) {
   EXPECT_THAT(metrics, HasSubstr("kvtier_prefetch_get_wait_seconds_total{"));
 }
 
+// A cold Get larger than one read chunk (service/get_reactor.cc: 16 MiB of 64 KiB blocks
+// is 256 keys, several chunks read at once on helper threads) answers every key in the
+// request's order, missing keys included, with the stored bytes.
+TEST_F(PrefetchTest, AColdGetOfManyChunksAnswersEveryKeyInOrder) {
+  Start({});
+  const Sequence s = PutColdChain(700, 7);
+  std::vector<std::string> keys;
+  std::vector<int> chain_index;  // -1: a key never stored
+  for (size_t i = 0; i < s.keys.size(); ++i) {
+    if (i % 97 == 0) {
+      keys.push_back(absl::StrCat("never-stored-", i));
+      chain_index.push_back(-1);
+    }
+    keys.push_back(s.keys[i]);
+    chain_index.push_back(static_cast<int>(i));
+  }
+  ASSERT_GT(keys.size(), 2 * 256u);
+  auto got = client_->GetBlocks("pf", keys);
+  ASSERT_OK(got);
+  ASSERT_EQ(got->size(), keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const FetchedBlock& b = (*got)[k];
+    EXPECT_EQ(b.info.key(), keys[k]) << k;
+    if (chain_index[k] < 0) {
+      EXPECT_FALSE(b.info.found()) << k;
+      continue;
+    }
+    ASSERT_TRUE(b.info.found()) << k;
+    EXPECT_EQ(b.data, s.encoded[chain_index[k]]) << k;
+    EXPECT_EQ(b.info.tier(), v1::TIER_COLD) << k;  // where it was read from
+  }
+}
+
 TEST_F(PrefetchTest, OffByDefaultAndTheServerDefaultCanTurnItOn) {
   Start({});
   const Sequence a = PutColdChain(8, 2);
