@@ -99,14 +99,10 @@ class UcxTest : public ::testing::Test {
     return resp;
   }
 
-  // A raw Put stream that names a UCX session and transfer and sends no chunks.
-  grpc::Status RawUcxPut(const Sequence& seq, const std::string& session, uint64_t transfer) {
-    auto stub = v1::KvCache::NewStub(
-        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    v1::PutResponse resp;
-    auto writer = stub->Put(&ctx, &resp);
+  // The header of a Put of seq's blocks into "fp16" whose payloads come over UCX as
+  // (session, transfer).
+  static v1::PutRequest UcxPutRequest(const Sequence& seq, const std::string& session,
+                                      uint64_t transfer) {
     v1::PutRequest req;
     v1::PutHeader* h = req.mutable_header();
     h->set_namespace_("fp16");
@@ -119,7 +115,18 @@ class UcxTest : public ::testing::Test {
       pb->set_block_index(b.block_index);
       pb->set_size(b.payload.size());
     }
-    writer->Write(req);
+    return req;
+  }
+
+  // A raw Put stream that names a UCX session and transfer and sends no chunks.
+  grpc::Status RawUcxPut(const Sequence& seq, const std::string& session, uint64_t transfer) {
+    auto stub = v1::KvCache::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::PutResponse resp;
+    auto writer = stub->Put(&ctx, &resp);
+    writer->Write(UcxPutRequest(seq, session, transfer));
     writer->WritesDone();
     return writer->Finish();
   }
@@ -418,19 +425,7 @@ TEST_F(UcxTest, PutCallFramesAreRefusedLikeTheGrpcCallAndStoredWhenRight) {
   for (const std::string& e : seq.encoded) payloads.push_back(kv::AsBytes(e));
   auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(20); };
   auto request = [&](const std::string& session, uint64_t transfer) {
-    v1::PutRequest req;
-    v1::PutHeader* h = req.mutable_header();
-    h->set_namespace_("fp16");
-    h->set_ucx_session(session);
-    h->set_ucx_transfer(transfer);
-    for (const PutBlock& b : seq.blocks) {
-      v1::PutBlock* pb = h->add_blocks();
-      pb->set_key(b.key);
-      pb->set_parent_key(b.parent_key);
-      pb->set_block_index(b.block_index);
-      pb->set_size(b.payload.size());
-    }
-    return req;
+    return UcxPutRequest(seq, session, transfer);
   };
   using protocol::shm::FrameOp;
   const int kFailedPrecondition = static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION);
