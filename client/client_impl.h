@@ -343,20 +343,26 @@ struct Client::Impl {
                       std::vector<v1::GetBlockInfo>* infos,
                       const std::function<void()>* on_header = nullptr);
 
-  // Whether a Get into `buffers` goes as pieces (GetPieces): they add up to more than
-  // options.get_piece_bytes and its payloads would come in the stream (no UCX channel in
-  // use, and no shared region or one smaller than a piece).
-  bool PiecesApply(std::span<const std::span<uint8_t>> buffers);
+  // How a Get into `buffers` goes (GetParallel): in pieces of `bytes` (GetPieces; 0: not
+  // in pieces, when options.get_piece_bytes is 0 or not exceeded, or a UCX channel is in
+  // use), staged in the shared region one stream of them at a time (`in_region`: a piece
+  // of at most a third of the region holds at least one buffer) or over the stream.
+  struct PiecePlan {
+    uint64_t bytes = 0;
+    bool in_region = false;
+  };
+  PiecePlan PiecesFor(std::span<const std::span<uint8_t>> buffers);
 
-  // GetRun for keys[0, n), or, when PiecesApply and `buffers` add up to more than
-  // options.get_piece_bytes, as consecutive GetRuns of about that many bytes, the next
-  // started once the one before has its header (or is done), at most two in flight.
-  // Returns the first error in key order; no piece starts after one failed.
+  // GetRun for keys[0, n), or, when `buffers` add up to more than piece_bytes (not 0), as
+  // consecutive GetRuns of about that many bytes, the next started once the server has
+  // the one before (GetCall::on_header) or it is done, at most two in flight. Returns the
+  // first error in key order; no piece starts after one failed.
   absl::Status GetPieces(std::string_view ns, std::span<const std::string> keys,
                          const GetOptions& opts, std::chrono::system_clock::time_point deadline,
                          const std::function<protocol::GetStreamParser::DestinationFn(
                              size_t base)>& make_destination,
                          size_t base, std::span<const std::span<uint8_t>> buffers,
+                         uint64_t piece_bytes,
                          std::vector<v1::GetBlockInfo>* infos);
 
   // One attempt of a Get whose payloads come in the stream; calls *on_header (when set)

@@ -242,6 +242,7 @@ class ShmSocketGet final : public dataplane::ClientPath<GetCall> {
     if (!impl_->options.shared_memory_socket_calls) return After::kNextPath;
     ShmStaging* st = StageGet(impl_, call);
     if (st == nullptr) return After::kNextPath;
+    if (call.on_header != nullptr) (*call.on_header)();
     v1::GetResponse response;
     if (!impl_->SocketCall(*st->region, protocol::shm::FrameOp::kGet,
                            call.request.SerializeAsString(), call.deadline, "Get", &response,
@@ -265,6 +266,7 @@ class ShmStreamGet final : public dataplane::ClientPath<GetCall> {
   std::string_view name() const override { return "shared memory"; }
   After Try(GetCall& call, absl::Status* status) override {
     if (StageGet(impl_, call) == nullptr) return After::kNextPath;
+    if (call.on_header != nullptr) (*call.on_header)();
     *status = impl_->Call(
         "Get", 0, true,
         [&](grpc::ClientContext* ctx, typename Impl::Channel& ch) {

@@ -69,8 +69,10 @@ struct GetCall {
   std::vector<v1::GetBlockInfo>* infos;
   v1::GetRequest request;
   std::optional<ShmStaging> staging;
-  // Called when the server has begun answering in the stream (its header arrived), if
-  // set; at most once per attempt. Paths that get the header last do not call it.
+  // Called, if set, once the server has the call and the next piece of a Get may go
+  // (GetPieces): over the stream when its header arrived (the server has read the call's
+  // blocks and is sending them), over shared memory when the call is sent (the server
+  // writes into the region while the piece before is copied out). UCX never calls it.
   const std::function<void()>* on_header = nullptr;
 };
 

@@ -253,19 +253,23 @@ absl::Status Client::Impl::GetParallel(
     const std::function<GetStreamParser::DestinationFn(size_t base)>& make_destination,
     std::span<const std::span<uint8_t>> buffers, std::vector<v1::GetBlockInfo>* infos) {
   const auto deadline = DeadlineAfter(DeadlineMs(opts.deadline_ms));
-  const auto ranges = SplitRanges(keys.size(), options.max_streams_per_call);
+  // Pieces staged in the shared region go as one stream of them: two in flight keep the
+  // server busy (it writes one into the region while the other is copied out), and more
+  // would not fit the region.
+  const PiecePlan plan = PiecesFor(buffers);
+  const auto ranges =
+      SplitRanges(keys.size(), plan.in_region ? 1 : options.max_streams_per_call);
   std::vector<std::vector<v1::GetBlockInfo>> parts(ranges.size());
   // One call ends the lease itself; several (streams or pieces) end it once all of them
   // are done.
-  bool several = ranges.size() > 1;
-  if (!several) several = PiecesApply(buffers);
+  const bool several = ranges.size() > 1 || plan.bytes != 0;
   GetOptions run_opts = opts;
   if (several) run_opts.lease_id = 0;
   RETURN_IF_ERROR(RunParallel(ranges.size(), [&](size_t r) {
     const auto [begin, end] = ranges[r];
     return GetPieces(ns, keys.subspan(begin, end - begin), run_opts, deadline, make_destination,
                      begin, buffers.empty() ? buffers : buffers.subspan(begin, end - begin),
-                     &parts[r]);
+                     plan.bytes, &parts[r]);
   }));
   if (several && opts.lease_id != 0) {
     v1::ReleaseLeaseRequest req;
@@ -283,34 +287,40 @@ absl::Status Client::Impl::GetParallel(
   return absl::OkStatus();
 }
 
-bool Client::Impl::PiecesApply(std::span<const std::span<uint8_t>> buffers) {
-  // Only the stream path answers with the header first; on the others (shared region,
-  // UCX) the header comes last, so pieces would only run one after another. A region
-  // too small to stage a piece leaves the pieces to the stream.
-  if (options.get_piece_bytes == 0 || buffers.empty() || Ucx() != nullptr) return false;
-  if (std::shared_ptr<SharedRegion> r = Region();
-      r != nullptr && r->size() >= options.get_piece_bytes) {
-    return false;
+Client::Impl::PiecePlan Client::Impl::PiecesFor(std::span<const std::span<uint8_t>> buffers) {
+  // Over the stream the next piece goes once the one before has its header, over shared
+  // memory once it is sent. Over UCX the header comes last and the payloads land where
+  // they go: pieces would only run one after another.
+  if (options.get_piece_bytes == 0 || buffers.empty() || Ucx() != nullptr) return {};
+  uint64_t total = 0, largest = 0;
+  for (const auto& b : buffers) {
+    total += b.size();
+    largest = std::max<uint64_t>(largest, b.size());
   }
-  uint64_t bytes = 0;
-  for (const auto& b : buffers) bytes += b.size();
-  return bytes > options.get_piece_bytes;
+  if (total <= options.get_piece_bytes) return {};
+  if (std::shared_ptr<SharedRegion> r = Region(); r != nullptr) {
+    // Two pieces staged at once with a third of the region to spare (other calls, 4 KiB
+    // rounding); when not even one buffer fits such a piece, the pieces take the stream.
+    const uint64_t share = r->size() / 3;
+    if (share >= largest + 4096) return {std::min(options.get_piece_bytes, share), true};
+  }
+  return {options.get_piece_bytes, false};
 }
 
 absl::Status Client::Impl::GetPieces(
     std::string_view ns, std::span<const std::string> keys, const GetOptions& opts,
     std::chrono::system_clock::time_point deadline,
     const std::function<GetStreamParser::DestinationFn(size_t base)>& make_destination,
-    size_t base, std::span<const std::span<uint8_t>> buffers,
+    size_t base, std::span<const std::span<uint8_t>> buffers, uint64_t piece_bytes,
     std::vector<v1::GetBlockInfo>* infos) {
-  // Pieces of whole keys, each at least one key and about get_piece_bytes of buffers.
+  // Pieces of whole keys, each at least one key and about piece_bytes of buffers.
   std::vector<std::pair<size_t, size_t>> pieces;
-  if (PiecesApply(buffers)) {
+  if (piece_bytes != 0) {
     size_t begin = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < buffers.size(); ++i) {
       bytes += buffers[i].size();
-      if (bytes >= options.get_piece_bytes && i + 1 < buffers.size()) {
+      if (bytes >= piece_bytes && i + 1 < buffers.size()) {
         pieces.emplace_back(begin, i + 1);
         begin = i + 1;
         bytes = 0;
@@ -321,8 +331,8 @@ absl::Status Client::Impl::GetPieces(
   if (pieces.size() <= 1) {
     return GetRun(ns, keys, opts, deadline, make_destination(base), buffers, infos);
   }
-  // Each piece's progress: started once its header arrived (the server has read it and
-  // is sending it) or it is done.
+  // Each piece's progress: started once the server has it (GetCall::on_header) or it is
+  // done.
   struct Progress {
     common::Mutex mu;
     bool started ABSL_GUARDED_BY(mu) = false;

@@ -46,8 +46,9 @@ class GetCore {
   explicit GetCore(ServiceContext* ctx) : ctx_(ctx) {}
 
   // Bytes (of raw blocks) the store reads per GetMany call, at most kGetChunkMaxKeys
-  // keys, and how many such calls run at once.
-  static constexpr uint64_t kGetChunkBytes = 16ull << 20;
+  // keys, and how many such calls run at once (4 MiB measured 10-15% faster from the
+  // disk than 16 MiB: docs/prefetch.md).
+  static constexpr uint64_t kGetChunkBytes = 4ull << 20;
   static constexpr uint64_t kGetChunkMaxKeys = 1024;
   static constexpr size_t kGetChunksAhead = 3;
 

@@ -202,7 +202,7 @@ class RocksDbColdTier final : public ColdTier {
   // megabytes of pages to fault in each time); at most kDirectBuffersKept, none larger
   // than kDirectBufferKeptBytes.
   static constexpr size_t kDirectBuffersKept = 4;
-  static constexpr size_t kDirectBufferKeptBytes = 32 << 20;
+  static constexpr size_t kDirectBufferKeptBytes = 16 << 20;
   common::Mutex direct_buffers_mu_;
   std::vector<std::unique_ptr<SlabFile::AlignedBuffer>> direct_buffers_
       ABSL_GUARDED_BY(direct_buffers_mu_);

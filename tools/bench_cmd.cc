@@ -83,8 +83,9 @@ constexpr char kBenchUsage[] =
     "                      coalesce_max_bytes of calls over UCX (ClientOptions::\n"
     "                      ucx_coalesce_max_bytes; 0 = as --coalesce-bytes; default 16MiB)\n"
     "  --shm-bytes SIZE    the client's shared region (ClientOptions::shared_memory_bytes;\n"
-    "                      default: room for every thread's batch; --cold-prefix's Get of\n"
-    "                      the whole chain does not fit it and goes over TCP)\n"
+    "                      default: room for every thread's batch; with --cold-prefix the\n"
+    "                      client's default, 64MiB, which the chain's Get goes through in\n"
+    "                      pieces)\n"
     "  --get-piece-bytes SIZE\n"
     "                      a larger Get is sent as pipelined pieces of SIZE (ClientOptions::\n"
     "                      get_piece_bytes; 0 = one call; default the client's: 16MiB)\n"
@@ -884,11 +885,15 @@ absl::Status Bench(const tools::Flags& flags) {
     // Room for every thread's put staging, get staging and SharedBuffers at once.
     options.shared_memory_bytes =
         static_cast<uint64_t>(threads) * (2 * batch + 1) * (block_size + 2 * 4096) * 2;
-    if (flags.Has("cold-prefix") && flags.Has("shared-buffers")) {
-      // Room for the whole chain's destinations, and staging beside them.
+    if (flags.Has("cold-prefix")) {
+      // The client's own default region (a Get larger than it goes in pieces staged in
+      // it), or with --shared-buffers room for the whole chain's destinations.
       ASSIGN_OR_RETURN(int64_t chain, flags.GetInt("cold-prefix", 2048));
-      options.shared_memory_bytes += static_cast<uint64_t>(std::max<int64_t>(chain, 0)) *
-                                     (block_size + 4096) + (16ull << 20);
+      options.shared_memory_bytes = client::ClientOptions().shared_memory_bytes;
+      if (flags.Has("shared-buffers")) {
+        options.shared_memory_bytes += static_cast<uint64_t>(std::max<int64_t>(chain, 0)) *
+                                       (block_size + 4096);
+      }
     }
     ASSIGN_OR_RETURN(options.shared_memory_bytes,
                      flags.GetBytes("shm-bytes", options.shared_memory_bytes));

@@ -291,6 +291,50 @@ TEST_F(SharedMemoryTest, CallsLargerThanTheRegionFallBackToTcp) {
   EXPECT_EQ(bufs[0], c.encoded[0]);
 }
 
+// A Get into private memory larger than the region goes as pieces, each staged in the
+// region and answered over the socket, two in flight (client/client_streams.cc
+// GetPieces), not as one call over TCP; one stream of them, whatever
+// max_streams_per_call says (more would not fit the region).
+TEST_F(SharedMemoryTest, AGetLargerThanTheRegionGoesThroughItInPieces) {
+  ClientOptions o;
+  o.server = server_->address();
+  o.namespace_spec = Spec("fp16");
+  o.shared_memory_bytes = 1 << 20;
+  o.get_piece_bytes = 256 << 10;
+  o.max_streams_per_call = 1;
+  auto client = Client::Connect(o);
+  ASSERT_OK(client);
+  ASSERT_TRUE((*client)->uses_shared_memory());
+  const Sequence c = MakeSequence("fp16", kLayout, 96, 18);  // 96 x 32 KiB: 1.5x the region
+  ASSERT_OK((*client)->PutBlocks("fp16", c.blocks));
+  std::vector<std::string> bufs(96, std::string(c.encoded[0].size(), '\0'));
+  std::vector<std::span<uint8_t>> spans;
+  for (auto& b : bufs) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  const uint64_t calls_before = (*client)->shared_memory_socket_calls();
+  auto infos = (*client)->GetBlocksInto("fp16", c.keys, spans);
+  ASSERT_OK(infos);
+  for (size_t i = 0; i < 96; ++i) {
+    EXPECT_EQ((*infos)[i].key(), c.keys[i]) << i;
+    EXPECT_EQ(bufs[i], c.encoded[i]) << i;
+  }
+  // Eight keys of 32,808 bytes make a piece of at least 256 KiB: twelve pieces, one
+  // socket call each.
+  EXPECT_EQ((*client)->shared_memory_socket_calls() - calls_before, 12u);
+
+  // With four streams allowed: the same twelve pieces in one stream.
+  o.max_streams_per_call = 4;
+  auto four = Client::Connect(o);
+  ASSERT_OK(four);
+  ASSERT_TRUE((*four)->uses_shared_memory());
+  std::vector<std::string> again(96, std::string(c.encoded[0].size(), '\0'));
+  spans.clear();
+  for (auto& b : again) spans.emplace_back(reinterpret_cast<uint8_t*>(b.data()), b.size());
+  auto infos4 = (*four)->GetBlocksInto("fp16", c.keys, spans);
+  ASSERT_OK(infos4);
+  for (size_t i = 0; i < 96; ++i) EXPECT_EQ(again[i], c.encoded[i]) << i;
+  EXPECT_EQ((*four)->shared_memory_socket_calls(), 12u);
+}
+
 TEST_F(SharedMemoryTest, RawPutIsTranscodedAndRawGetDecodesLikeTcp) {
   auto shm = Connect("int8", v1::CODEC_INT8);
   auto tcp = Connect("int8", v1::CODEC_INT8, /*shared_memory=*/false);
