@@ -93,14 +93,15 @@ struct ClientOptions {
   uint64_t chunk_bytes = 1ull << 20;
   // Concurrent streams one PutBlocks / GetBlocks call may use. Default: 4.
   int max_streams_per_call = 4;
-  // A GetBlocksInto stream whose payloads come in the gRPC stream (no UCX channel, no
-  // shared region or one smaller than this) and whose buffers add up to more than this
-  // is sent as consecutive
-  // Get calls of about this many bytes each (whole keys), the next sent once the server
-  // has begun answering the one before (its header arrived), at most two in flight: the
-  // server reads the next piece (from its cold tier) while the previous one is on the wire,
-  // instead of every read before the first byte goes out (docs/prefetch.md). Results are
-  // as for one call; a lease_id is released once, after the last piece. 0: never split.
+  // A GetBlocksInto whose buffers add up to more than this (and no UCX channel in use)
+  // is sent as consecutive Get calls of about this many bytes each (whole keys), at most
+  // two in flight: over the gRPC stream the next is sent once the server has begun
+  // answering the one before (its header arrived), so the server reads the next piece
+  // (from its cold tier) while the previous one is on the wire; with a shared region the
+  // pieces are at most a third of it, go as one stream (not max_streams_per_call) and are
+  // each staged in the region, the next sent once the one before is (the server writes
+  // it while the one before is copied out). docs/prefetch.md "Pieces". Results are as
+  // for one call; a lease_id is released once, after the last piece. 0: never split.
   // Default: 16 MiB.
   uint64_t get_piece_bytes = 16ull << 20;
   // Largest message accepted from the server. Default: 64 MiB.
