@@ -81,7 +81,8 @@ absl::Status Client::Impl::PutUcx(const std::shared_ptr<UcxChannel>& u, std::str
   // The payloads go first: the server keeps early ones (as rendezvous descriptors, the
   // bytes stay here) until the header has been checked.
   std::shared_ptr<UcxChannel::PutSends> sends = u->SendPut(transfer, payloads);
-  std::optional<absl::Status> status = PutUcxCall(u, ns, blocks, format, deadline, transfer, result);
+  std::optional<absl::Status> status =
+      PutUcxCall(u, ns, blocks, format, deadline, transfer, result);
   if (!status.has_value()) {
     SliceRefs unused;
     PutResult part;

@@ -208,7 +208,9 @@ std::string EncodeReply(uint64_t request_id, int code, std::string_view message,
 absl::StatusOr<CallReply> DecodeReply(std::string_view frame, uint64_t request_id,
                                       std::string_view what) {
   ReplyHeader r{};
-  if (frame.size() < sizeof(r)) return absl::UnavailableError(absl::StrCat(Sv(what), ": short reply"));
+  if (frame.size() < sizeof(r)) {
+    return absl::UnavailableError(absl::StrCat(Sv(what), ": short reply"));
+  }
   std::memcpy(&r, frame.data(), sizeof(r));
   if (std::memcmp(r.magic, kFrameMagic, sizeof(r.magic)) != 0 || r.request_id != request_id ||
       uint64_t{r.message_bytes} + r.details_bytes > frame.size() - sizeof(r)) {

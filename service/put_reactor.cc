@@ -297,7 +297,6 @@ class PutCore {
   friend absl::Status service::PutInline(ServiceContext* ctx, storage::TieredStore* store,
                                          const Caller& caller, v1::PutHeader header,
                                          v1::PutResponse* response);
-  friend class AsyncPut;
 };
 
 // A Put whose call is a frame and whose payloads come later by their own path (PutAsync).

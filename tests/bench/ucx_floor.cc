@@ -6,12 +6,13 @@
 // worker's own threading (progress thread, polling rule). Transports from UCX_TLS.
 //
 //   build/tests/bench/ucx_floor [--size SIZE] [--window W] [--seconds S]   (SIZE: 2MiB, 262144,
-//   ...)
+//   ...) [--sender-cpu N --receiver-cpu M]   (pin each process to one CPU, as two hosts)
 //
 // Prints one JSON object in `kvtier bench --json`'s form (system "ucx-floor", phase
 // "put"): GB/s, p50 / p99 of a message from Send to its completion, and CPU seconds per
 // GB of the sending and of the receiving process. tests/bench/redis_vs_kvtier.sh runs it
 // next to Redis and kvtier over UCX.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,15 @@ namespace tp = ::kvtier::ucx;
 using Clock = std::chrono::steady_clock;
 constexpr uint16_t kAmData = 1;
 constexpr size_t kSlots = 64;
+
+// Pins this process (and the threads it starts later) to `cpu`; no-op when cpu < 0.
+void PinTo(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("ucx_floor: sched_setaffinity");
+}
 
 // The receiving process: writes its port to `port_fd`, receives until
 // `stop_fd` reaches end of file (the parent closed it, or exited), then returns.
@@ -64,6 +74,7 @@ int main(int argc, char** argv) {
   size_t size = 2 << 20;
   size_t window = 4;
   double seconds = 5;
+  int sender_cpu = -1, receiver_cpu = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--size") {
@@ -79,8 +90,14 @@ int main(int argc, char** argv) {
       window = std::max<size_t>(1, std::strtoull(argv[i + 1], nullptr, 10));
     } else if (flag == "--seconds") {
       seconds = std::strtod(argv[i + 1], nullptr);
+    } else if (flag == "--sender-cpu") {
+      sender_cpu = std::atoi(argv[i + 1]);
+    } else if (flag == "--receiver-cpu") {
+      receiver_cpu = std::atoi(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: ucx_floor [--size SIZE] [--window W] [--seconds S]\n");
+      std::fprintf(stderr,
+                   "usage: ucx_floor [--size SIZE] [--window W] [--seconds S] "
+                   "[--sender-cpu N --receiver-cpu M]\n");
       return 2;
     }
   }
@@ -90,6 +107,7 @@ int main(int argc, char** argv) {
   if (child == 0) {
     close(port_pipe[0]);
     close(stop_pipe[1]);
+    PinTo(receiver_cpu);
     _exit(Receiver(size, port_pipe[1], stop_pipe[0]));
   }
   close(port_pipe[1]);
@@ -100,6 +118,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  PinTo(sender_cpu);
   auto worker = tp::Worker::Create(tp::WorkerOptions{});
   if (!worker.ok()) return 1;
   auto ep = (*worker)->Connect("127.0.0.1", port);
