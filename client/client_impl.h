@@ -35,6 +35,7 @@
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "protocol/convert.h"
 #include "protocol/error_detail.h"
+#include "protocol/shm_wire.h"
 #include "protocol/slice_refs.h"
 #include "protocol/tls.h"
 #include "protocol/wire.h"
@@ -50,6 +51,20 @@ inline constexpr char kLookupMethod[] = "/kvtier.v1.KvCache/Lookup";
 
 inline absl::Status FromGrpc(const char* rpc, const grpc::Status& status) {
   return protocol::FromGrpcStatus(rpc, status);
+}
+
+// A call frame's reply (the shared-memory socket's or UCX's) as the call's outcome, as
+// FromGrpc(rpc, ...) gives it over gRPC; when OK, *response is parsed from its body
+// (INTERNAL when it does not parse).
+inline absl::Status FromCallReply(const protocol::shm::CallReply& reply, const char* rpc,
+                                  google::protobuf::Message* response) {
+  const grpc::Status g(static_cast<grpc::StatusCode>(reply.code), reply.message, reply.details);
+  if (!g.ok()) return FromGrpc(rpc, g);
+  if (!response->ParseFromString(reply.body)) {
+    return absl::InternalError(
+        absl::StrCat(rpc, ": the call's reply does not parse as ", response->GetTypeName()));
+  }
+  return absl::OkStatus();
 }
 
 inline std::chrono::system_clock::time_point DeadlineAfter(int64_t ms) {

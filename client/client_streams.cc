@@ -143,15 +143,7 @@ bool Client::Impl::SocketCall(SharedRegion& r, protocol::shm::FrameOp op, std::s
   }
   socket_calls.fetch_add(1, std::memory_order_relaxed);
   if (op != protocol::shm::FrameOp::kLookup && socket_lookup_offered) socket_lookup = true;
-  const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message, reply->details);
-  if (!g.ok()) {
-    *status = FromGrpc(rpc, g);
-  } else if (!response->ParseFromString(reply->body)) {
-    *status = absl::InternalError(
-        absl::StrCat(rpc, ": the socket's reply does not parse as ", response->GetTypeName()));
-  } else {
-    *status = absl::OkStatus();
-  }
+  *status = internal::FromCallReply(*reply, rpc, response);
   return true;
 }
 

@@ -128,14 +128,10 @@ std::optional<absl::Status> Client::Impl::PutUcxCall(
   // yet): this Put's header goes over gRPC, which binds the session.
   if (reply->code == grpc::StatusCode::UNAUTHENTICATED) return std::nullopt;
   ucx_calls.fetch_add(1, std::memory_order_relaxed);
-  const grpc::Status g(static_cast<grpc::StatusCode>(reply->code), reply->message, reply->details);
-  if (!g.ok()) return internal::FromGrpc("Put", g);
   v1::PutResponse response;
-  if (!response.ParseFromString(reply->body)) {
-    return absl::InternalError("Put: the UCX reply does not parse as a PutResponse");
-  }
-  internal::AddPutResponse(response, result);
-  return absl::OkStatus();
+  absl::Status status = internal::FromCallReply(*reply, "Put", &response);
+  if (status.ok()) internal::AddPutResponse(response, result);
+  return status;
 }
 
 absl::Status Client::Impl::GetUcx(const std::shared_ptr<UcxChannel>& u, v1::GetRequest request,

@@ -9,9 +9,9 @@
 // random 16-byte session id bound to that endpoint. The first gRPC call naming the
 // session binds it to the caller's identity (an opaque string, service/auth.h
 // CallerIdentity); a call of another identity, an unknown or closed session is
-// FAILED_PRECONDITION with ErrorReason UCX_SESSION_UNKNOWN. A Put's payload messages are accepted only from the
-// session's own endpoint and only for a transfer a Put header announced; anything else is
-// dropped and changes nothing. When an endpoint fails (client gone), its session ends,
+// FAILED_PRECONDITION with ErrorReason UCX_SESSION_UNKNOWN. A Put's payload messages are
+// accepted only from the session's own endpoint and only for a transfer a Put header
+// announced; anything else is dropped and changes nothing. When an endpoint fails (client gone), its session ends,
 // its pending transfers fail with UNAVAILABLE (UCX_TRANSFER_FAILED) and their buffers are
 // released; a transfer whose payloads do not all arrive within transfer_timeout_ms fails
 // the same way.

@@ -182,6 +182,13 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(std::string_view frame) {
   return h;
 }
 
+uint64_t RequestIdOf(std::string_view frame) {
+  FrameHeader h{};
+  if (frame.size() < sizeof(h)) return 0;
+  std::memcpy(&h, frame.data(), sizeof(h));
+  return h.request_id;
+}
+
 std::string EncodeReply(uint64_t request_id, int code, std::string_view message,
                         std::string_view details, std::string_view body, size_t max_bytes) {
   ReplyHeader r{};

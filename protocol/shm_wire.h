@@ -108,6 +108,9 @@ std::string EncodeFrame(FrameOp op, uint64_t request_id, int64_t deadline_unix_m
 // The header of a call frame. INVALID_ARGUMENT "frame: ..." when it is shorter than its
 // header or its magic is wrong.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(std::string_view frame);
+// The request id a frame's header carries, whatever its magic (0 when the frame is shorter
+// than a header): a reply echoes it even to a bad frame, so the client reads why.
+uint64_t RequestIdOf(std::string_view frame);
 
 // A reply frame: ReplyHeader, message, details, then `body` (the serialized response,
 // empty unless code is 0). When that exceeds `max_bytes`, an UNAVAILABLE reply saying so

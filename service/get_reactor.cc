@@ -85,23 +85,21 @@ class GetCore {
     using Refs = std::vector<absl::StatusOr<storage::BlockRef>>;
     std::deque<std::future<Refs>> ahead;
     size_t launched = 0;  // keys whose chunk is being read
-    auto launch = [&] {
-      const std::span<const std::string> chunk =
-          all.subspan(launched, std::min(chunk_keys, keys.size() - launched));
-      launched += chunk.size();
-      ahead.push_back(std::async(std::launch::async | std::launch::deferred, [this, &ns, chunk] {
-        return store_->GetMany(ns.name, chunk);
-      }));
+    // The next chunk's blocks, with up to kGetChunksAhead chunks being read.
+    auto next_chunk = [&]() -> Refs {
+      while (ahead.size() < kGetChunksAhead && launched < keys.size()) {
+        const std::span<const std::string> chunk =
+            all.subspan(launched, std::min(chunk_keys, keys.size() - launched));
+        launched += chunk.size();
+        ahead.push_back(std::async(std::launch::async | std::launch::deferred,
+                                   [this, &ns, chunk] { return store_->GetMany(ns.name, chunk); }));
+      }
+      Refs refs = ahead.front().get();
+      ahead.pop_front();
+      return refs;
     };
     for (size_t base = 0; base < keys.size();) {
-      Refs refs;
-      if (keys.size() <= chunk_keys) {
-        refs = store_->GetMany(ns.name, all);  // one chunk: no helper thread
-      } else {
-        while (ahead.size() < kGetChunksAhead && launched < keys.size()) launch();
-        refs = ahead.front().get();
-        ahead.pop_front();
-      }
+      Refs refs = keys.size() <= chunk_keys ? store_->GetMany(ns.name, all) : next_chunk();
       for (size_t j = 0; j < refs.size(); ++j) {
         const size_t i = base + j;
         v1::GetBlockInfo* info = header->add_blocks();

@@ -1,6 +1,5 @@
 #include "service/shm_calls.h"
 
-#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -81,13 +80,6 @@ absl::Status Serve(ServiceContext* ctx, storage::TieredStore* store, const shm::
 
 }  // namespace
 
-uint64_t RequestIdOf(std::string_view frame) {
-  shm::FrameHeader h{};
-  if (frame.size() < sizeof(h)) return 0;
-  std::memcpy(&h, frame.data(), sizeof(h));
-  return h.request_id;  // echoed even when the frame is bad, so the client reads why
-}
-
 std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame) {
   const int64_t start = NowMicros();
   absl::StatusOr<shm::FrameHeader> h = shm::DecodeFrameHeader(frame);
@@ -107,7 +99,7 @@ std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame) {
   const grpc::Status g = protocol::ToGrpcStatus(s);
   // A reply too long for a frame (the call ran: a Get's blocks are in the region) is
   // UNAVAILABLE, which the client redoes over gRPC.
-  return shm::EncodeReply(RequestIdOf(frame), g.error_code(), g.error_message(),
+  return shm::EncodeReply(shm::RequestIdOf(frame), g.error_code(), g.error_message(),
                           g.error_details(), body, shm::kMaxFrameBytes);
 }
 

@@ -15,7 +15,6 @@
 #define KVTIER_SERVICE_SHM_CALLS_H_
 
 #include <string>
-#include <cstdint>
 #include <string_view>
 
 #include "service/kv_cache_service.h"
@@ -25,9 +24,6 @@ namespace kvtier::service {
 // Answers one request frame with its reply frame. Thread-safe (calls for different
 // connections run concurrently). REQUIRES: ctx->shm is set and ctx outlives the call.
 std::string ServeShmFrame(ServiceContext* ctx, std::string_view frame);
-
-// The request id a frame's header carries (0 when it is shorter than one), for its reply.
-uint64_t RequestIdOf(std::string_view frame);
 
 }  // namespace kvtier::service
 

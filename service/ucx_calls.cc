@@ -11,7 +11,6 @@
 #include "protocol/shm_wire.h"
 #include "service/admission.h"
 #include "service/put_reactor.h"
-#include "service/shm_calls.h"
 
 namespace kvtier::service {
 namespace {
@@ -65,7 +64,7 @@ absl::StatusOr<ParsedCall> Parse(const ServiceContext& ctx, const std::string& s
 void ServeUcxCall(ServiceContext* ctx, std::string session, std::string frame, Reply reply) {
   const int64_t start = NowMicros();
   // Answers the call (once) and counts it in the Put metrics.
-  auto answer = [ctx, start, id = RequestIdOf(frame), max = ctx->ucx->max_call_frame(),
+  auto answer = [ctx, start, id = shm::RequestIdOf(frame), max = ctx->ucx->max_call_frame(),
                  reply = std::move(reply)](const absl::Status& s, std::string_view body) {
     ctx->metrics.Record(Op::kPut, NowMicros() - start, s.ok());
     const grpc::Status g = protocol::ToGrpcStatus(s);
