@@ -278,7 +278,7 @@ absl::StatusOr<PutResult> Client::PutBlocks(std::string_view ns, std::span<const
   const auto deadline = DeadlineAfter(impl_->DeadlineMs(options.deadline_ms));
   uint64_t bytes = 0;
   for (const PutBlock& b : blocks) bytes += b.payload.size();
-  if (internal::Coalescer* c = impl_->CoalescerFor(bytes)) {
+  if (internal::Coalescer* c = impl_->CoalescerFor(bytes, /*put=*/true)) {
     return c->Put(ns, blocks, options.format, deadline);
   }
   const auto ranges = SplitRanges(blocks.size(), impl_->options.max_streams_per_call);
@@ -307,7 +307,7 @@ absl::StatusOr<std::vector<v1::GetBlockInfo>> Client::GetBlocksInto(
   if (options.lease_id == 0) {
     uint64_t bytes = 0;
     for (const auto& b : buffers) bytes += b.size();
-    if (internal::Coalescer* c = impl_->CoalescerFor(bytes)) {
+    if (internal::Coalescer* c = impl_->CoalescerFor(bytes, /*put=*/false)) {
       return c->GetInto(ns, keys, buffers, options.format,
                         DeadlineAfter(impl_->DeadlineMs(options.deadline_ms)));
     }

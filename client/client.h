@@ -181,7 +181,8 @@ struct ClientOptions {
   uint64_t coalesce_max_bytes = 2ull << 20;
   // coalesce_max_bytes for calls whose payloads move over UCX (while uses_ucx()): there
   // a batch costs one gRPC call and one round of rendezvous messages instead of one per
-  // call, which is most of a 2 MiB call's fixed CPU (docs/performance.md, UCX).
+  // call, which is most of a 2 MiB call's fixed CPU (docs/performance.md, UCX). A Put
+  // sent as a UCX call frame (ucx_calls) is never coalesced: it makes no gRPC call.
   // 0: UCX calls use coalesce_max_bytes. Default: 16 MiB.
   uint64_t ucx_coalesce_max_bytes = 16ull << 20;
 };

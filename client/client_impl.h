@@ -195,13 +195,20 @@ struct Client::Impl {
            !(options.shared_memory_socket_calls && !PreferUcx() && Region() != nullptr);
   }
   // The coalescer a call carrying `payload_bytes` goes through (the UCX one while the
-  // call's payloads would move over UCX), or null when the call is sent on its own.
-  internal::Coalescer* CoalescerFor(uint64_t payload_bytes) {
+  // call's payloads would move over UCX), or null when the call is sent on its own. A
+  // Put whose call would go as a UCX call frame (ClientOptions::ucx_calls) is sent on its
+  // own: the frame costs no gRPC call, and a batch only made its Puts wait for each other
+  // (docs/dataplane.md, "Put calls over UCX").
+  internal::Coalescer* CoalescerFor(uint64_t payload_bytes, bool put) {
     if (!Coalesces()) return nullptr;
-    internal::Coalescer* c =
-        ucx_coalescer != nullptr && (PreferUcx() || (Region() == nullptr && Ucx() != nullptr))
-            ? ucx_coalescer.get()
-            : coalescer.get();
+    internal::Coalescer* c = coalescer.get();
+    if (PreferUcx() || (Region() == nullptr && Ucx() != nullptr)) {
+      if (put && options.ucx_calls) {
+        std::shared_ptr<UcxChannel> u = Ucx();
+        if (u != nullptr && u->serves_calls()) return nullptr;
+      }
+      if (ucx_coalescer != nullptr) c = ucx_coalescer.get();
+    }
     return c->Accepts(payload_bytes) ? c : nullptr;
   }
 

@@ -1,5 +1,7 @@
 #include "service/payload_paths.h"
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,16 +91,21 @@ class UcxPutSource final : public dataplane::PutSource {
     put_ = *std::move(put);
     views->resize(header_.blocks_size());
     for (size_t i = 0; i < views->size(); ++i) (*views)[i] = put_->block(i);
-    put_->Start(std::move(arrived));
+    put_->Start([complete = complete_, arrived = std::move(arrived)](absl::Status s) {
+      complete->store(s.ok());
+      arrived(std::move(s));
+    });
     return absl::OkStatus();
   }
   storage::PutReservation* Reservation(int i) const override {
     return put_ != nullptr ? put_->reservation(static_cast<size_t>(i)) : nullptr;
   }
   // A transfer still in flight ends (its buffers go with it); its payload messages that
-  // come later are dropped.
+  // come later are dropped. A transfer whose every payload arrived has ended already.
   void Close() override {
-    if (!closed_) EndUcxPut(*ctx_, header_.ucx_session(), header_.ucx_transfer());
+    if (!closed_ && !complete_->load()) {
+      EndUcxPut(*ctx_, header_.ucx_session(), header_.ucx_transfer());
+    }
     closed_ = true;
   }
 
@@ -107,6 +114,8 @@ class UcxPutSource final : public dataplane::PutSource {
   const Caller caller_;
   const v1::PutHeader& header_;
   std::unique_ptr<UcxPut> put_;
+  // Set on the UCX progress thread when every payload arrived, before `arrived` runs.
+  std::shared_ptr<std::atomic<bool>> complete_ = std::make_shared<std::atomic<bool>>(false);
   bool closed_ = false;
 };
 

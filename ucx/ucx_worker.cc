@@ -59,11 +59,11 @@ struct RecvOp {
   LargeTransfer large;
 };
 
-// Polls `worker` for up to kSpin; true as soon as it made progress.
-bool Spin(ucp_worker_h worker) {
+// Polls `worker` for up to kSpin; true as soon as it made progress or `posted` is set.
+bool Spin(ucp_worker_h worker, const std::atomic<bool>& posted) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
   do {
-    if (ucp_worker_progress(worker) != 0) return true;
+    if (ucp_worker_progress(worker) != 0 || posted.load(std::memory_order_relaxed)) return true;
   } while (std::chrono::steady_clock::now() < until);
   return false;
 }
@@ -109,6 +109,12 @@ struct Worker::Impl {
 
   common::Mutex mu;
   std::deque<std::function<void()>> tasks ABSL_GUARDED_BY(mu);
+  // Set by Post after it queued a task, cleared by the progress thread before it takes
+  // the queue.
+  std::atomic<bool> posted{false};
+  // Set by the progress thread before it may sleep in poll(): only then does Post write
+  // wake_fd (a write and a read per task otherwise, while the thread is awake anyway).
+  std::atomic<bool> sleeping{false};
 
   // Progress thread only.
   absl::flat_hash_map<EndpointId, ucp_ep_h> eps;
@@ -530,6 +536,10 @@ void Worker::Post(std::function<void()> fn) {
     common::MutexLock lock(&impl_->mu);
     impl_->tasks.push_back(std::move(fn));
   }
+  // With the Loop's store of `sleeping` then load of `posted` (both sequentially
+  // consistent): either the Loop sees this task before it sleeps, or this sees it asleep.
+  impl_->posted.store(true);
+  if (!impl_->sleeping.exchange(false)) return;
   const uint64_t one = 1;
   (void)!write(impl_->wake_fd, &one, sizeof(one));
 }
@@ -546,6 +556,7 @@ void Worker::Loop() {
   auto next_tick = std::chrono::steady_clock::now();
   while (!m.stop.load()) {
     std::deque<std::function<void()>> tasks;
+    m.posted.store(false);
     {
       common::MutexLock lock(&m.mu);
       tasks.swap(m.tasks);
@@ -566,18 +577,21 @@ void Worker::Loop() {
       next_tick = now + std::chrono::milliseconds(m.options.tick_ms);
     }
     if (!tasks.empty() || !m.deferred.empty() || !m.failed.empty()) continue;
-    {
-      common::MutexLock lock(&m.mu);
-      if (!m.tasks.empty()) continue;
-    }
-    if (m.large_in_flight > 0 && Spin(m.worker)) continue;
+    if (m.posted.load()) continue;
+    if (m.large_in_flight > 0 && Spin(m.worker, m.posted)) continue;
     if (ucp_worker_arm(m.worker) == UCS_ERR_BUSY) continue;
+    m.sleeping.store(true);
+    if (m.posted.load()) {  // queued before Post could see `sleeping`
+      m.sleeping.store(false);
+      continue;
+    }
     pollfd fds[2] = {{m.ucx_fd, POLLIN, 0}, {m.wake_fd, POLLIN, 0}};
     const int timeout = std::max<int>(
         1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                 next_tick - std::chrono::steady_clock::now())
                                 .count()));
     (void)poll(fds, 2, timeout);
+    m.sleeping.store(false);
     if ((fds[1].revents & POLLIN) != 0) {
       uint64_t v;
       (void)!read(m.wake_fd, &v, sizeof(v));

@@ -11,15 +11,18 @@
 // later (move it away) or drop (let it go out of scope: the sender's send completes).
 //
 // Threading: every ucp call runs on the progress thread. Post() queues work for it from
-// any thread (woken through an eventfd it polls next to UCX's); handlers, completions and
-// the endpoint error handler run on the progress thread and must not block. The public
-// methods are thread-safe unless they say "progress thread only". The thread sleeps in
-// poll() when UCX has nothing to do, except while a send or receive of at least 1 MiB is in flight:
-// then it first polls UCX for up to 50 us. Over TCP such a transfer arrives as many
-// segments some 10 us apart, and sleeping between them cost a wakeup each, paid mostly
-// by the sending side's kernel (2 MiB blocks over UCX's TCP transport: Puts +19%, Gets
-// +21-25%, less CPU per byte on both; docs/performance.md, "Cross-host path over UCX"). Smaller
-// transfers never spin: at 256 KiB it only cost CPU.
+// any thread (woken through an eventfd it polls next to UCX's, written only while the
+// thread sleeps: a Put over UCX posts several tasks, and writing the eventfd for each
+// while the thread was awake anyway cost a write and a read per task); handlers,
+// completions and the endpoint error handler run on the progress thread and must not
+// block. The public methods are thread-safe unless they say "progress thread only". The
+// thread sleeps in poll() when UCX has nothing to do, except while a send or receive of
+// at least 1 MiB is in flight: then it first polls UCX for up to 50 us (or until a task
+// is posted). Over TCP such a transfer arrives as many segments some 10 us apart, and
+// sleeping between them cost a wakeup each, paid mostly by the sending side's kernel
+// (2 MiB blocks over UCX's TCP transport: Puts +19%, Gets +21-25%, less CPU per byte on
+// both; docs/performance.md, "Cross-host path over UCX"). Smaller transfers never spin:
+// at 256 KiB it only cost CPU.
 //
 // Endpoints are named by an EndpointId (never reused). An endpoint whose peer fails or
 // closes is reported once to the error handler and then forgotten; every endpoint left

@@ -207,21 +207,30 @@ TEST_F(UcxTest, EncodedAndRawBlocksRoundTripBitExactlyOverUcx) {
 }
 
 // Concurrent calls over UCX go through their own coalescer (ucx_coalesce_max_bytes), which
-// takes calls too big for coalesce_max_bytes: the calls of several threads share Put and
-// Get streams, and each thread gets its own blocks back bit-exact. With
-// ucx_coalesce_max_bytes 0 the same calls go one stream each.
+// takes calls too big for coalesce_max_bytes: the calls of several threads share Get
+// streams, and Put streams when the Puts' headers go over gRPC (ucx_calls off), and each
+// thread gets its own blocks back bit-exact. Puts sent as UCX call frames go one frame
+// each. With ucx_coalesce_max_bytes 0 every call goes on its own.
 TEST_F(UcxTest, ConcurrentCallsShareStreamsThroughTheUcxCoalescer) {
   StartServer();
   constexpr int kThreads = 8;
   constexpr uint32_t kRounds = 4;
+  constexpr uint64_t kCalls = kThreads * kRounds;
   int seed = 100;
-  for (const uint64_t ucx_coalesce : {uint64_t{16} << 20, uint64_t{0}}) {
+  struct Case {
+    uint64_t ucx_coalesce;
+    bool ucx_calls;
+  };
+  for (const Case& k : {Case{16 << 20, true}, Case{16 << 20, false}, Case{0, false}}) {
+    SCOPED_TRACE(absl::StrCat("ucx_coalesce_max_bytes ", k.ucx_coalesce, ", ucx_calls ",
+                              k.ucx_calls));
     ClientOptions o = Options("fp16");
     // Blocks of 32 KiB are more than half of coalesce_max_bytes: only the UCX coalescer
     // takes them. A long delay lets calls queue behind the batch on the wire.
     o.coalesce_max_bytes = 32 << 10;
     o.coalesce_max_delay_us = 300000;
-    o.ucx_coalesce_max_bytes = ucx_coalesce;
+    o.ucx_coalesce_max_bytes = k.ucx_coalesce;
+    o.ucx_calls = k.ucx_calls;
     auto c = Connect(o);
     ASSERT_NE(c, nullptr);
     ASSERT_TRUE(c->uses_ucx()) << c->connect_info().ucx_error;
@@ -263,12 +272,17 @@ TEST_F(UcxTest, ConcurrentCallsShareStreamsThroughTheUcxCoalescer) {
     EXPECT_EQ(Stats().ucx_get_bytes() - ucx_before, bytes);
     const uint64_t puts = ServedCalls("put") - puts_before;
     const uint64_t gets = ServedCalls("get") - gets_before;
-    if (ucx_coalesce > 0) {
-      EXPECT_LT(puts, uint64_t{kThreads * kRounds});
-      EXPECT_LT(gets, uint64_t{kThreads * kRounds});
+    EXPECT_EQ(c->ucx_calls(), k.ucx_calls ? kCalls : 0);
+    if (k.ucx_coalesce > 0) {
+      if (k.ucx_calls) {
+        EXPECT_EQ(puts, kCalls);
+      } else {
+        EXPECT_LT(puts, kCalls);
+      }
+      EXPECT_LT(gets, kCalls);
     } else {
-      EXPECT_EQ(puts, uint64_t{kThreads * kRounds});
-      EXPECT_EQ(gets, uint64_t{kThreads * kRounds});
+      EXPECT_EQ(puts, kCalls);
+      EXPECT_EQ(gets, kCalls);
     }
   }
 }

@@ -1,6 +1,7 @@
 // ucx::Worker over UCX's TCP transport (forced, so it behaves as between hosts):
 // listener + connector, rendezvous payloads landing in the receiver's buffer, dropped
-// payloads, deferred receives, and endpoint failure when the peer goes away.
+// payloads, deferred receives, endpoint failure when the peer goes away, and a task posted
+// as the progress thread goes to sleep.
 #include "tests/testing/status_matchers.h"
 #include "ucx/ucx_worker.h"
 
@@ -67,6 +68,32 @@ TEST(UcxWorkerTest, PayloadsLandBitExactlyInTheBufferTheReceiverPicks) {
   EXPECT_EQ(g.header, "hdr");
   EXPECT_TRUE(g.data == payload);
   EXPECT_OK(sent.get_future().get());
+}
+
+// Post writes the wake-up eventfd only while the progress thread sleeps; a task posted
+// as the thread goes to sleep must still wake it. One thread posts each task as soon as
+// the one before has run (or a few microseconds later), so its Posts keep meeting the
+// progress thread on its way to poll(), and no other Post can wake it instead. With a
+// tick of ten minutes, a lost wake-up would leave a task waiting far past the wait below.
+TEST(UcxWorkerTest, ATaskPostedAsTheProgressThreadGoesToSleepStillRuns) {
+  WorkerOptions o;
+  o.transports = "tcp";
+  o.tick_ms = 600000;
+  auto w = Worker::Create(o);
+  ASSERT_OK(w);
+  std::mt19937 rng(7);
+  int late = 0;
+  for (int i = 0; i < 20000 && late == 0; ++i) {
+    const auto gap = std::chrono::nanoseconds(rng() % 8000);
+    for (auto until = std::chrono::steady_clock::now() + gap;
+         std::chrono::steady_clock::now() < until;) {
+    }
+    auto ran = std::make_shared<std::promise<void>>();
+    std::future<void> f = ran->get_future();
+    (*w)->Post([ran] { ran->set_value(); });
+    if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) ++late;
+  }
+  EXPECT_EQ(late, 0);
 }
 
 TEST(UcxWorkerTest, DroppedAndDeferredPayloads) {
