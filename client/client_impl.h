@@ -202,11 +202,10 @@ struct Client::Impl {
   internal::Coalescer* CoalescerFor(uint64_t payload_bytes, bool put) {
     if (!Coalesces()) return nullptr;
     internal::Coalescer* c = coalescer.get();
-    if (PreferUcx() || (Region() == nullptr && Ucx() != nullptr)) {
-      if (put && options.ucx_calls) {
-        std::shared_ptr<UcxChannel> u = Ucx();
-        if (u != nullptr && u->serves_calls()) return nullptr;
-      }
+    // The call's payloads would move over UCX (PreferUcx, or no shared region).
+    if (std::shared_ptr<UcxChannel> u = Ucx();
+        u != nullptr && (options.ucx_over_shared_memory || Region() == nullptr)) {
+      if (put && options.ucx_calls && u->serves_calls()) return nullptr;
       if (ucx_coalescer != nullptr) c = ucx_coalescer.get();
     }
     return c->Accepts(payload_bytes) ? c : nullptr;

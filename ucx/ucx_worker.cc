@@ -577,11 +577,10 @@ void Worker::Loop() {
       next_tick = now + std::chrono::milliseconds(m.options.tick_ms);
     }
     if (!tasks.empty() || !m.deferred.empty() || !m.failed.empty()) continue;
-    if (m.posted.load()) continue;
     if (m.large_in_flight > 0 && Spin(m.worker, m.posted)) continue;
     if (ucp_worker_arm(m.worker) == UCS_ERR_BUSY) continue;
     m.sleeping.store(true);
-    if (m.posted.load()) {  // queued before Post could see `sleeping`
+    if (m.posted.load()) {  // queued since the swap (Post may not have seen `sleeping`)
       m.sleeping.store(false);
       continue;
     }
